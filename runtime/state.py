@@ -1,0 +1,102 @@
+"""Keyed state, held per key group so that a key group's state moves as a unit.
+
+A keyed task holds a :class:`KeyedState`: for each key group it owns, a dict from key to
+value. The runtime binds one reusable :class:`ValueState` to the current key before each
+call of a keyed UDF. A key group's state exports to bytes (msgpack, with pickle for other
+objects) and imports elsewhere; the reconfiguration protocol ships these bytes worker to
+worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from .codec import packb, unpackb
+
+__all__ = ["KeyGroupNotOwnedError", "KeyedState", "ValueState"]
+
+_MISSING = object()
+
+
+class KeyGroupNotOwnedError(KeyError):
+    """A record or state operation for a key group this task does not own."""
+
+    def __init__(self, task: str, group: int) -> None:
+        super().__init__(f"task {task!r} does not own key group {group}")
+
+
+class ValueState:
+    """The state of one key, as seen by a keyed UDF: ``get``, ``set``, ``clear``.
+
+    Only valid during the UDF call it was passed to (the runtime rebinds it per record).
+    """
+
+    __slots__ = ("_key", "_store")
+
+    def __init__(self) -> None:
+        self._store: dict = {}
+        self._key: Any = None
+
+    def get(self, default: Any = None) -> Any:
+        return self._store.get(self._key, default)
+
+    def set(self, value: Any) -> None:
+        self._store[self._key] = value
+
+    def clear(self) -> None:
+        self._store.pop(self._key, None)
+
+    @property
+    def key(self) -> Any:
+        return self._key
+
+
+class KeyedState:
+    """The state of the key groups one task owns (in memory)."""
+
+    def __init__(self, task: str, groups: Iterable[int] = ()) -> None:
+        self.task = task
+        self._groups: dict[int, dict] = {g: {} for g in groups}
+
+    def owned(self) -> list[int]:
+        return sorted(self._groups)
+
+    def owns(self, group: int) -> bool:
+        return group in self._groups
+
+    def group(self, group: int) -> dict:
+        """The key -> value dict of ``group``; raises if the group is not owned."""
+        try:
+            return self._groups[group]
+        except KeyError:
+            raise KeyGroupNotOwnedError(self.task, group) from None
+
+    def groups(self) -> dict[int, dict]:
+        """The live mapping group -> store (for the task's hot loop)."""
+        return self._groups
+
+    def add_group(self, group: int) -> None:
+        """Start owning ``group`` with empty state (no-op if already owned)."""
+        self._groups.setdefault(group, {})
+
+    def export_group(self, group: int) -> bytes:
+        """The state of ``group`` as bytes (the group stays owned)."""
+        return packb(list(self.group(group).items()))
+
+    def import_group(self, group: int, data: bytes) -> None:
+        """Own ``group`` with the state in ``data`` (from :meth:`export_group`), replacing any."""
+        self._groups[group] = dict(unpackb(data))
+
+    def drop_group(self, group: int) -> None:
+        """Stop owning ``group`` and forget its state."""
+        self._groups.pop(group, None)
+
+    def items(self) -> Iterator[tuple[int, Any, Any]]:
+        """Every (group, key, value), groups in order."""
+        for g in sorted(self._groups):
+            for k, v in self._groups[g].items():
+                yield g, k, v
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self._groups.values())
