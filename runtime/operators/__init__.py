@@ -1,0 +1,181 @@
+"""Per-kind record processing: the hot loops of map, flat_map, filter, keyed and sink tasks.
+
+A :class:`Processor` is built once per task from its :class:`~runtime.dataflow.OperatorSpec`
+and called by the task loop with each input batch; it routes its outputs into the task's
+:class:`~runtime.partitioning.Outputs` (no I/O; the task loop flushes). A UDF that raises
+becomes a :class:`UserCodeError` naming the task, the operator's logic, the record and,
+for keyed operators, the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import repeat
+from typing import Any
+
+from ..dataflow import OperatorSpec, logic_ref
+from ..keygroups import key_group_fn
+from ..metrics import TaskMetrics
+from ..partitioning import Outputs
+from ..state import KeyedState, KeyGroupNotOwnedError, ValueState
+
+__all__ = ["Processor", "UserCodeError", "make_processor"]
+
+
+class UserCodeError(RuntimeError):
+    """A UDF raised; the message names task, logic, record (and key) and the original error."""
+
+
+def _short(obj: Any, limit: int = 200) -> str:
+    text = repr(obj)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+class Processor:
+    """Processes input batches of one task; subclasses hold the hot loop of one kind."""
+
+    def __init__(self, task_id: str, op: OperatorSpec, outputs: Outputs, metrics: TaskMetrics) -> None:
+        self.task_id = task_id
+        self.op = op
+        self.fn = op.logic
+        self.outputs = outputs
+        self.metrics = metrics
+
+    def _fail(self, exc: BaseException, record: Any, key: Any = None, keyed: bool = False) -> UserCodeError:
+        where = f"task {self.task_id!r}: {logic_ref(self.fn)} raised {type(exc).__name__}: {exc}"
+        what = f" on record {_short(record)}" + (f" (key {_short(key)})" if keyed else "")
+        return UserCodeError(where + what)
+
+    def process(self, key_fn: Any, values: Sequence, stamps: Sequence[float]) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """End of all inputs (called once, before end of stream goes downstream)."""
+
+
+class MapProcessor(Processor):
+    def process(self, key_fn: Any, values: Sequence, stamps: Sequence[float]) -> None:
+        fn = self.fn
+        try:
+            out = [fn(v) for v in values]
+        except Exception as exc:
+            for v in values:  # find the culprit: map logic is stateless
+                try:
+                    fn(v)
+                except Exception as inner:
+                    raise self._fail(inner, v) from inner
+            raise self._fail(exc, "?") from exc
+        self.outputs.emit(out, stamps)
+
+
+class FlatMapProcessor(Processor):
+    def process(self, key_fn: Any, values: Sequence, stamps: Sequence[float]) -> None:
+        fn = self.fn
+        out_v: list = []
+        out_t: list = []
+        ext_v, ext_t = out_v.extend, out_t.extend
+        v = None
+        try:
+            for v, t in zip(values, stamps, strict=True):
+                n = len(out_v)
+                ext_v(fn(v))
+                ext_t(repeat(t, len(out_v) - n))
+        except Exception as exc:
+            raise self._fail(exc, v) from exc
+        self.outputs.emit(out_v, out_t)
+
+
+class FilterProcessor(Processor):
+    def process(self, key_fn: Any, values: Sequence, stamps: Sequence[float]) -> None:
+        fn = self.fn
+        v = None
+        try:
+            keep = [i for i, v in enumerate(values) if fn(v)]
+        except Exception as exc:
+            for v in values:
+                try:
+                    fn(v)
+                except Exception as inner:
+                    raise self._fail(inner, v) from inner
+            raise self._fail(exc, v) from exc
+        if len(keep) == len(values):
+            self.outputs.emit(values, stamps)
+        else:
+            self.outputs.emit([values[i] for i in keep], [stamps[i] for i in keep])
+
+
+class KeyedProcessor(Processor):
+    """Calls ``fn(key, record, state)`` with ``state`` bound to the record's key."""
+
+    def __init__(self, task_id: str, op: OperatorSpec, outputs: Outputs, metrics: TaskMetrics,
+                 state: KeyedState) -> None:
+        super().__init__(task_id, op, outputs, metrics)
+        self.state = state
+        self.key_group = key_group_fn(op.max_parallelism)
+        self._value_state = ValueState()
+
+    def process(self, key_fn: Any, values: Sequence, stamps: Sequence[float]) -> None:
+        fn = self.fn
+        kg_of = self.key_group
+        groups = self.state.groups()
+        counts = self.metrics.key_group_counts
+        st = self._value_state
+        out_v: list = []
+        out_t: list = []
+        ext_v, ext_t = out_v.extend, out_t.extend
+        v = k = None
+        try:
+            for v, t in zip(values, stamps, strict=True):
+                k = key_fn(v)
+                g = kg_of(k)
+                store = groups.get(g)
+                if store is None:
+                    raise KeyGroupNotOwnedError(self.task_id, g)
+                counts[g] += 1
+                st._store = store
+                st._key = k
+                r = fn(k, v, st)
+                if r:
+                    n = len(out_v)
+                    ext_v(r)
+                    ext_t(repeat(t, len(out_v) - n))
+        except KeyGroupNotOwnedError as exc:
+            raise UserCodeError(f"{exc.args[0]} (record {_short(v)}, key {_short(k)})") from exc
+        except Exception as exc:
+            raise self._fail(exc, v, k, keyed=True) from exc
+        self.outputs.emit(out_v, out_t)
+
+
+class SinkProcessor(Processor):
+    def __init__(self, task_id: str, op: OperatorSpec, outputs: Outputs, metrics: TaskMetrics,
+                 index: int) -> None:
+        super().__init__(task_id, op, outputs, metrics)
+        self.writer = op.logic.open(index, op.parallelism)
+
+    def process(self, key_fn: Any, values: Sequence, stamps: Sequence[float]) -> None:
+        try:
+            self.writer.write(values)
+        except Exception as exc:
+            raise UserCodeError(
+                f"task {self.task_id!r}: sink {logic_ref(self.op.logic)} failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def make_processor(task_id: str, op: OperatorSpec, index: int, outputs: Outputs,
+                   metrics: TaskMetrics, state: KeyedState | None) -> Processor:
+    if op.kind == "map":
+        return MapProcessor(task_id, op, outputs, metrics)
+    if op.kind == "flat_map":
+        return FlatMapProcessor(task_id, op, outputs, metrics)
+    if op.kind == "filter":
+        return FilterProcessor(task_id, op, outputs, metrics)
+    if op.kind == "keyed":
+        assert state is not None
+        return KeyedProcessor(task_id, op, outputs, metrics, state)
+    if op.kind == "sink":
+        return SinkProcessor(task_id, op, outputs, metrics, index)
+    raise ValueError(f"no processor for operator kind {op.kind!r}")

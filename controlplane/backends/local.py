@@ -1,0 +1,96 @@
+"""The local backend: worker subprocesses on this machine (the embedded default).
+
+Each worker is ``python -m runtime.worker`` started with the coordinator's address and the
+cluster secret. Workers die with their parent even if it is killed (``PR_SET_PDEATHSIG``
+on Linux) and exit by themselves when the coordinator's connection closes; :meth:`close`
+terminates, then kills, whatever is left, so no worker outlives a run or a failed test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import sys
+
+from .base import BackendError, WorkerBackend
+
+__all__ = ["LocalBackend"]
+
+logger = logging.getLogger(__name__)
+
+STOP_GRACE_S = 3.0  # a worker exits on SIGTERM within this, or is killed
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class LocalBackend(WorkerBackend):
+    name = "local"
+
+    def __init__(self, coordinator: tuple[str, int], secret: str, *, log_level: str = "WARNING",
+                 python: str = sys.executable, extra_args: list[str] | None = None) -> None:
+        self.coordinator = coordinator
+        self.secret = secret
+        self.log_level = log_level
+        self.python = python
+        self.extra_args = extra_args or []
+        self.procs: dict[int, asyncio.subprocess.Process] = {}
+
+    async def start_workers(self, n: int) -> list[int]:
+        if n < 0:
+            raise BackendError(f"cannot start {n} workers")
+        env = dict(os.environ)
+        cwd = os.getcwd()
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (cwd, env.get("PYTHONPATH", "")) if p)
+        pids = []
+        for _ in range(n):
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    self.python, "-m", "runtime.worker",
+                    "--coordinator", f"{self.coordinator[0]}:{self.coordinator[1]}",
+                    "--secret", self.secret, "--log-level", self.log_level, *self.extra_args,
+                    env=env, stdin=asyncio.subprocess.DEVNULL,
+                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                )
+            except OSError as exc:
+                raise BackendError(f"cannot start a worker with {self.python}: {exc}") from exc
+            self.procs[proc.pid] = proc
+            pids.append(proc.pid)
+        return pids
+
+    async def stop_worker(self, pid: int) -> None:
+        proc = self.procs.pop(pid, None)
+        if proc is None:
+            raise BackendError(f"no local worker with pid {pid}")
+        await _terminate(proc)
+
+    def kill_worker(self, pid: int) -> None:
+        """SIGKILL one worker at once (fault injection)."""
+        proc = self.procs.get(pid)
+        if proc is None:
+            raise BackendError(f"no local worker with pid {pid}")
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+
+    async def close(self) -> None:
+        procs, self.procs = list(self.procs.values()), {}
+        await asyncio.gather(*(_terminate(p) for p in procs))
+
+
+async def _terminate(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        try:
+            await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()

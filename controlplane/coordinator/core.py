@@ -1,0 +1,418 @@
+"""The coordinator: worker registrations, job deployment, outcomes, barriers, metrics.
+
+It runs on the control plane's asyncio loop, listens for workers on a TCP port and speaks
+the protocol of :mod:`runtime.protocol`. Deployment of a job:
+
+1. Place the tasks (:func:`~controlplane.coordinator.placement.initial_placement`).
+2. Send ``deploy`` to every worker hosting a task; each creates its tasks and channels.
+3. Wait for every ``deployed`` (``DEPLOY_TIMEOUT_S``); any ``deploy_failed`` fails the job
+   and stops it everywhere.
+4. Send ``start`` with a common start time; the job is ``running``.
+
+A job is ``finished`` when every task has reported it finished (bounded sources exhausted
+and every record processed), ``failed`` (with the cause) when a task raises, a data link
+breaks or a worker hosting a task dies, and ``stopped`` when asked to stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import itertools
+import logging
+import pickle
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime import protocol
+from runtime.dataflow import JobGraph
+from runtime.records import BarrierKind
+
+from .metrics import JobMetrics
+from .placement import Placement, initial_placement
+
+__all__ = ["Coordinator", "CoordinatorError", "Job", "RuntimeConfig", "WorkerInfo"]
+
+logger = logging.getLogger(__name__)
+
+DEPLOY_TIMEOUT_S = 30.0  # workers import the job's modules and open channels within this
+REGISTER_READ_TIMEOUT_S = 5.0  # a connection must say who it is within this
+STOP_TIMEOUT_S = 10.0  # workers confirm a stop within this, or are presumed gone
+BARRIER_TIMEOUT_S = 30.0  # every task acks an injected barrier within this
+
+
+class CoordinatorError(RuntimeError):
+    """A request the coordinator cannot carry out (no workers, unknown job, timeout)."""
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """How channels batch and buffer; shipped to workers with each deploy."""
+
+    batch_size: int = 512  # records per batch sent on a channel
+    linger_s: float = 0.005  # longest a record waits in a partly filled batch
+    credits: int = 8  # batches in flight per channel (receiver buffer size)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"batch_size": self.batch_size, "linger_s": self.linger_s, "credits": self.credits}
+
+
+@dataclass
+class WorkerInfo:
+    id: str
+    host: str
+    pid: int
+    cpus: float
+    memory_mb: int
+    data_host: str
+    data_port: int
+    name: str
+    status: str = "alive"  # alive | lost
+    registered_at: float = field(default_factory=time.time)
+    cpu_percent: float = 0.0
+    rss_mb: float = 0.0
+    error: str | None = None
+
+
+class _WorkerConn:
+    def __init__(self, info: WorkerInfo, writer: asyncio.StreamWriter) -> None:
+        self.info = info
+        self.writer = writer
+
+    def send(self, msg: dict[str, Any]) -> None:
+        if not self.writer.is_closing():
+            protocol.write_frame(self.writer, msg)
+
+
+class Job:
+    """A deployed job: its graph, placement, status and metrics."""
+
+    def __init__(self, job_id: str, graph: JobGraph, placement: Placement) -> None:
+        self.id = job_id
+        self.graph = graph
+        self.placement = placement
+        self.status = "starting"  # starting | running | finished | failed | stopped
+        self.error: str | None = None
+        self.started_at: float | None = None
+        self.ended_at: float | None = None
+        self.finished_tasks: set[str] = set()
+        self.failed_tasks: dict[str, str] = {}
+        operator_of = {t: op.name for op in graph.operators for t in op.task_ids()}
+        self.metrics = JobMetrics(operator_of, {op.name: op.kind for op in graph.operators})
+        self._done = asyncio.Event()
+        self._deploy_replies: dict[str, asyncio.Future] = {}
+        self._barrier_waits: dict[int, tuple[set[str], asyncio.Future]] = {}
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    async def wait(self, timeout: float | None = None) -> str:
+        """Wait until the job ends; returns its status. Raises TimeoutError after ``timeout``."""
+        await asyncio.wait_for(self._done.wait(), timeout)
+        return self.status
+
+    def _end(self, status: str, error: str | None = None) -> bool:
+        if self.done:
+            return False
+        self.status = status
+        self.error = error
+        self.ended_at = time.time()
+        self._done.set()
+        for _, fut in self._barrier_waits.values():
+            if not fut.done():
+                fut.set_exception(CoordinatorError(f"job {self.id} ended ({status}) before the barrier completed"))
+        return True
+
+    def summary(self) -> dict[str, Any]:
+        """Records at sources and sinks, duration, throughput, latency percentiles."""
+        end = self.ended_at or time.time()
+        duration = max(end - (self.started_at or end), 1e-9)
+        source_records = self.metrics.operator_totals("source")
+        sink_records = self.metrics.operator_totals("sink")
+        from runtime.metrics import summarize_latency
+
+        return {
+            "job_id": self.id,
+            "status": self.status,
+            "error": self.error,
+            "duration_s": round(duration, 3),
+            "source_records": source_records,
+            "sink_records": sink_records,
+            "source_rate_per_s": round(source_records / duration, 1),
+            "latency": summarize_latency(self.metrics.latency),
+        }
+
+
+class Coordinator:
+    """Accepts workers, deploys jobs and follows them. Start with :meth:`start`."""
+
+    def __init__(self, secret: str, host: str = "127.0.0.1", port: int = 0,
+                 config: RuntimeConfig | None = None) -> None:
+        if not secret:
+            raise ValueError("the cluster secret must not be empty")
+        self.secret = secret
+        self.host = host
+        self.port = port
+        self.config = config or RuntimeConfig()
+        self.workers: dict[str, WorkerInfo] = {}
+        self.jobs: dict[str, Job] = {}
+        self._conns: dict[str, _WorkerConn] = {}
+        self._server: asyncio.Server | None = None
+        self._ids = itertools.count(1)
+        self._job_ids = itertools.count(1)
+        self._barrier_ids = itertools.count(1)
+        self._registered = asyncio.Condition()
+        self._readers: set[asyncio.Task] = set()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.host, self.port
+
+    async def start(self) -> tuple[str, int]:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        logger.info("coordinator listening on %s:%s", self.host, self.port)
+        return self.host, self.port
+
+    async def close(self) -> None:
+        """Stop running jobs, tell workers to exit, close every connection."""
+        for job in list(self.jobs.values()):
+            if not job.done:
+                await self.stop_job(job.id)
+        for conn in self._conns.values():
+            conn.send({"type": "shutdown"})
+            conn.writer.close()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        for t in list(self._readers):
+            t.cancel()
+
+    def alive_workers(self) -> list[WorkerInfo]:
+        return [w for w in self.workers.values() if w.status == "alive"]
+
+    async def wait_for_workers(self, n: int, timeout: float = 30.0) -> list[WorkerInfo]:
+        """Wait until at least ``n`` workers are alive; CoordinatorError after ``timeout``."""
+        async def enough() -> None:
+            async with self._registered:
+                await self._registered.wait_for(lambda: len(self.alive_workers()) >= n)
+
+        try:
+            await asyncio.wait_for(enough(), timeout)
+        except TimeoutError:
+            raise CoordinatorError(
+                f"only {len(self.alive_workers())} of {n} workers registered within {timeout:.0f}s"
+            ) from None
+        return self.alive_workers()
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    async def submit(self, graph: JobGraph, workers: list[str] | None = None) -> Job:
+        """Deploy and start ``graph``; returns the running job (or a failed one, with cause)."""
+        ids = workers or [w.id for w in self.alive_workers()]
+        if not ids:
+            raise CoordinatorError("no workers are registered: start some before submitting a job")
+        placement = initial_placement(graph, ids)
+        job = Job(f"job-{next(self._job_ids)}", graph, placement)
+        self.jobs[job.id] = job
+        used = placement.workers_used()
+        msg = {
+            "type": "deploy", "job_id": job.id, "graph": pickle.dumps(graph),
+            "placement": placement.tasks,
+            "workers": {w.id: [w.data_host, w.data_port] for w in self.alive_workers()},
+            "assignment": placement.assignment, "weights": placement.weights,
+            "config": self.config.to_dict(),
+        }
+        loop = asyncio.get_running_loop()
+        # Step 2. Deploy everywhere.
+        for wid in used:
+            job._deploy_replies[wid] = loop.create_future()
+            self._conns[wid].send(msg)
+        # Step 3. Wait for every worker's answer.
+        try:
+            replies = await asyncio.wait_for(asyncio.gather(*job._deploy_replies.values()), DEPLOY_TIMEOUT_S)
+        except TimeoutError:
+            await self._fail(job, f"deploy timed out after {DEPLOY_TIMEOUT_S:.0f}s")
+            return job
+        except CoordinatorError as exc:
+            await self._fail(job, str(exc))
+            return job
+        errors = [r for r in replies if r]
+        if errors:
+            await self._fail(job, "; ".join(errors))
+            return job
+        if job.done:
+            return job
+        # Step 4. Start with a common clock origin.
+        job.started_at = time.time()
+        job.status = "running"
+        for wid in used:
+            self._conns[wid].send({"type": "start", "job_id": job.id, "start_time": job.started_at})
+        logger.info("job %s running on %s", job.id, ", ".join(used))
+        return job
+
+    async def stop_job(self, job_id: str) -> Job:
+        job = self._job(job_id)
+        if job._end("stopped"):
+            self._stop_everywhere(job)
+        return job
+
+    async def inject_barrier(self, job_id: str, kind: BarrierKind = BarrierKind.CHECKPOINT,
+                             timeout: float = BARRIER_TIMEOUT_S) -> int:
+        """Inject a barrier at the sources and wait until every task has aligned it."""
+        job = self._job(job_id)
+        if job.status != "running":
+            raise CoordinatorError(f"job {job_id} is {job.status}, not running")
+        bid = next(self._barrier_ids)
+        fut = asyncio.get_running_loop().create_future()
+        pending = set(job.graph.task_ids()) - job.finished_tasks
+        job._barrier_waits[bid] = (pending, fut)
+        for wid in job.placement.workers_used():
+            self._conns[wid].send({"type": "inject_barrier", "job_id": job_id, "kind": kind.value, "id": bid})
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            left = sorted(job._barrier_waits.get(bid, (set(), None))[0])
+            raise CoordinatorError(f"barrier {bid} not acked within {timeout:.0f}s by {left[:10]}") from None
+        finally:
+            job._barrier_waits.pop(bid, None)
+        return bid
+
+    def _job(self, job_id: str) -> Job:
+        try:
+            return self.jobs[job_id]
+        except KeyError:
+            raise CoordinatorError(f"no job {job_id!r}") from None
+
+    async def _fail(self, job: Job, error: str) -> None:
+        if job._end("failed", error):
+            logger.warning("job %s failed: %s", job.id, error)
+            self._stop_everywhere(job)
+
+    def _stop_everywhere(self, job: Job) -> None:
+        for wid in job.placement.workers_used():
+            conn = self._conns.get(wid)
+            if conn is not None:
+                conn.send({"type": "stop", "job_id": job.id})
+
+    # -- worker connections ---------------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._readers.add(task)
+        peer = writer.get_extra_info("peername")
+        conn: _WorkerConn | None = None
+        try:
+            try:
+                msg = await asyncio.wait_for(protocol.read_frame(reader, f"connection from {peer}"), REGISTER_READ_TIMEOUT_S)
+            except (TimeoutError, EOFError, ConnectionError) as exc:
+                logger.warning("connection from %s did not register: %s", peer, exc)
+                return
+            if not isinstance(msg, dict) or msg.get("type") != "register":
+                protocol.write_frame(writer, {"type": "refused", "reason": "expected a register message"})
+                return
+            if not hmac.compare_digest(str(msg.get("secret", "")), self.secret):
+                logger.warning("refused worker from %s: wrong cluster secret", peer)
+                protocol.write_frame(writer, {"type": "refused", "reason": "wrong cluster secret"})
+                await writer.drain()
+                return
+            info = WorkerInfo(
+                id=f"w{next(self._ids)}", host=str(msg["host"]), pid=int(msg["pid"]),
+                cpus=float(msg["cpus"]), memory_mb=int(msg["memory_mb"]),
+                data_host=str(msg["data_host"]), data_port=int(msg["data_port"]), name=str(msg["name"]),
+            )
+            conn = _WorkerConn(info, writer)
+            self.workers[info.id] = info
+            self._conns[info.id] = conn
+            conn.send({"type": "registered", "worker_id": info.id})
+            logger.info("worker %s registered (pid %s, data %s:%s)", info.id, info.pid, info.data_host, info.data_port)
+            async with self._registered:
+                self._registered.notify_all()
+            while True:
+                try:
+                    msg = await protocol.read_frame(reader, f"worker {info.id}")
+                except EOFError:
+                    break
+                self._handle(info, msg)
+        except (ConnectionError, OSError) as exc:
+            if conn is not None:
+                conn.info.error = str(exc)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._readers.discard(task)
+            writer.close()
+            if conn is not None:
+                self._worker_lost(conn.info)
+
+    def _worker_lost(self, info: WorkerInfo) -> None:
+        info.status = "lost"
+        self._conns.pop(info.id, None)
+        cause = info.error or "control connection lost"
+        for job in self.jobs.values():
+            if job.done or info.id not in job.placement.workers_used():
+                continue
+            msg = f"worker {info.id} (pid {info.pid} on {info.host}) died: {cause}"
+            if job.status == "starting":
+                fut = job._deploy_replies.get(info.id)
+                if fut is not None and not fut.done():
+                    fut.set_result(msg)
+                    continue
+            if job._end("failed", msg):
+                logger.warning("job %s failed: %s", job.id, msg)
+                self._stop_everywhere(job)
+
+    def _handle(self, info: WorkerInfo, msg: dict[str, Any]) -> None:
+        kind = msg.get("type")
+        if kind == "metrics":
+            info.cpu_percent = float(msg.get("cpu_percent", 0.0))
+            info.rss_mb = float(msg.get("rss_mb", 0.0))
+            now = float(msg.get("time", time.time()))
+            for job in self.jobs.values():
+                job.metrics.add_worker(info.id, info.cpu_percent, info.rss_mb) if info.id in job.placement.workers_used() else None
+            for task, snap in dict(msg.get("tasks", {})).items():
+                for job in self.jobs.values():
+                    if task in job.metrics.operator_of and job.placement.tasks.get(task) == info.id:
+                        job.metrics.add(now, task, snap)
+            return
+        job = self.jobs.get(msg.get("job_id", ""))
+        if job is None:
+            return
+        if kind in ("deployed", "deploy_failed"):
+            fut = job._deploy_replies.get(info.id)
+            if fut is not None and not fut.done():
+                fut.set_result(msg.get("error") if kind == "deploy_failed" else None)
+        elif kind == "task_finished":
+            if "metrics" in msg:
+                job.metrics.add(time.time(), msg["task"], msg["metrics"])
+            job.finished_tasks.add(msg["task"])
+            self._check_barriers(job, msg["task"], None)
+            if len(job.finished_tasks) == len(job.placement.tasks) and job._end("finished"):
+                logger.info("job %s finished", job.id)
+                self._stop_everywhere(job)
+        elif kind == "task_failed":
+            job.failed_tasks[msg["task"]] = msg["error"]
+            if job._end("failed", msg["error"]):
+                logger.warning("job %s failed: %s", job.id, msg["error"])
+                self._stop_everywhere(job)
+        elif kind == "worker_error":
+            if job._end("failed", msg["error"]):
+                self._stop_everywhere(job)
+        elif kind == "barrier_ack":
+            self._check_barriers(job, msg["task"], int(msg["id"]))
+
+    def _check_barriers(self, job: Job, task: str, bid: int | None) -> None:
+        for b, (pending, fut) in job._barrier_waits.items():
+            if bid is None or b == bid:
+                pending.discard(task)
+                if not pending and not fut.done():
+                    fut.set_result(b)
+
+    async def drain(self) -> None:
+        for conn in self._conns.values():
+            with contextlib.suppress(ConnectionError):
+                await conn.writer.drain()

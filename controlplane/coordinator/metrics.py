@@ -1,0 +1,66 @@
+"""The coordinator's view of a job's metrics: recent per-second snapshots and run totals."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+from runtime.metrics import LatencyHistogram, summarize_latency
+
+__all__ = ["JobMetrics"]
+
+WINDOW_S = 300.0  # how much per-second history a job keeps
+
+
+class JobMetrics:
+    """Snapshots reported by workers, kept for ``WINDOW_S``, plus cumulative totals."""
+
+    def __init__(self, operator_of: dict[str, str], kinds: dict[str, str]) -> None:
+        self.operator_of = operator_of  # task -> operator
+        self.kinds = kinds  # operator -> kind
+        self.samples: deque[tuple[float, str, dict[str, Any]]] = deque()
+        self.records_in: dict[str, int] = dict.fromkeys(operator_of, 0)
+        self.records_out: dict[str, int] = dict.fromkeys(operator_of, 0)
+        self.latency = LatencyHistogram()
+        self.workers: dict[str, dict[str, float]] = {}
+
+    def add(self, now: float, task: str, snap: dict[str, Any]) -> None:
+        self.samples.append((now, task, snap))
+        self.records_in[task] = self.records_in.get(task, 0) + int(snap.get("records_in", 0))
+        self.records_out[task] = self.records_out.get(task, 0) + int(snap.get("records_out", 0))
+        if "latency" in snap:
+            self.latency.merge(LatencyHistogram.from_dict(snap["latency"]))
+        while self.samples and self.samples[0][0] < now - WINDOW_S:
+            self.samples.popleft()
+
+    def add_worker(self, worker: str, cpu_percent: float, rss_mb: float) -> None:
+        self.workers[worker] = {"cpu_percent": cpu_percent, "rss_mb": rss_mb}
+
+    def operator_totals(self, kind: str) -> int:
+        return sum(n for t, n in self.records_in.items() if self.kinds.get(self.operator_of.get(t, "")) == kind)
+
+    def window(self, seconds: float, now: float | None = None) -> dict[str, Any]:
+        """Per-task rates and the latency of the last ``seconds``."""
+        now = time.time() if now is None else now
+        per_task: dict[str, dict[str, float]] = {}
+        latency = LatencyHistogram()
+        for t, task, snap in self.samples:
+            if t < now - seconds:
+                continue
+            agg = per_task.setdefault(task, {"records_in": 0, "records_out": 0, "busy_s": 0.0,
+                                             "backpressure_s": 0.0, "idle_s": 0.0})
+            for k in agg:
+                agg[k] += snap.get(k, 0)
+            if "latency" in snap:
+                latency.merge(LatencyHistogram.from_dict(snap["latency"]))
+        rates = {
+            task: {
+                "in_per_s": agg["records_in"] / seconds,
+                "out_per_s": agg["records_out"] / seconds,
+                "busy": min(agg["busy_s"] / seconds, 1.0),
+                "backpressure": min(agg["backpressure_s"] / seconds, 1.0),
+            }
+            for task, agg in per_task.items()
+        }
+        return {"tasks": rates, "latency": summarize_latency(latency)}

@@ -1,0 +1,132 @@
+"""Word count: sentences -> split -> keyed count -> sink (the first workload of Trisk).
+
+``build(params)`` parameters (all optional; ``streampilot run examples.wordcount:build
+--param records=100000``):
+
+- ``records`` (int, 200000): sentences to generate; 0 = unbounded.
+- ``words`` (int, 8): words per sentence.
+- ``rate`` (float, 0): sentences per second over all sources; 0 = as fast as possible.
+- ``schedule`` (str, ""): rate steps/ramps, ``"time_s:rate, ..."`` (see Generator).
+- ``keys`` (int, 10000): vocabulary size.
+- ``zipf`` (float, 1.0): skew of word frequencies (0 = uniform).
+- ``omega`` (float, 0): reshuffles of word popularity per minute (Elasticutor's omega).
+- ``seed`` (int, 42): the stream's seed.
+- ``parallelism`` (int, 2): tasks per operator.
+- ``max_parallelism`` (int, 128): key groups of the count operator.
+- ``output`` (str, ""): directory for final counts (``part-N.jsonl``); empty = discard.
+
+Final results (``read_results(output)``) map each word to its count; they are equal to
+:func:`reference` for the same params, whatever the parallelism.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from runtime import Dataflow
+from runtime.params import parse_params
+from runtime.sinks import Collect, Null, read_parts
+from runtime.sources import Generator
+
+__all__ = ["Params", "Sentences", "build", "count_word", "read_results", "reference", "split_words"]
+
+
+@dataclass(frozen=True)
+class Params:
+    records: int = 200_000
+    words: int = 8
+    rate: float = 0.0
+    schedule: str = ""
+    keys: int = 10_000
+    zipf: float = 1.0
+    omega: float = 0.0
+    seed: int = 42
+    parallelism: int = 2
+    max_parallelism: int = 128
+    output: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("words", "keys", "parallelism", "max_parallelism"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"param {name!r} must be >= 1, got {getattr(self, name)}")
+        if self.records < 0:
+            raise ValueError(f"param 'records' must be >= 0 (0 = unbounded), got {self.records}")
+
+
+@dataclass(frozen=True)
+class Sentences(Generator):
+    """Sentences of ``words`` words; word frequencies follow the generator's key skew.
+
+    Sentence ``i`` of a chunk takes the chunk's sampled keys at ``i, i+s, i+2s, ...`` (mod
+    the chunk size, ``s`` odd): each sampled key is used exactly ``words`` times per chunk,
+    so word frequencies are ``words`` times the key frequencies.
+    """
+
+    words: int = 8
+
+    def make_records(self, rng: random.Random, keys: list[str], start_index: int) -> list:
+        n = len(keys)
+        stride = 2 * (n // (2 * self.words)) + 1 if n > 2 * self.words else 1
+        offsets = [j * stride for j in range(self.words)]
+        doubled = keys + keys
+        return [" ".join([doubled[(i + o) % n] for o in offsets]) for i in range(n)]
+
+
+def split_words(sentence: str) -> list[str]:
+    return sentence.split()
+
+
+def word_key(word: str) -> str:
+    return word
+
+
+def count_word(word: str, _value: str, state: Any) -> tuple[tuple[str, int]]:
+    n = state.get(0) + 1
+    state.set(n)
+    return ((word, n),)
+
+
+def result_key(record: Any) -> str:
+    return record[0]
+
+
+def source_of(p: Params) -> Sentences:
+    return Sentences(
+        records=p.records or None, rate=p.rate, schedule=p.schedule, keys=p.keys,
+        zipf=p.zipf, omega=p.omega, seed=p.seed, words=p.words,
+    )
+
+
+def build(params: dict[str, Any] | None = None) -> Dataflow:
+    p = parse_params(Params, params)
+    flow = Dataflow("wordcount")
+    sentences = flow.source("sentences", source_of(p), parallelism=p.parallelism)
+    words = sentences.flat_map("split", split_words)
+    counts = words.key_by(word_key).process("count", count_word, max_parallelism=p.max_parallelism)
+    counts.sink("sink", Collect(p.output, mode="last", key=result_key) if p.output else Null())
+    return flow
+
+
+def read_results(output: str) -> dict[str, int]:
+    """Final count per word from a run's ``output`` directory (the latest count wins)."""
+    counts: dict[str, int] = {}
+    for word, n in read_parts(output):
+        if n > counts.get(word, 0):
+            counts[word] = n
+    return counts
+
+
+def reference(params: dict[str, Any] | None = None) -> dict[str, int]:
+    """The counts computed in this process, without the runtime (bounded runs only)."""
+    p = parse_params(Params, params)
+    if not p.records:
+        raise ValueError("reference() needs a bounded run (records > 0)")
+    reader = source_of(p).open(0, 1, 0.0)
+    counts: Counter[str] = Counter()
+    while (polled := reader.poll(float("inf"), 65536)) is not None:
+        for sentence in polled[0]:
+            counts.update(sentence.split())
+    return dict(counts)

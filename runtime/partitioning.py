@@ -1,0 +1,157 @@
+"""Routing of a task's output records to the channels of its downstream tasks.
+
+One :class:`Edge` per downstream operator, by the partitioning of that input:
+
+- ``forward``: to the downstream task with the same index.
+- ``rebalance``: whole emitted batches spread over the downstream tasks by smooth weighted
+  round-robin (weights from the abstraction's workload; equal by default).
+- ``key_groups``: per record, to the task owning ``key_group(key(record))``, through an
+  owner table that the reconfiguration protocol swaps atomically.
+- ``broadcast``: to every downstream task.
+
+:class:`Outputs` holds the edges of one task, the pending records of each channel, and the
+batching policy: a channel's records are sent when ``batch_size`` are pending, when the
+oldest pending record is ``linger_s`` old, or when the task runs out of input.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from .channels import OutputChannel
+from .records import Barrier, EndOfStream
+
+__all__ = ["BroadcastEdge", "Edge", "ForwardEdge", "KeyGroupEdge", "Outputs", "RebalanceEdge"]
+
+
+class Edge:
+    """Routes emitted records of one task to the channels of one downstream operator."""
+
+    def __init__(self, operator: str, channels: Sequence[OutputChannel]) -> None:
+        self.operator = operator
+        self.channels = list(channels)
+
+    def route(self, values: Sequence, stamps: Sequence[float]) -> None:
+        raise NotImplementedError
+
+
+class ForwardEdge(Edge):
+    def route(self, values: Sequence, stamps: Sequence[float]) -> None:
+        ch = self.channels[0]
+        ch.buf_v.extend(values)
+        ch.buf_t.extend(stamps)
+
+
+class BroadcastEdge(Edge):
+    def route(self, values: Sequence, stamps: Sequence[float]) -> None:
+        for ch in self.channels:
+            ch.buf_v.extend(values)
+            ch.buf_t.extend(stamps)
+
+
+class RebalanceEdge(Edge):
+    """Smooth weighted round-robin (as in nginx) over channels, per emitted batch."""
+
+    def __init__(
+        self, operator: str, channels: Sequence[OutputChannel], weights: Sequence[float] | None = None
+    ) -> None:
+        super().__init__(operator, channels)
+        self.set_weights(weights or [1.0] * len(self.channels))
+
+    def set_weights(self, weights: Sequence[float]) -> None:
+        if len(weights) != len(self.channels) or any(w < 0 for w in weights) or sum(weights) <= 0:
+            raise ValueError(f"edge to {self.operator!r}: bad weights {list(weights)}")
+        self.weights = [float(w) for w in weights]
+        self._current = [0.0] * len(self.weights)
+        self._total = sum(self.weights)
+
+    def route(self, values: Sequence, stamps: Sequence[float]) -> None:
+        cur, w = self._current, self.weights
+        best = 0
+        for i in range(len(cur)):
+            cur[i] += w[i]
+            if cur[i] > cur[best]:
+                best = i
+        cur[best] -= self._total
+        ch = self.channels[best]
+        ch.buf_v.extend(values)
+        ch.buf_t.extend(stamps)
+
+
+class KeyGroupEdge(Edge):
+    """Per-record routing by key group; ``owner[g]`` is the index of the owning channel."""
+
+    def __init__(
+        self,
+        operator: str,
+        channels: Sequence[OutputChannel],
+        key_fn: Callable,
+        key_group_fn: Callable[[object], int],
+        owner: Sequence[int],
+    ) -> None:
+        super().__init__(operator, channels)
+        self.key_fn = key_fn
+        self.key_group_fn = key_group_fn
+        self.set_owner(owner)
+
+    def set_owner(self, owner: Sequence[int]) -> None:
+        """Swap the routing table (one assignment: atomic for the single-threaded task)."""
+        n = len(self.channels)
+        bad = [g for g, o in enumerate(owner) if not 0 <= o < n]
+        if bad:
+            raise ValueError(f"edge to {self.operator!r}: key groups {bad[:10]} have no owner")
+        self._targets = [(self.channels[o].buf_v, self.channels[o].buf_t) for o in owner]
+        self.owner = list(owner)
+
+    def route(self, values: Sequence, stamps: Sequence[float]) -> None:
+        key_fn, kg, targets = self.key_fn, self.key_group_fn, self._targets
+        for v, t in zip(values, stamps, strict=True):
+            bv, bt = targets[kg(key_fn(v))]
+            bv.append(v)
+            bt.append(t)
+
+
+class Outputs:
+    """The output edges of one task and its batching policy."""
+
+    def __init__(self, edges: Sequence[Edge], batch_size: int, linger_s: float) -> None:
+        self.edges = list(edges)
+        self.channels: list[OutputChannel] = [ch for e in self.edges for ch in e.channels]
+        self.batch_size = batch_size
+        self.linger_s = linger_s
+        self._since: float | None = None  # when the oldest pending record was emitted
+        self.records_out = 0
+
+    def emit(self, values: Sequence, stamps: Sequence[float]) -> None:
+        """Route records into the channels' pending buffers (no I/O)."""
+        if not values:
+            return
+        self.records_out += len(values)
+        if self._since is None:
+            self._since = time.monotonic()
+        for edge in self.edges:
+            edge.route(values, stamps)
+
+    async def flush(self, force: bool = False) -> None:
+        """Send full batches; send everything if ``force`` or the linger time has passed."""
+        if self._since is None:
+            return
+        if not force and time.monotonic() - self._since < self.linger_s:
+            size = self.batch_size
+            for ch in self.channels:
+                if len(ch.buf_v) >= size:
+                    await ch.flush(size, whole_batches_only=True)
+            return
+        self._since = None
+        for ch in self.channels:
+            await ch.flush(self.batch_size)
+
+    async def broadcast(self, item: Barrier | EndOfStream) -> None:
+        """Flush all pending records, then send ``item`` on every channel, in order."""
+        self._since = None
+        for ch in self.channels:
+            await ch.send_control(item, self.batch_size)
+
+    def backpressure_s(self) -> float:
+        return sum(ch.backpressure_s for ch in self.channels)

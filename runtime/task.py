@@ -1,0 +1,254 @@
+"""Task loops: one asyncio task per stream task, many per worker.
+
+A task runs until its inputs end, it fails, or it is cancelled:
+
+1. Take the next item from the :class:`~runtime.channels.InputGate` (round-robin over
+   channels that barrier alignment has not blocked).
+2. A batch goes through the operator's :class:`~runtime.operators.Processor`; outputs are
+   flushed by the batching policy (full batches now, everything after ``linger_s`` or
+   when the input runs dry).
+3. A barrier goes to the :class:`~runtime.alignment.Aligner`: the input that delivered it
+   is blocked until all open inputs have; then the barrier is forwarded on every output
+   channel, the host is told (it acks to the coordinator) and all inputs unblock.
+4. End of stream on an input counts as aligned for later barriers; when all inputs have
+   ended the processor is closed, end of stream goes downstream and the host is told the
+   task finished.
+
+A source task instead polls its :class:`~runtime.io.SourceReader` and emits barriers that
+the coordinator asked to inject, in order with its records.
+
+Exceptions from user code end the task as failed, with the message the processor built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from typing import Protocol
+
+from .alignment import Aligner, Finished, Forward
+from .channels import InputGate
+from .dataflow import OperatorSpec
+from .metrics import TaskMetrics
+from .operators import Processor
+from .partitioning import Outputs
+from .records import Barrier, Batch, EndOfStream
+
+__all__ = ["SourceTask", "StreamTask", "TaskHost"]
+
+logger = logging.getLogger(__name__)
+
+SOURCE_IDLE_WAIT_S = 0.05  # longest a source sleeps before re-checking for barriers
+
+
+class TaskHost(Protocol):
+    """What a task tells the worker hosting it."""
+
+    def task_finished(self, task: BaseTask) -> None: ...
+    def task_failed(self, task: BaseTask, error: str) -> None: ...
+    def barrier_aligned(self, task: BaseTask, barrier: Barrier) -> None: ...
+
+
+class BaseTask:
+    def __init__(self, task_id: str, op: OperatorSpec, index: int, outputs: Outputs,
+                 metrics: TaskMetrics, host: TaskHost) -> None:
+        self.task_id = task_id
+        self.op = op
+        self.index = index
+        self.outputs = outputs
+        self.metrics = metrics
+        self.host = host
+        self.status = "created"
+        self._runner: asyncio.Task | None = None
+
+    def start(self, start_time: float) -> None:
+        """Begin running; ``start_time`` is the job's common clock origin (sources' rates)."""
+        self.status = "running"
+        self._runner = asyncio.create_task(self._run_guarded(), name=self.task_id)
+
+    async def stop(self) -> None:
+        if self._runner is not None and not self._runner.done():
+            self._runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._runner
+        if self.status == "running":
+            self.status = "stopped"
+        self.close()
+
+    def close(self) -> None:
+        """Release resources (files, readers); idempotent."""
+
+    def queued(self) -> dict[str, int]:
+        return {}
+
+    def snapshot_metrics(self) -> dict:
+        m = self.metrics
+        m.records_out = self.outputs.records_out
+        self.outputs.records_out = 0
+        for ch in self.outputs.channels:
+            m.channel_records[ch.target] = ch.records_sent
+            m.channel_bytes[ch.target] = ch.bytes_sent
+            ch.records_sent = 0
+            ch.bytes_sent = 0.0
+        bp = self.outputs.backpressure_s()
+        for ch in self.outputs.channels:
+            ch.backpressure_s = 0.0
+        m.backpressure_s += bp
+        return m.snapshot(self.queued())
+
+    async def _run_guarded(self) -> None:
+        try:
+            await self._run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.status = "failed"
+            message = str(exc) if str(exc) else type(exc).__name__
+            if self.task_id not in message:
+                message = f"task {self.task_id!r}: {type(exc).__name__}: {message}"
+            logger.debug("task %s failed", self.task_id, exc_info=True)
+            self.close()
+            self.host.task_failed(self, message)
+            return
+        self.status = "finished"
+        self.host.task_finished(self)
+
+    async def _run(self) -> None:
+        raise NotImplementedError
+
+
+class StreamTask(BaseTask):
+    """A task with inputs: map, flat_map, filter, keyed or sink."""
+
+    def __init__(self, task_id: str, op: OperatorSpec, index: int, outputs: Outputs,
+                 metrics: TaskMetrics, host: TaskHost, gate: InputGate, processor: Processor) -> None:
+        super().__init__(task_id, op, index, outputs, metrics, host)
+        self.gate = gate
+        self.processor = processor
+        self.aligner = Aligner(gate.channels)
+        self._closed = False
+
+    def queued(self) -> dict[str, int]:
+        return self.gate.queued()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            if self.status != "finished":
+                return  # a failed or stopped sink must not publish partial final results
+
+    async def _run(self) -> None:
+        gate, outputs, processor, metrics = self.gate, self.outputs, self.processor, self.metrics
+        aligner = self.aligner
+        latency = metrics.latency
+        clock = time.perf_counter
+        wall = time.time
+        while True:
+            # Step 1. Next item; flush everything first if nothing is ready (input ran dry).
+            if not gate.has_ready():
+                await outputs.flush(force=True)
+                t0 = clock()
+                ch, item = await gate.next()
+                metrics.idle_s += clock() - t0
+            else:
+                ch, item = await gate.next()
+                await asyncio.sleep(0)  # let the worker's other tasks and I/O run
+            t0 = clock()
+            if type(item) is Batch:
+                # Step 2. Process the batch.
+                values = item.values
+                metrics.records_in += len(values)
+                if latency is not None:
+                    latency.record(wall(), item.timestamps)
+                processor.process(ch.key_fn, values, item.timestamps)
+                metrics.busy_s += clock() - t0
+                await outputs.flush()
+                continue
+            if type(item) is Barrier:
+                # Step 3. Align; forward when every open input has delivered it.
+                decision = aligner.on_barrier(ch.key, item)
+                if aligner.is_blocked(ch.key):
+                    gate.block(ch.key)
+            elif type(item) is EndOfStream:
+                # Step 4. An input ended.
+                decision = aligner.on_end(ch.key)
+            else:
+                raise TypeError(f"task {self.task_id!r}: unexpected item {item!r} on {ch.key}")
+            if isinstance(decision, Forward):
+                await outputs.broadcast(decision.barrier)
+                self.host.barrier_aligned(self, decision.barrier)
+                gate.unblock_all()
+            elif isinstance(decision, Finished):
+                processor.close()
+                await outputs.broadcast(EndOfStream())
+                return
+
+
+class SourceTask(BaseTask):
+    """A source task: polls its reader at the source's rate and injects barriers."""
+
+    def __init__(self, task_id: str, op: OperatorSpec, index: int, outputs: Outputs,
+                 metrics: TaskMetrics, host: TaskHost) -> None:
+        super().__init__(task_id, op, index, outputs, metrics, host)
+        self.reader = None
+        self._barriers: deque[Barrier] = deque()
+        self._wakeup = asyncio.Event()
+        self._closed = False
+
+    def start(self, start_time: float) -> None:
+        self.reader = self.op.logic.open(self.index, self.op.parallelism, start_time)
+        super().start(start_time)
+
+    def inject(self, barrier: Barrier) -> None:
+        """Emit ``barrier`` after the records already emitted (called by the worker)."""
+        self._barriers.append(barrier)
+        self._wakeup.set()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            if self.reader is not None:
+                self.reader.close()
+
+    async def _emit_barriers(self) -> None:
+        while self._barriers:
+            barrier = self._barriers.popleft()
+            await self.outputs.broadcast(barrier)
+            self.host.barrier_aligned(self, barrier)
+
+    async def _run(self) -> None:
+        reader, outputs, metrics = self.reader, self.outputs, self.metrics
+        batch_size = outputs.batch_size
+        clock = time.perf_counter
+        wall = time.time
+        while True:
+            if self._barriers:
+                await self._emit_barriers()
+            t0 = clock()
+            now = wall()
+            polled = reader.poll(now, batch_size)
+            if polled is None:
+                await self._emit_barriers()
+                await outputs.broadcast(EndOfStream())
+                self.close()
+                return
+            values, stamps = polled
+            if values:
+                metrics.records_in += len(values)
+                outputs.emit(values, stamps)
+                metrics.busy_s += clock() - t0
+                await outputs.flush()
+                await asyncio.sleep(0)
+                continue
+            # Nothing due yet: send what is pending, then sleep until the next record is due.
+            await outputs.flush(force=True)
+            wait = min(max(reader.next_due(wall()) - wall(), 0.0), SOURCE_IDLE_WAIT_S)
+            t1 = clock()
+            self._wakeup.clear()
+            if not self._barriers:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), wait)
+            metrics.idle_s += clock() - t1

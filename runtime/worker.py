@@ -1,0 +1,363 @@
+"""A worker: one process, one asyncio event loop, any number of tasks.
+
+Run as ``python -m runtime.worker --coordinator HOST:PORT --secret SECRET``. The worker:
+
+1. starts its data server (the address peers send records to);
+2. dials the coordinator and registers its resources (host, pid, cpus, memory, data
+   address) with the cluster secret; a refusal or a wrong secret ends the process with
+   exit code 2 and the reason on stderr;
+3. obeys ``deploy`` / ``start`` / ``stop`` / ``inject_barrier`` messages, and reports
+   task outcomes, barrier acks and, every second, metrics (per task, plus CPU and RSS);
+4. exits by itself when the control connection closes (the coordinator went away).
+
+Workers are identical whatever started them (the local backend, Spark, a person).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import pickle
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+import psutil
+
+from . import protocol
+from .channels import (
+    DataServer,
+    InputChannel,
+    InputGate,
+    LocalOutputChannel,
+    OutputChannel,
+    PeerLink,
+)
+from .dataflow import JobGraph, OperatorSpec
+from .keygroups import key_group_fn, owner_table
+from .metrics import TaskMetrics
+from .operators import make_processor
+from .partitioning import BroadcastEdge, Edge, ForwardEdge, KeyGroupEdge, Outputs, RebalanceEdge
+from .records import Barrier, BarrierKind
+from .state import KeyedState
+from .task import BaseTask, SourceTask, StreamTask
+
+__all__ = ["JobRuntime", "Worker", "main"]
+
+logger = logging.getLogger(__name__)
+
+METRICS_INTERVAL_S = 1.0  # how often tasks' metrics are reported to the coordinator
+REGISTER_TIMEOUT_S = 10.0  # the coordinator must answer a registration within this time
+
+EXIT_REFUSED = 2
+
+
+class RegistrationRefused(RuntimeError):
+    """The coordinator refused this worker (wrong secret, or it said why)."""
+
+
+class JobRuntime:
+    """The tasks of one job that run on this worker, and their channels."""
+
+    def __init__(self, worker: Worker, msg: dict[str, Any]) -> None:
+        self.worker = worker
+        self.job_id: str = msg["job_id"]
+        self.graph: JobGraph = pickle.loads(msg["graph"])
+        self.placement: dict[str, str] = dict(msg["placement"])
+        self.peers: dict[str, tuple[str, int]] = {w: (a[0], int(a[1])) for w, a in msg["workers"].items()}
+        self.assignment: dict[str, list[list[int]]] = {k: [list(g) for g in v] for k, v in msg.get("assignment", {}).items()}
+        self.weights: dict[str, list[float]] = {k: list(v) for k, v in msg.get("weights", {}).items()}
+        config = dict(msg.get("config", {}))
+        self.batch_size = int(config.get("batch_size", 512))
+        self.linger_s = float(config.get("linger_s", 0.005))
+        self.credits = int(config.get("credits", 8))
+        self.tasks: dict[str, BaseTask] = {}
+        self.inputs: dict[str, InputChannel] = {}
+        self.links: dict[str, PeerLink] = {}
+
+    def local_tasks(self) -> list[tuple[OperatorSpec, int, str]]:
+        me = self.worker.worker_id
+        return [
+            (op, i, tid)
+            for op in self.graph.operators
+            for i, tid in enumerate(op.task_ids())
+            if self.placement.get(tid) == me
+        ]
+
+    async def deploy(self) -> None:
+        """Create this worker's tasks, their input channels, and links to peers."""
+        local = self.local_tasks()
+        gates: dict[str, InputGate] = {}
+        # Input channels first: local output channels hand items straight to them.
+        for op, i, tid in local:
+            gate = InputGate()
+            for inp in op.inputs:
+                up = self.graph.operator(inp.upstream)
+                ups = [up.task_ids()[i]] if inp.partitioning == "forward" else up.task_ids()
+                for ut in ups:
+                    key = protocol.channel_key(ut, tid)
+                    ch = InputChannel(key, ut, inp.key)
+                    self.inputs[key] = ch
+                    self.worker.inputs[key] = ch
+                    gate.add(ch)
+            gates[tid] = gate
+        for op, i, tid in local:
+            outputs = Outputs(await self._edges(op, i, tid), self.batch_size, self.linger_s)
+            metrics = TaskMetrics(op.max_parallelism if op.keyed else 0, sink=op.kind == "sink")
+            task: BaseTask
+            if op.kind == "source":
+                task = SourceTask(tid, op, i, outputs, metrics, self.worker)
+            else:
+                state = None
+                if op.keyed:
+                    groups = self.assignment.get(op.name)
+                    if groups is None or len(groups) != op.parallelism:
+                        raise ValueError(f"deploy: no key-group assignment for keyed operator {op.name!r}")
+                    state = KeyedState(tid, groups[i])
+                processor = make_processor(tid, op, i, outputs, metrics, state)
+                task = StreamTask(tid, op, i, outputs, metrics, self.worker, gates[tid], processor)
+            task.job_id = self.job_id  # type: ignore[attr-defined]
+            self.tasks[tid] = task
+
+    async def _edges(self, op: OperatorSpec, index: int, tid: str) -> list[Edge]:
+        edges: list[Edge] = []
+        for down, inp in self.graph.downstream(op.name):
+            targets = [down.task_ids()[index]] if inp.partitioning == "forward" else down.task_ids()
+            chans = [await self._output_channel(tid, t) for t in targets]
+            if inp.partitioning == "forward":
+                edges.append(ForwardEdge(down.name, chans))
+            elif inp.partitioning == "broadcast":
+                edges.append(BroadcastEdge(down.name, chans))
+            elif inp.partitioning == "rebalance":
+                edges.append(RebalanceEdge(down.name, chans, self.weights.get(down.name)))
+            else:
+                owner = owner_table(self.assignment[down.name], down.max_parallelism)
+                edges.append(KeyGroupEdge(down.name, chans, inp.key, key_group_fn(down.max_parallelism), owner))
+        return edges
+
+    async def _output_channel(self, src: str, dst: str) -> OutputChannel:
+        from .channels import RemoteOutputChannel
+
+        key = protocol.channel_key(src, dst)
+        target_worker = self.placement[dst]
+        if target_worker == self.worker.worker_id:
+            return LocalOutputChannel(key, dst, self.credits, self.inputs[key])
+        link = self.links.get(target_worker)
+        if link is None:
+            host, port = self.peers[target_worker]
+            link = await PeerLink.connect(
+                target_worker, host, port, self.worker.worker_id, self.worker.secret
+            )
+            link.on_error = lambda exc, w=target_worker: self.worker.peer_failed(self, w, exc)
+            self.links[target_worker] = link
+        return RemoteOutputChannel(key, dst, self.credits, link)
+
+    def start(self, start_time: float) -> None:
+        for task in self.tasks.values():
+            task.start(start_time)
+
+    def inject(self, barrier: Barrier) -> None:
+        for task in self.tasks.values():
+            if isinstance(task, SourceTask):
+                task.inject(barrier)
+
+    async def stop(self) -> None:
+        for task in self.tasks.values():
+            await task.stop()
+        for link in self.links.values():
+            await link.close()
+        for key in self.inputs:
+            self.worker.inputs.pop(key, None)
+
+
+class Worker:
+    """The worker process's state: its registration, data server and jobs."""
+
+    def __init__(self, coordinator: tuple[str, int], secret: str, *, host: str = "127.0.0.1",
+                 cpus: float = 1.0, memory_mb: int | None = None, name: str | None = None) -> None:
+        self.coordinator = coordinator
+        self.secret = secret
+        self.host = host
+        self.cpus = cpus
+        self.memory_mb = memory_mb or int(psutil.virtual_memory().total / 2**20)
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.worker_id = ""
+        self.inputs: dict[str, InputChannel] = {}
+        self.jobs: dict[str, JobRuntime] = {}
+        self.data = DataServer(secret, self.inputs)
+        self._writer: asyncio.StreamWriter | None = None
+        self._process = psutil.Process()
+
+    # -- messages to the coordinator -------------------------------------------------------
+
+    def send(self, msg: dict[str, Any]) -> None:
+        if self._writer is not None and not self._writer.is_closing():
+            protocol.write_frame(self._writer, msg)
+
+    def task_finished(self, task: BaseTask) -> None:
+        self.send({"type": "task_finished", "job_id": task.job_id, "task": task.task_id,  # type: ignore[attr-defined]
+                   "metrics": task.snapshot_metrics()})
+
+    def task_failed(self, task: BaseTask, error: str) -> None:
+        self.send({"type": "task_failed", "job_id": task.job_id, "task": task.task_id, "error": error})  # type: ignore[attr-defined]
+
+    def barrier_aligned(self, task: BaseTask, barrier: Barrier) -> None:
+        self.send({"type": "barrier_ack", "job_id": task.job_id, "task": task.task_id,  # type: ignore[attr-defined]
+                   "kind": barrier.kind.value, "id": barrier.id})
+
+    def peer_failed(self, job: JobRuntime, peer: str, exc: BaseException) -> None:
+        self.send({"type": "worker_error", "job_id": job.job_id,
+                   "error": f"worker {self.worker_id}: data link to worker {peer} failed: {exc}"})
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        data_host, data_port = await self.data.start(self.host, 0)
+        try:
+            reader, writer = await asyncio.open_connection(*self.coordinator)
+        except OSError as exc:
+            raise ConnectionError(f"cannot reach the coordinator at {self.coordinator[0]}:{self.coordinator[1]}: {exc}") from exc
+        self._writer = writer
+        self.send({
+            "type": "register", "secret": self.secret, "host": self.host, "pid": os.getpid(),
+            "cpus": self.cpus, "memory_mb": self.memory_mb, "data_host": data_host,
+            "data_port": data_port, "name": self.name,
+        })
+        try:
+            reply = await asyncio.wait_for(protocol.read_frame(reader, "coordinator"), REGISTER_TIMEOUT_S)
+        except (EOFError, TimeoutError) as exc:
+            raise RegistrationRefused("the coordinator closed the connection without answering") from exc
+        if reply.get("type") != "registered":
+            raise RegistrationRefused(str(reply.get("reason", reply)))
+        self.worker_id = reply["worker_id"]
+        logger.info("registered as %s (data %s:%s)", self.worker_id, data_host, data_port)
+        reporter = asyncio.create_task(self._report_metrics())
+        try:
+            await self._control_loop(reader)
+        finally:
+            reporter.cancel()
+            for job in list(self.jobs.values()):
+                await job.stop()
+            await self.data.close()
+            writer.close()
+
+    async def _control_loop(self, reader: asyncio.StreamReader) -> None:
+        while True:
+            try:
+                msg = await protocol.read_frame(reader, "coordinator")
+            except (EOFError, ConnectionError):
+                logger.info("coordinator went away; exiting")
+                return
+            kind = msg.get("type")
+            if kind == "deploy":
+                await self._deploy(msg)
+            elif kind == "start":
+                job = self.jobs.get(msg["job_id"])
+                if job is not None:
+                    job.start(float(msg["start_time"]))
+                    self.send({"type": "started", "job_id": job.job_id})
+            elif kind == "inject_barrier":
+                job = self.jobs.get(msg["job_id"])
+                if job is not None:
+                    job.inject(Barrier(BarrierKind(msg["kind"]), int(msg["id"])))
+            elif kind == "stop":
+                job = self.jobs.pop(msg["job_id"], None)
+                if job is not None:
+                    await job.stop()
+                self.send({"type": "stopped", "job_id": msg["job_id"]})
+            elif kind == "shutdown":
+                return
+            else:
+                logger.warning("ignoring unknown message %r", kind)
+
+    async def _deploy(self, msg: dict[str, Any]) -> None:
+        job_id = msg["job_id"]
+        try:
+            job = JobRuntime(self, msg)
+            self.jobs[job_id] = job
+            await job.deploy()
+        except Exception as exc:
+            logger.debug("deploy of %s failed", job_id, exc_info=True)
+            failed = self.jobs.pop(job_id, None)
+            if failed is not None:
+                await failed.stop()
+            self.send({"type": "deploy_failed", "job_id": job_id,
+                       "error": f"worker {self.worker_id}: {type(exc).__name__}: {exc}"})
+            return
+        self.send({"type": "deployed", "job_id": job_id, "tasks": sorted(job.tasks)})
+
+    async def _report_metrics(self) -> None:
+        proc = self._process
+        proc.cpu_percent()
+        while True:
+            await asyncio.sleep(METRICS_INTERVAL_S)
+            tasks = {
+                tid: task.snapshot_metrics()
+                for job in self.jobs.values()
+                for tid, task in job.tasks.items()
+                if task.status in ("running", "finished")
+            }
+            self.send({
+                "type": "metrics", "worker_id": self.worker_id, "time": time.time(),
+                "cpu_percent": proc.cpu_percent(), "rss_mb": round(proc.memory_info().rss / 2**20, 1),
+                "tasks": tasks,
+            })
+            if self._writer is not None:
+                with contextlib.suppress(ConnectionError):
+                    await self._writer.drain()
+
+
+def _parse_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host or "127.0.0.1", int(port)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m runtime.worker", description=__doc__.splitlines()[0])
+    parser.add_argument("--coordinator", required=True, type=_parse_address, help="HOST:PORT of the coordinator")
+    parser.add_argument("--secret", required=True, help="the cluster secret")
+    parser.add_argument("--host", default="127.0.0.1", help="address peers reach this worker at")
+    parser.add_argument("--cpus", type=float, default=1.0)
+    parser.add_argument("--memory-mb", type=int, default=None)
+    parser.add_argument("--name", default=None)
+    parser.add_argument("--log-level", default="WARNING")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s worker %(name)s: %(message)s")
+    worker = Worker(args.coordinator, args.secret, host=args.host, cpus=args.cpus,
+                    memory_mb=args.memory_mb, name=args.name)
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        runner = asyncio.run
+    else:
+        runner = uvloop.run
+
+    async def _main() -> None:
+        loop = asyncio.get_running_loop()
+        main_task = asyncio.current_task()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, main_task.cancel)  # type: ignore[union-attr]
+        await worker.run()
+
+    try:
+        runner(_main())
+    except RegistrationRefused as exc:
+        print(f"worker refused by the coordinator: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    except ConnectionError as exc:
+        print(f"worker: {exc}", file=sys.stderr)
+        return 1
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
