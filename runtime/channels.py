@@ -129,29 +129,43 @@ class InputGate:
     def queued(self) -> dict[str, int]:
         return {ch.upstream: ch.queued for ch in self.channels.values()}
 
-    async def next(self) -> tuple[InputChannel, Any]:
-        """The next item of a non-blocked channel, round-robin; waits while there is none."""
+    async def next(self, deadline: float | None = None) -> tuple[InputChannel, Any] | None:
+        """The next item of a non-blocked channel, round-robin; waits while there is none.
+
+        With ``deadline`` (event-loop time), returns ``None`` if nothing arrived by then.
+        """
         ready = self._ready
-        while True:
-            if self._error is not None:
-                raise self._error
-            while ready:
-                ch = ready.popleft()
-                if ch.key in self._blocked or ch.gate is not self:
-                    self._in_ready.discard(ch.key)
-                    continue
-                item = ch.items.popleft()
-                if ch.items:
-                    ready.append(ch)
-                else:
-                    self._in_ready.discard(ch.key)
-                if type(item) is Batch:
-                    ch.queued -= len(item.values)
-                if ch.return_credit is not None:
-                    ch.return_credit(1)
-                return ch, item
-            self._wakeup.clear()
-            await self._wakeup.wait()
+        timer = None
+        try:
+            while True:
+                if self._error is not None:
+                    raise self._error
+                while ready:
+                    ch = ready.popleft()
+                    if ch.key in self._blocked or ch.gate is not self:
+                        self._in_ready.discard(ch.key)
+                        continue
+                    item = ch.items.popleft()
+                    if ch.items:
+                        ready.append(ch)
+                    else:
+                        self._in_ready.discard(ch.key)
+                    if type(item) is Batch:
+                        ch.queued -= len(item.values)
+                    if ch.return_credit is not None:
+                        ch.return_credit(1)
+                    return ch, item
+                if deadline is not None:
+                    loop = asyncio.get_running_loop()
+                    if loop.time() >= deadline:
+                        return None
+                    if timer is None:
+                        timer = loop.call_at(deadline, self._wakeup.set)
+                self._wakeup.clear()
+                await self._wakeup.wait()
+        finally:
+            if timer is not None:
+                timer.cancel()
 
 
 class OutputChannel:
@@ -302,9 +316,10 @@ class PeerLink:
                 frame = await protocol.read_frame(self.reader, f"worker {self.peer}")
                 if frame[0] != protocol.CREDIT:
                     raise ChannelError(f"worker {self.peer} sent frame {frame[0]} on a data link")
-                ch = self.channels.get(frame[1])
-                if ch is not None:
-                    ch.grant(frame[2])
+                for key, n in frame[1]:
+                    ch = self.channels.get(key)
+                    if ch is not None:
+                        ch.grant(n)
         except EOFError:
             return
         except (ConnectionError, OSError) as exc:
@@ -317,6 +332,32 @@ class PeerLink:
         self.writer.close()
         with contextlib.suppress(ConnectionError, OSError):
             await self.writer.wait_closed()
+
+
+class _CreditReturn:
+    """Credits owed to one sending worker, written back once per event-loop iteration."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.owed: dict[str, int] = {}
+        self.scheduled = False
+
+    def for_channel(self, key: str) -> Callable[[int], None]:
+        owed = self.owed
+
+        def give(n: int) -> None:
+            owed[key] = owed.get(key, 0) + n
+            if not self.scheduled:
+                self.scheduled = True
+                asyncio.get_running_loop().call_soon(self.flush)
+
+        return give
+
+    def flush(self) -> None:
+        self.scheduled = False
+        if self.owed and not self.writer.is_closing():
+            protocol.write_frame(self.writer, [protocol.CREDIT, list(self.owed.items())])
+        self.owed.clear()
 
 
 class DataServer:
@@ -364,8 +405,7 @@ class DataServer:
             peer = f"worker {hello[1]}"
             inputs = self.inputs
 
-            def credit_fn(key: str) -> Callable[[int], None]:
-                return lambda n: protocol.write_frame(writer, [protocol.CREDIT, key, n])
+            credits = _CreditReturn(writer)
 
             while True:
                 frame = await protocol.read_frame(reader, peer)
@@ -375,7 +415,7 @@ class DataServer:
                     ch = inputs.get(key)
                     if ch is None:
                         raise ChannelError(f"{peer} sent data for unknown channel {key!r}")
-                    ch.return_credit = credit_fn(key)
+                    ch.return_credit = credits.for_channel(key)
                     seen[key] = ch
                 if tag == protocol.DATA:
                     ch.push(Batch(frame[2], frame[3]))

@@ -18,6 +18,7 @@ import xxhash
 
 __all__ = [
     "DEFAULT_MAX_PARALLELISM",
+    "KeyGroupHasher",
     "UnsupportedKeyError",
     "contiguous_split",
     "key_group",
@@ -64,7 +65,10 @@ def _key_bytes(key: object) -> bytes:
 def stable_hash(key: object) -> int:
     """A 64-bit hash of ``key`` that never changes between processes or runs."""
     if type(key) is str:
-        return _xxh(key.encode("utf-8", "surrogatepass"))
+        try:
+            return _xxh(key.encode())
+        except UnicodeEncodeError:
+            pass
     return _xxh(_key_bytes(key))
 
 
@@ -73,17 +77,47 @@ def key_group(key: object, max_parallelism: int = DEFAULT_MAX_PARALLELISM) -> in
     return stable_hash(key) % max_parallelism
 
 
-def key_group_fn(max_parallelism: int):
-    """A fast ``key -> key group`` function for one ``max_parallelism`` (hot path)."""
-    xxh = _xxh
-    slow = _key_bytes
+KEY_CACHE_LIMIT = 1 << 20  # keys remembered per key_group_fn before the cache is reset
 
-    def kg(key: object) -> int:
+
+class KeyGroupHasher:
+    """A fast ``key -> key group`` function for one ``max_parallelism`` (hot path).
+
+    Remembers the key groups of up to ``KEY_CACHE_LIMIT`` hashable keys: a dict lookup
+    (which reuses Python's cached string hash) is several times cheaper than hashing. Hot
+    loops may read :attr:`cache` directly and call the hasher only on a miss.
+    """
+
+    __slots__ = ("cache", "max_parallelism")
+
+    def __init__(self, max_parallelism: int) -> None:
+        self.max_parallelism = max_parallelism
+        self.cache: dict = {}
+
+    def __call__(self, key: object) -> int:
+        g = self.cache.get(key)
+        if g is not None:
+            return g
         if type(key) is str:
-            return xxh(key.encode("utf-8", "surrogatepass")) % max_parallelism
-        return xxh(slow(key)) % max_parallelism
+            try:
+                g = _xxh(key.encode()) % self.max_parallelism
+            except UnicodeEncodeError:
+                g = _xxh(_key_bytes(key)) % self.max_parallelism
+        else:
+            g = _xxh(_key_bytes(key)) % self.max_parallelism
+            try:
+                hash(key)
+            except TypeError:  # unhashable (a list in a tuple...): not cached
+                return g
+        if len(self.cache) >= KEY_CACHE_LIMIT:
+            self.cache.clear()
+        self.cache[key] = g
+        return g
 
-    return kg
+
+def key_group_fn(max_parallelism: int) -> KeyGroupHasher:
+    """A cached ``key -> key group`` function (see :class:`KeyGroupHasher`)."""
+    return KeyGroupHasher(max_parallelism)
 
 
 def contiguous_split(max_parallelism: int, parallelism: int) -> list[list[int]]:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from .channels import OutputChannel
+from .keygroups import KeyGroupHasher
 from .records import Barrier, EndOfStream
 
 __all__ = ["BroadcastEdge", "Edge", "ForwardEdge", "KeyGroupEdge", "Outputs", "RebalanceEdge"]
@@ -87,7 +88,7 @@ class KeyGroupEdge(Edge):
         operator: str,
         channels: Sequence[OutputChannel],
         key_fn: Callable,
-        key_group_fn: Callable[[object], int],
+        key_group_fn: KeyGroupHasher,
         owner: Sequence[int],
     ) -> None:
         super().__init__(operator, channels)
@@ -106,8 +107,11 @@ class KeyGroupEdge(Edge):
 
     def route(self, values: Sequence, stamps: Sequence[float]) -> None:
         key_fn, kg, targets = self.key_fn, self.key_group_fn, self._targets
+        cached = kg.cache.get
         for v, t in zip(values, stamps, strict=True):
-            bv, bt = targets[kg(key_fn(v))]
+            k = key_fn(v)
+            g = cached(k)
+            bv, bt = targets[kg(k) if g is None else g]
             bv.append(v)
             bt.append(t)
 
@@ -146,6 +150,10 @@ class Outputs:
         self._since = None
         for ch in self.channels:
             await ch.flush(self.batch_size)
+
+    def flush_deadline(self) -> float | None:
+        """When (``time.monotonic``) pending records must be sent, or None if none pend."""
+        return None if self._since is None else self._since + self.linger_s
 
     async def broadcast(self, item: Barrier | EndOfStream) -> None:
         """Flush all pending records, then send ``item`` on every channel, in order."""

@@ -23,7 +23,8 @@ Control connection (worker dials the coordinator). Messages are msgpack maps wit
 Data connection (the sending worker dials the receiving worker's data address): the first
 frame is ``[HELLO, worker_id, secret]``; then ``[DATA, channel, values, timestamps]``,
 ``[BARRIER, channel, kind, id]``, ``[END, channel]`` flow to the receiver and
-``[CREDIT, channel, n]`` flows back on the same connection. ``channel`` is
+``[CREDIT, [[channel, n], ...]]`` flows back on the same connection (credits returned
+in one event-loop iteration travel together). ``channel`` is
 ``"<upstream task>><downstream task>"``.
 """
 

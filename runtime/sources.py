@@ -73,6 +73,9 @@ CHUNK = 1024
 NOMINAL_RATE = 100_000.0
 """Logical records per second of an unthrottled generator (used for reshuffle epochs only)."""
 
+_MANY = 2.0**62
+"""More records than any stream holds: caps due counts so ``poll(now=inf)`` stays finite."""
+
 Schedule = tuple[tuple[float, float], ...]
 
 
@@ -149,6 +152,8 @@ class _RateCurve:
         """N(t): records due by logical time ``t``."""
         if t <= 0:
             return 0.0
+        if t == math.inf:
+            return math.inf  # the last rate is > 0
         k = bisect_right(self._t0, t) - 1
         dt = t - self._t0[k]
         return self._n0[k] + dt * (self._r0[k] + 0.5 * self._a[k] * dt)
@@ -353,7 +358,7 @@ class GeneratorReader(SourceReader):
             return None
         want = max_records
         if self._gen.throttled:
-            due = math.floor(self._curve.count(now - self._start) / self._scale)
+            due = math.floor(min(self._curve.count(now - self._start) / self._scale, _MANY))
             if due <= self._emitted and now >= self._due_time():
                 due = self._emitted + 1  # rounding must not starve a poll at next_due()
             want = min(max_records, due - self._emitted)
@@ -514,7 +519,7 @@ class FileReplayReader(SourceReader):
         want = max_records
         rate = self._src.rate
         if rate > 0:
-            due_total = math.floor((now - self._start) * rate)  # records 0 .. due_total-1
+            due_total = math.floor(min((now - self._start) * rate, _MANY))  # 0 .. due_total-1
             if due_total <= self._next and now >= self._start + (self._next + 1) / rate:
                 due_total = self._next + 1  # rounding must not starve a poll at next_due()
             want = min(want, -(-(due_total - self._next) // self._n))
@@ -523,10 +528,10 @@ class FileReplayReader(SourceReader):
             value = next(self._records, _END)
             if value is _END:
                 self._done = True
+                self.close()
                 break
             values.append(value)
         if self._done and not values:
-            self.close()
             return None
         first = self._next
         self._next += len(values) * self._n

@@ -42,6 +42,7 @@ __all__ = ["SourceTask", "StreamTask", "TaskHost"]
 logger = logging.getLogger(__name__)
 
 SOURCE_IDLE_WAIT_S = 0.05  # longest a source sleeps before re-checking for barriers
+SOURCE_MIN_WAIT_S = 0.001  # a throttled source emits what is due at most this often
 
 
 class TaskHost(Protocol):
@@ -143,15 +144,23 @@ class StreamTask(BaseTask):
     async def _run(self) -> None:
         gate, outputs, processor, metrics = self.gate, self.outputs, self.processor, self.metrics
         aligner = self.aligner
+        loop = asyncio.get_running_loop()
         latency = metrics.latency
         clock = time.perf_counter
         wall = time.time
         while True:
-            # Step 1. Next item; flush everything first if nothing is ready (input ran dry).
+            # Step 1. Next item. When the input runs dry, wait for more until the oldest
+            # pending output record has lingered long enough, then send what is pending.
             if not gate.has_ready():
-                await outputs.flush(force=True)
                 t0 = clock()
-                ch, item = await gate.next()
+                deadline = outputs.flush_deadline()
+                got = None
+                if deadline is not None:
+                    got = await gate.next(loop.time() + max(deadline - time.monotonic(), 0.0))
+                if got is None:
+                    await outputs.flush(force=True)
+                    got = await gate.next()
+                ch, item = got
                 metrics.idle_s += clock() - t0
             else:
                 ch, item = await gate.next()
@@ -221,6 +230,7 @@ class SourceTask(BaseTask):
 
     async def _run(self) -> None:
         reader, outputs, metrics = self.reader, self.outputs, self.metrics
+        loop = asyncio.get_running_loop()
         batch_size = outputs.batch_size
         clock = time.perf_counter
         wall = time.time
@@ -243,12 +253,18 @@ class SourceTask(BaseTask):
                 await outputs.flush()
                 await asyncio.sleep(0)
                 continue
-            # Nothing due yet: send what is pending, then sleep until the next record is due.
-            await outputs.flush(force=True)
-            wait = min(max(reader.next_due(wall()) - wall(), 0.0), SOURCE_IDLE_WAIT_S)
+            # Nothing due yet: sleep until a record is due (at least SOURCE_MIN_WAIT_S, so
+            # records come in batches), flushing pending output when it has lingered enough.
+            await outputs.flush()
+            now = wall()
+            wait = min(max(reader.next_due(now) - now, SOURCE_MIN_WAIT_S), SOURCE_IDLE_WAIT_S)
+            deadline = outputs.flush_deadline()
+            if deadline is not None:
+                wait = min(wait, max(deadline - time.monotonic(), 0.0))
             t1 = clock()
             self._wakeup.clear()
             if not self._barriers:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), wait)
+                timer = loop.call_later(wait, self._wakeup.set)
+                await self._wakeup.wait()
+                timer.cancel()
             metrics.idle_s += clock() - t1

@@ -10,7 +10,6 @@ for keyed operators, the key.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import repeat
 from typing import Any
 
 from ..dataflow import OperatorSpec, logic_ref
@@ -77,9 +76,11 @@ class FlatMapProcessor(Processor):
         v = None
         try:
             for v, t in zip(values, stamps, strict=True):
-                n = len(out_v)
-                ext_v(fn(v))
-                ext_t(repeat(t, len(out_v) - n))
+                r = fn(v)
+                if type(r) is not list and type(r) is not tuple:
+                    r = list(r)
+                ext_v(r)
+                ext_t([t] * len(r))
         except Exception as exc:
             raise self._fail(exc, v) from exc
         self.outputs.emit(out_v, out_t)
@@ -117,17 +118,20 @@ class KeyedProcessor(Processor):
     def process(self, key_fn: Any, values: Sequence, stamps: Sequence[float]) -> None:
         fn = self.fn
         kg_of = self.key_group
+        cached = kg_of.cache.get
         groups = self.state.groups()
         counts = self.metrics.key_group_counts
         st = self._value_state
         out_v: list = []
         out_t: list = []
-        ext_v, ext_t = out_v.extend, out_t.extend
+        add_v, add_t = out_v.append, out_t.append
         v = k = None
         try:
             for v, t in zip(values, stamps, strict=True):
                 k = key_fn(v)
-                g = kg_of(k)
+                g = cached(k)
+                if g is None:
+                    g = kg_of(k)
                 store = groups.get(g)
                 if store is None:
                     raise KeyGroupNotOwnedError(self.task_id, g)
@@ -136,9 +140,9 @@ class KeyedProcessor(Processor):
                 st._key = k
                 r = fn(k, v, st)
                 if r:
-                    n = len(out_v)
-                    ext_v(r)
-                    ext_t(repeat(t, len(out_v) - n))
+                    for o in r:
+                        add_v(o)
+                        add_t(t)
         except KeyGroupNotOwnedError as exc:
             raise UserCodeError(f"{exc.args[0]} (record {_short(v)}, key {_short(k)})") from exc
         except Exception as exc:
