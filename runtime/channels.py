@@ -369,9 +369,11 @@ class DataServer:
     through their gates, naming the peer.
     """
 
-    def __init__(self, secret: str, inputs: dict[str, InputChannel]) -> None:
+    def __init__(self, secret: str, inputs: dict[str, InputChannel],
+                 on_error: Callable[[str], None] | None = None) -> None:
         self.secret = secret
         self.inputs = inputs
+        self.on_error = on_error
         self.server: asyncio.Server | None = None
         self._conns: set[asyncio.Task] = set()
 
@@ -435,8 +437,9 @@ class DataServer:
             for ch in seen.values():
                 if ch.gate is not None and not ch.closed:
                     ch.gate.fail(exc if isinstance(exc, ConnectionError) else ChannelError(str(exc)))
-            if not seen:
-                logger.warning("data connection from %s failed: %s", peer, exc)
+            logger.warning("data connection from %s failed: %s", peer, exc)
+            if self.on_error is not None:
+                self.on_error(str(exc))
         except asyncio.CancelledError:
             pass
         finally:

@@ -189,7 +189,7 @@ class Worker:
         self.worker_id = ""
         self.inputs: dict[str, InputChannel] = {}
         self.jobs: dict[str, JobRuntime] = {}
-        self.data = DataServer(secret, self.inputs)
+        self.data = DataServer(secret, self.inputs, on_error=self.data_failed)
         self._writer: asyncio.StreamWriter | None = None
         self._process = psutil.Process()
 
@@ -213,6 +213,12 @@ class Worker:
     def peer_failed(self, job: JobRuntime, peer: str, exc: BaseException) -> None:
         self.send({"type": "worker_error", "job_id": job.job_id,
                    "error": f"worker {self.worker_id}: data link to worker {peer} failed: {exc}"})
+
+    def data_failed(self, error: str) -> None:
+        """A data connection broke the protocol: every job here fails, naming the cause."""
+        for job in self.jobs.values():
+            self.send({"type": "worker_error", "job_id": job.job_id,
+                       "error": f"worker {self.worker_id}: {error}"})
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -46,9 +46,10 @@ class LocalBackend(WorkerBackend):
     async def start_workers(self, n: int) -> list[int]:
         if n < 0:
             raise BackendError(f"cannot start {n} workers")
+        # Whatever the control plane can import, its local workers can import too.
         env = dict(os.environ)
-        cwd = os.getcwd()
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (cwd, env.get("PYTHONPATH", "")) if p)
+        paths = [os.getcwd(), *(p for p in sys.path if p), env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
         pids = []
         for _ in range(n):
             try:

@@ -1,0 +1,380 @@
+"""Stock exchange: orders -> per-stock order book matching -> per-stock statistics -> alerts
+(the second workload of Trisk).
+
+Operators::
+
+    orders (Orders source, ``sources`` tasks)
+      -> key_by(symbol) -> match (keyed: limit order book)  -> trades sink
+      -> key_by(symbol) -> stats (keyed: count, volume, VWAP, moving average) -> stats sink
+      -> alerts (flat_map: price far from the moving average) -> alerts sink
+
+Records (tuples, so that they survive msgpack unchanged):
+
+- order ``(order_id, symbol, side, price, qty)``: ``order_id`` is the record's global
+  index, ``side`` is ``"B"`` or ``"S"``, ``price`` is in cents (two decimals).
+- trade ``(symbol, buy_order_id, sell_order_id, price, qty)``, at the resting order's price.
+- stats ``(symbol, trades, volume, vwap, moving_avg, last_price)``, one per trade.
+- alert ``(symbol, trades, last_price, moving_avg, deviation_pct)``.
+
+``build(params)`` parameters (all optional; ``streampilot run examples.stock_exchange:build
+--param records=100000``):
+
+- ``records`` (int, 200000): orders to generate; 0 = unbounded.
+- ``rate`` (float, 0): orders per second over all sources; 0 = as fast as possible.
+- ``schedule`` (str, ""): rate steps/ramps, ``"time_s:rate, ..."`` (see Generator).
+- ``keys`` (int, 500): number of stocks (symbols ``S00000``, ``S00001``, ...).
+- ``zipf`` (float, 1.0): skew of stock popularity (0 = uniform).
+- ``omega`` (float, 2.0): reshuffles of stock popularity per minute of logical time, so
+  that stocks go through bursts of popularity (Elasticutor's omega; 0 = never).
+- ``seed`` (int, 42): the stream's seed.
+- ``sources`` (int, 1): tasks of the order source. See *Determinism* below.
+- ``parallelism`` (int, 2): tasks of match, stats and alerts (and of their sinks).
+- ``max_parallelism`` (int, 128): key groups of match and stats.
+- ``depth`` (int, 100): resting orders kept per side of a book; beyond it the worst
+  (lowest bid / highest ask, latest first among equal prices) are dropped.
+- ``window`` (int, 20): trades in the moving average of each stock's price.
+- ``alert_pct`` (float, 2.0): alert when a trade's price is more than this many percent
+  away from the moving average (which includes that trade).
+- ``output`` (str, ""): directory for results, in ``trades/``, ``stats/`` (the latest per
+  stock) and ``alerts/`` part files; empty = discard.
+
+Determinism: matching depends on the order in which a stock's orders arrive. Records of
+one source task reach the task owning their key group in order (channels are FIFO), so with
+``sources=1`` the trades, stats and alerts (:func:`read_results`) are equal to
+:func:`reference` for the same params, whatever ``parallelism``. With several source tasks
+a stock's orders interleave nondeterministically and results vary from run to run.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import zlib
+from bisect import insort
+from dataclasses import dataclass
+from typing import Any
+
+from runtime import Dataflow
+from runtime.params import parse_params
+from runtime.sinks import Collect, Null, read_parts
+from runtime.sources import Generator
+
+__all__ = [
+    "Alerts",
+    "Match",
+    "Orders",
+    "Params",
+    "Stats",
+    "base_price",
+    "build",
+    "match_order",
+    "read_results",
+    "reference",
+    "update_stats",
+]
+
+Order = tuple[int, str, str, float, int]
+Trade = tuple[str, int, int, float, int]
+StatsRecord = tuple[str, int, int, float, float, float]
+Alert = tuple[str, int, float, float, float]
+
+
+@dataclass(frozen=True)
+class Params:
+    records: int = 200_000
+    rate: float = 0.0
+    schedule: str = ""
+    keys: int = 500
+    zipf: float = 1.0
+    omega: float = 2.0
+    seed: int = 42
+    sources: int = 1
+    parallelism: int = 2
+    max_parallelism: int = 128
+    depth: int = 100
+    window: int = 20
+    alert_pct: float = 2.0
+    output: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("keys", "sources", "parallelism", "max_parallelism", "depth", "window"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"param {name!r} must be >= 1, got {getattr(self, name)}")
+        if self.records < 0:
+            raise ValueError(f"param 'records' must be >= 0 (0 = unbounded), got {self.records}")
+        if not (math.isfinite(self.alert_pct) and self.alert_pct >= 0):
+            raise ValueError(f"param 'alert_pct' must be a number >= 0, got {self.alert_pct}")
+
+
+# --- Source -------------------------------------------------------------------------------
+
+
+def base_price(symbol: str) -> float:
+    """The price a stock's orders scatter around: 10.00 to 499.99, fixed by the symbol."""
+    return 10.0 + zlib.crc32(symbol.encode()) % 49_000 / 100
+
+
+@dataclass(frozen=True)
+class Orders(Generator):
+    """Limit orders ``(order_id, symbol, side, price, qty)`` for the generator's sampled keys.
+
+    Key ``k00042`` becomes symbol ``S00042``. Side is buy or sell with equal odds, the
+    price is uniform within ``spread`` (a fraction) around :func:`base_price`, rounded to
+    cents, and the quantity is uniform in 1..100. Buy and sell prices overlap, so about
+    half of the incoming orders cross the book and trade.
+    """
+
+    spread: float = 0.02
+
+    def make_records(self, rng: random.Random, keys: list[str], start_index: int) -> list:
+        rand = rng.random
+        spread = self.spread
+        bases: dict[str, tuple[str, float]] = {}
+        records = []
+        for i, key in enumerate(keys):
+            known = bases.get(key)
+            if known is None:
+                symbol = "S" + key[1:]
+                known = bases[key] = (symbol, base_price(symbol))
+            symbol, base = known
+            side = "B" if rand() < 0.5 else "S"
+            price = round(base * (1.0 + spread * (2.0 * rand() - 1.0)), 2)
+            records.append((start_index + i, symbol, side, price, 1 + int(100 * rand())))
+        return records
+
+
+def order_symbol(order: Order) -> str:
+    return order[1]
+
+
+def symbol_of(record: tuple) -> str:
+    """The key of trades and stats records (their first field)."""
+    return record[0]
+
+
+# --- Matching -----------------------------------------------------------------------------
+
+
+def match_order(bids: list, asks: list, order: Order, depth: int) -> list[Trade]:
+    """Match ``order`` against one stock's book, in place; return the trades, in fill order.
+
+    The book is two sorted lists with the best resting order *last* (cheap to pop):
+    ``bids`` holds ``(price, -order_id, qty)`` ascending, so the highest price and, among
+    equal prices, the earliest order is last; ``asks`` holds ``(-price, -order_id, qty)``
+    ascending, so the lowest price and then the earliest order is last. An incoming order
+    fills against the opposite side's best order while the prices cross, one trade per fill
+    at the resting order's price; what remains of it rests on its own side, which is then
+    cut to ``depth`` orders by dropping the worst (the front of the list).
+    """
+    order_id, symbol, side, price, qty = order
+    trades: list[Trade] = []
+    if side == "B":
+        while qty and asks:
+            neg_price, neg_id, rest_qty = asks[-1]
+            if -neg_price > price:
+                break
+            fill = min(qty, rest_qty)
+            trades.append((symbol, order_id, -neg_id, -neg_price, fill))
+            qty -= fill
+            if fill == rest_qty:
+                asks.pop()
+            else:
+                asks[-1] = (neg_price, neg_id, rest_qty - fill)
+        if qty:
+            insort(bids, (price, -order_id, qty))
+            del bids[: len(bids) - depth]
+    else:
+        while qty and bids:
+            bid_price, neg_id, rest_qty = bids[-1]
+            if bid_price < price:
+                break
+            fill = min(qty, rest_qty)
+            trades.append((symbol, -neg_id, order_id, bid_price, fill))
+            qty -= fill
+            if fill == rest_qty:
+                bids.pop()
+            else:
+                bids[-1] = (bid_price, neg_id, rest_qty - fill)
+        if qty:
+            insort(asks, (-price, -order_id, qty))
+            del asks[: len(asks) - depth]
+    return trades
+
+
+@dataclass(frozen=True)
+class Match:
+    """The keyed ``match`` UDF: the state of a stock is its book ``[bids, asks]``.
+
+    The book is plain lists of tuples so that it exports with msgpack; after an import
+    (key group moved to another worker) its sides come back as tuples and are turned into
+    lists again on first use.
+    """
+
+    depth: int = 100
+
+    def __call__(self, symbol: str, order: Order, state: Any) -> list[Trade]:
+        book = state.get()
+        if book is None:
+            bids: list = []
+            asks: list = []
+        else:
+            bids, asks = book
+            if type(bids) is not list or type(asks) is not list:
+                bids, asks = list(bids), list(asks)
+        trades = match_order(bids, asks, order, self.depth)
+        state.set([bids, asks])
+        return trades
+
+
+# --- Statistics and alerts ----------------------------------------------------------------
+
+
+def update_stats(stats: tuple | None, trade: Trade, window: int) -> tuple:
+    """The statistics of a stock after ``trade``: ``(count, volume, notional, last_prices)``.
+
+    ``last_prices`` is a tuple of at most ``window`` prices, oldest first. Pure: the input
+    is not modified (it may be a tuple decoded from msgpack).
+    """
+    price, qty = trade[3], trade[4]
+    if stats is None:
+        return (1, qty, price * qty, (price,))
+    count, volume, notional, prices = stats
+    prices = (*prices[len(prices) - window + 1 :], price) if window > 1 else (price,)
+    return (count + 1, volume + qty, notional + price * qty, prices)
+
+
+def stats_record(symbol: str, stats: tuple) -> StatsRecord:
+    count, volume, notional, prices = stats
+    return (
+        symbol,
+        count,
+        volume,
+        round(notional / volume, 4),
+        round(sum(prices) / len(prices), 4),
+        prices[-1],
+    )
+
+
+@dataclass(frozen=True)
+class Stats:
+    """The keyed ``stats`` UDF: one updated stats record per trade of the stock."""
+
+    window: int = 20
+
+    def __call__(self, symbol: str, trade: Trade, state: Any) -> tuple[StatsRecord]:
+        stats = update_stats(state.get(), trade, self.window)
+        state.set(stats)
+        return (stats_record(symbol, stats),)
+
+
+@dataclass(frozen=True)
+class Alerts:
+    """The ``alerts`` flat_map: an alert when the last price is more than ``pct`` percent
+    away from the moving average."""
+
+    pct: float = 2.0
+
+    def __call__(self, stats: StatsRecord) -> tuple[Alert, ...]:
+        symbol, count, _volume, _vwap, moving_avg, last = stats
+        deviation = 100.0 * (last - moving_avg) / moving_avg
+        if abs(deviation) <= self.pct:
+            return ()
+        return ((symbol, count, last, moving_avg, round(deviation, 2)),)
+
+
+# --- Job ----------------------------------------------------------------------------------
+
+
+def source_of(p: Params) -> Orders:
+    return Orders(
+        records=p.records or None, rate=p.rate, schedule=p.schedule, keys=p.keys,
+        zipf=p.zipf, omega=p.omega, seed=p.seed,
+    )
+
+
+def _sink(p: Params, name: str, **kw: Any) -> Collect | Null:
+    return Collect(f"{p.output.rstrip('/')}/{name}", **kw) if p.output else Null()
+
+
+def build(params: dict[str, Any] | None = None) -> Dataflow:
+    p = parse_params(Params, params)
+    flow = Dataflow("stock_exchange")
+    orders = flow.source("orders", source_of(p), parallelism=p.sources)
+    trades = orders.key_by(order_symbol).process(
+        "match", Match(p.depth), parallelism=p.parallelism, max_parallelism=p.max_parallelism
+    )
+    stats = trades.key_by(symbol_of).process(
+        "stats", Stats(p.window), parallelism=p.parallelism, max_parallelism=p.max_parallelism
+    )
+    alerts = stats.flat_map("alerts", Alerts(p.alert_pct))
+    trades.sink("trades_sink", _sink(p, "trades"))
+    stats.sink("stats_sink", _sink(p, "stats", mode="last", key=symbol_of))
+    alerts.sink("alerts_sink", _sink(p, "alerts"))
+    return flow
+
+
+def _final_stats(records: list) -> dict[str, StatsRecord]:
+    final: dict[str, StatsRecord] = {}
+    for record in records:
+        record = tuple(record)
+        if record[1] > final.get(record[0], (None, 0))[1]:
+            final[record[0]] = record
+    return final
+
+
+def read_results(output: str) -> dict[str, Any]:
+    """A run's results from its ``output`` directory, as tuples.
+
+    ``trades`` and ``alerts``: every record, sorted. ``stats``: symbol -> the stock's final
+    stats record (the one with the most trades, whichever part file holds it).
+    """
+    return {
+        "trades": sorted(tuple(t) for t in read_parts(f"{output}/trades")),
+        "stats": _final_stats(read_parts(f"{output}/stats")),
+        "alerts": sorted(tuple(a) for a in read_parts(f"{output}/alerts")),
+    }
+
+
+class _LocalState:
+    """Keyed state for :func:`reference`: a dict, bound to one key per UDF call."""
+
+    def __init__(self) -> None:
+        self.values: dict = {}
+        self.key: Any = None
+
+    def get(self, default: Any = None) -> Any:
+        return self.values.get(self.key, default)
+
+    def set(self, value: Any) -> None:
+        self.values[self.key] = value
+
+    def clear(self) -> None:
+        self.values.pop(self.key, None)
+
+
+def reference(params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The results of :func:`read_results` computed in this process with the job's own UDFs,
+    without the runtime (bounded runs only; equal to a run's with ``sources=1``)."""
+    p = parse_params(Params, params)
+    if not p.records:
+        raise ValueError("reference() needs a bounded run (records > 0)")
+    match, stats, alerts = Match(p.depth), Stats(p.window), Alerts(p.alert_pct)
+    books, stocks = _LocalState(), _LocalState()
+    trades: list[Trade] = []
+    stats_records: list[StatsRecord] = []
+    alert_records: list[Alert] = []
+    reader = source_of(p).open(0, 1, 0.0)
+    while (polled := reader.poll(float("inf"), 65536)) is not None:
+        for order in polled[0]:
+            books.key = order_symbol(order)
+            for trade in match(books.key, order, books):
+                trades.append(trade)
+                stocks.key = symbol_of(trade)
+                for record in stats(stocks.key, trade, stocks):
+                    stats_records.append(record)
+                    alert_records.extend(alerts(record))
+    return {
+        "trades": sorted(trades),
+        "stats": _final_stats(stats_records),
+        "alerts": sorted(alert_records),
+    }

@@ -1,0 +1,36 @@
+"""Shared fixtures: one local cluster per test session, and a check that no process leaks."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+from controlplane.testing import BackgroundCluster
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[BackgroundCluster]:
+    """A coordinator and 2 local worker processes shared by the tests that only run jobs."""
+    c = BackgroundCluster(workers=2)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def _children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+@pytest.fixture
+def no_leftover_processes() -> Iterator[None]:
+    """Fail the test if it leaves any process of its own behind (waits up to 5 s)."""
+    before = _children()
+    yield
+    deadline = time.monotonic() + 5
+    while (left := _children() - before) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"processes left behind: {sorted(left)}"

@@ -1,0 +1,77 @@
+"""Jobs used by the end-to-end tests (module level, so workers can import them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from runtime import Dataflow
+from runtime.sinks import Collect, Null
+from runtime.sources import Generator
+
+
+def key_of(record: str) -> str:
+    return record
+
+
+def fail_on_poison(key: str, value: str, state: Any) -> tuple:
+    n = state.get(0) + 1
+    state.set(n)
+    if n == 50 and key == "k00007":
+        raise ValueError(f"poisoned count for {key}")
+    return ((key, n),)
+
+
+def count(key: str, value: Any, state: Any) -> tuple:
+    n = state.get(0) + 1
+    state.set(n)
+    return ((key, n),)
+
+
+def first(record: Any) -> Any:
+    return record[0]
+
+
+def failing_job(params: dict[str, Any]) -> Dataflow:
+    """Fails when key k00007 reaches its 50th record."""
+    flow = Dataflow("failing")
+    src = flow.source("keys", Generator(records=20_000, keys=10, seed=1), parallelism=2)
+    src.key_by(key_of).process("count", fail_on_poison).sink("out", Null())
+    return flow
+
+
+def counting_job(params: dict[str, Any]) -> Dataflow:
+    """Counts keys; unbounded unless params["records"]; rate params["rate"] (0 = fast)."""
+    records = int(params.get("records", 0)) or None
+    flow = Dataflow("counting")
+    src = flow.source(
+        "keys",
+        Generator(records=records, rate=float(params.get("rate", 0)), keys=100, zipf=1.0, seed=3),
+        parallelism=int(params.get("sources", 2)),
+    )
+    counts = src.key_by(key_of).process("count", count, parallelism=int(params.get("parallelism", 2)))
+    output = params.get("output")
+    counts.sink("out", Collect(output, mode="last", key=first) if output else Null())
+    return flow
+
+
+@dataclass(frozen=True)
+class SlowStart(Generator):
+    """A generator whose records are ints (exercises non-string keys)."""
+
+    def make_records(self, rng, keys, start_index):  # noqa: ANN001, ANN201
+        return [start_index + i for i in range(len(keys))]
+
+
+@dataclass(frozen=True)
+class BrokenSink(Null):
+    """A sink that cannot open (a full disk, say)."""
+
+    def open(self, index: int, parallelism: int):  # noqa: ANN201
+        raise OSError("disk full")
+
+
+def broken_sink_job(params: dict[str, Any]) -> Dataflow:
+    flow = Dataflow("broken")
+    flow.source("keys", Generator(records=100, seed=1)).sink("out", BrokenSink())
+    return flow

@@ -1,0 +1,214 @@
+"""End-to-end runs on real worker processes: results, failures, refusals, cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from controlplane.coordinator import Coordinator
+from controlplane.runner import LocalCluster
+from controlplane.testing import BackgroundCluster
+from examples import wordcount
+from runtime import protocol
+from runtime.dataflow import load_job
+from runtime.records import BarrierKind
+from runtime.sinks import read_parts
+from runtime.sources import Generator
+
+pytestmark = pytest.mark.slow
+
+
+def counting_reference(records: int) -> dict[str, int]:
+    reader = Generator(records=records, keys=100, zipf=1.0, seed=3).open(0, 1, 0.0)
+    counts: Counter[str] = Counter()
+    while (polled := reader.poll(float("inf"), 65536)) is not None:
+        counts.update(polled[0])
+    return dict(counts)
+
+
+def final_counts(path) -> dict[str, int]:  # noqa: ANN001
+    out: dict[str, int] = {}
+    for key, n in read_parts(path):
+        out[key] = max(n, out.get(key, 0))
+    return out
+
+
+@pytest.mark.parametrize("parallelism", [1, 3])
+def test_wordcount_on_two_workers_equals_reference(cluster: BackgroundCluster, tmp_path, parallelism: int) -> None:
+    params = {"records": 20_000, "parallelism": parallelism, "output": str(tmp_path)}
+    job = cluster.run(load_job("examples.wordcount:build", params))
+    assert job.status == "finished", job.error
+    got = wordcount.read_results(str(tmp_path))
+    assert got == wordcount.reference(params)
+    assert sum(got.values()) == 20_000 * 8
+    summary = job.summary()
+    assert summary["source_records"] == 20_000
+    assert summary["sink_records"] == 160_000
+    assert summary["latency"]["count"] == 160_000
+
+
+def test_metrics_report_rates_key_groups_traffic_and_latency(cluster: BackgroundCluster) -> None:
+    job = cluster.submit(load_job("tests.e2e_jobs:counting_job", {"rate": 20_000}))
+    try:
+        time.sleep(2.5)
+        samples = list(job.metrics.samples)
+    finally:
+        cluster.call(cluster.coordinator.stop_job(job.id))
+    by_task: dict[str, list[dict]] = {}
+    for _, task, snap in samples:
+        by_task.setdefault(task, []).append(snap)
+    assert set(by_task) == set(job.graph.task_ids())
+    count0 = by_task["count-0"][-1]
+    assert count0["records_in"] > 0
+    assert count0["key_groups"] and all(0 <= g < 128 for g in count0["key_groups"])
+    owned = set(range(64))  # count-0 owns the first half of the key groups
+    assert set(count0["key_groups"]) <= owned
+    src = by_task["keys-0"][-1]
+    assert set(src["channels"]) == {"count-0", "count-1"}
+    assert all(c["bytes"] > 0 for c in src["channels"].values())
+    assert any("latency" in s and s["latency"]["buckets"] for s in by_task["out-0"])
+    window = job.metrics.window(2.0)
+    assert window["latency"]["count"] > 0
+    assert job.metrics.workers and all(w["rss_mb"] > 0 for w in job.metrics.workers.values())
+
+
+def test_barriers_align_across_workers_without_changing_results(cluster: BackgroundCluster, tmp_path) -> None:
+    records = 60_000
+    job = cluster.submit(load_job("tests.e2e_jobs:counting_job", {"records": records, "rate": 30_000, "output": str(tmp_path)}))
+    ids = [cluster.call(cluster.coordinator.inject_barrier(job.id, BarrierKind.CHECKPOINT, timeout=10)) for _ in range(3)]
+    assert ids == sorted(ids) and len(set(ids)) == 3
+    assert cluster.wait(job, 30) == "finished", job.error
+    assert final_counts(tmp_path) == counting_reference(records)
+
+
+def test_udf_error_fails_the_job_naming_task_record_and_key(cluster: BackgroundCluster) -> None:
+    job = cluster.run(load_job("tests.e2e_jobs:failing_job"))
+    assert job.status == "failed"
+    assert "poisoned count for k00007" in job.error
+    assert "task 'count-" in job.error and "key 'k00007'" in job.error
+    assert "tests.e2e_jobs:fail_on_poison" in job.error
+    # The cluster survives a failed job.
+    again = cluster.run(load_job("tests.e2e_jobs:counting_job", {"records": 1_000}))
+    assert again.status == "finished", again.error
+
+
+def test_sink_that_cannot_open_fails_deploy_with_cause(cluster: BackgroundCluster) -> None:
+    job = cluster.run(load_job("tests.e2e_jobs:broken_sink_job"))
+    assert job.status == "failed"
+    assert "disk full" in job.error and "worker w" in job.error
+
+
+def test_killed_worker_fails_the_job_within_seconds(no_leftover_processes: None) -> None:
+    async def main() -> tuple[str, str, float]:
+        async with LocalCluster(2) as c:
+            job = await c.coordinator.submit(load_job("tests.e2e_jobs:counting_job", {"rate": 20_000}))
+            await asyncio.sleep(1.0)
+            victim = c.coordinator.workers["w2"]
+            t0 = time.monotonic()
+            assert c.backend is not None
+            c.backend.kill_worker(victim.pid)
+            status = await job.wait(10)
+            return status, job.error or "", time.monotonic() - t0
+
+    status, error, took = asyncio.run(main())
+    assert status == "failed"
+    assert "w2" in error
+    assert took < 5
+
+
+def test_undecodable_frame_fails_the_job(no_leftover_processes: None) -> None:
+    async def main() -> tuple[str, str]:
+        async with LocalCluster(2) as c:
+            job = await c.coordinator.submit(load_job("tests.e2e_jobs:counting_job", {"rate": 5_000}))
+            w = c.coordinator.workers["w1"]
+            _, writer = await asyncio.open_connection(w.data_host, w.data_port)
+            writer.write(protocol.encode([protocol.HELLO, "intruder", c.secret]))
+            writer.write(b"\x00\x00\x00\x03\xc1\xc1\xc1")  # 0xc1 is never valid msgpack
+            await writer.drain()
+            status = await job.wait(10)
+            writer.close()
+            return status, job.error or ""
+
+    status, error = asyncio.run(main())
+    assert status == "failed"
+    assert "does not decode" in error and "worker w1" in error
+
+
+def test_data_connection_with_wrong_secret_is_ignored(cluster: BackgroundCluster) -> None:
+    job = cluster.submit(load_job("tests.e2e_jobs:counting_job", {"records": 20_000, "rate": 20_000}))
+
+    async def intrude() -> bytes:
+        w = cluster.coordinator.workers["w1"]
+        reader, writer = await asyncio.open_connection(w.data_host, w.data_port)
+        writer.write(protocol.encode([protocol.HELLO, "intruder", "not-the-secret"]))
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), 5)  # the worker hangs up
+        writer.close()
+        return data
+
+    assert cluster.call(intrude()) == b""
+    assert cluster.wait(job, 30) == "finished", job.error
+
+
+def test_worker_with_wrong_secret_is_refused(no_leftover_processes: None) -> None:
+    async def main() -> tuple[int, str, int]:
+        coord = Coordinator("the-right-secret")
+        host, port = await coord.start()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "runtime.worker", "--coordinator", f"{host}:{port}",
+            "--secret", "wrong", stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            rc = await asyncio.wait_for(proc.wait(), 30)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        err = (await proc.stderr.read()).decode() if proc.stderr else ""
+        await coord.close()
+        return rc, err, len(coord.workers)
+
+    rc, err, registered = asyncio.run(main())
+    assert rc == 2
+    assert "wrong cluster secret" in err
+    assert registered == 0
+
+
+COORDINATOR_SCRIPT = """
+import asyncio, sys
+from controlplane.coordinator import Coordinator
+async def main():
+    c = Coordinator("s3cret")
+    host, port = await c.start()
+    print(port, flush=True)
+    await c.wait_for_workers(1, 30)
+    print("registered", flush=True)
+    await asyncio.sleep(60)
+asyncio.run(main())
+"""
+
+
+def test_worker_exits_when_the_coordinator_dies(no_leftover_processes: None) -> None:
+    coord = subprocess.Popen([sys.executable, "-c", COORDINATOR_SCRIPT], stdout=subprocess.PIPE, text=True)
+    worker = None
+    try:
+        assert coord.stdout is not None
+        port = int(coord.stdout.readline())
+        worker = subprocess.Popen([sys.executable, "-m", "runtime.worker", "--coordinator",
+                                   f"127.0.0.1:{port}", "--secret", "s3cret"])
+        assert coord.stdout.readline().strip() == "registered"
+        coord.kill()
+        coord.wait(10)
+        assert worker.wait(10) == 0
+    finally:
+        for p in (coord, worker):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+        if coord.stdout is not None:
+            coord.stdout.close()
