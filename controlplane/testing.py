@@ -33,7 +33,7 @@ class BackgroundCluster:
         self.call(self.cluster.__aenter__())
 
     @property
-    def coordinator(self):  # noqa: ANN201 - the Coordinator
+    def coordinator(self):
         return self.cluster.coordinator
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = CALL_TIMEOUT_S) -> T:

@@ -48,6 +48,7 @@ a stock's orders interleave nondeterministically and results vary from run to ru
 from __future__ import annotations
 
 import math
+import os
 import random
 import zlib
 from bisect import insort
@@ -239,7 +240,7 @@ def update_stats(stats: tuple | None, trade: Trade, window: int) -> tuple:
     if stats is None:
         return (1, qty, price * qty, (price,))
     count, volume, notional, prices = stats
-    prices = (*prices[len(prices) - window + 1 :], price) if window > 1 else (price,)
+    prices = (*prices, price)[-window:]
     return (count + 1, volume + qty, notional + price * qty, prices)
 
 
@@ -293,7 +294,7 @@ def source_of(p: Params) -> Orders:
 
 
 def _sink(p: Params, name: str, **kw: Any) -> Collect | Null:
-    return Collect(f"{p.output.rstrip('/')}/{name}", **kw) if p.output else Null()
+    return Collect(os.path.join(p.output, name), **kw) if p.output else Null()
 
 
 def build(params: dict[str, Any] | None = None) -> Dataflow:
@@ -322,16 +323,16 @@ def _final_stats(records: list) -> dict[str, StatsRecord]:
     return final
 
 
-def read_results(output: str) -> dict[str, Any]:
+def read_results(output: str | os.PathLike[str]) -> dict[str, Any]:
     """A run's results from its ``output`` directory, as tuples.
 
     ``trades`` and ``alerts``: every record, sorted. ``stats``: symbol -> the stock's final
     stats record (the one with the most trades, whichever part file holds it).
     """
     return {
-        "trades": sorted(tuple(t) for t in read_parts(f"{output}/trades")),
-        "stats": _final_stats(read_parts(f"{output}/stats")),
-        "alerts": sorted(tuple(a) for a in read_parts(f"{output}/alerts")),
+        "trades": sorted(tuple(t) for t in read_parts(os.path.join(output, "trades"))),
+        "stats": _final_stats(read_parts(os.path.join(output, "stats"))),
+        "alerts": sorted(tuple(a) for a in read_parts(os.path.join(output, "alerts"))),
     }
 
 

@@ -59,7 +59,7 @@ def counting_job(params: dict[str, Any]) -> Dataflow:
 class SlowStart(Generator):
     """A generator whose records are ints (exercises non-string keys)."""
 
-    def make_records(self, rng, keys, start_index):  # noqa: ANN001, ANN201
+    def make_records(self, rng, keys, start_index):
         return [start_index + i for i in range(len(keys))]
 
 
@@ -67,7 +67,7 @@ class SlowStart(Generator):
 class BrokenSink(Null):
     """A sink that cannot open (a full disk, say)."""
 
-    def open(self, index: int, parallelism: int):  # noqa: ANN201
+    def open(self, index: int, parallelism: int):
         raise OSError("disk full")
 
 

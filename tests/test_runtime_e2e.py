@@ -31,7 +31,7 @@ def counting_reference(records: int) -> dict[str, int]:
     return dict(counts)
 
 
-def final_counts(path) -> dict[str, int]:  # noqa: ANN001
+def final_counts(path) -> dict[str, int]:
     out: dict[str, int] = {}
     for key, n in read_parts(path):
         out[key] = max(n, out.get(key, 0))

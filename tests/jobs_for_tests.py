@@ -1,0 +1,158 @@
+"""Module-level logic for the unit tests: UDFs, jobs, parameter classes and state values.
+
+Everything here must stay at module level: the dataflow validator pickles logic, keyed
+state pickles values it does not know, and ``load_job`` imports jobs by reference
+(``jobs_for_tests:build_counts``).
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime import Dataflow
+from runtime.params import parse_params
+from runtime.sinks import Null
+from runtime.sources import Generator
+
+# A lone surrogate and other awkward keys: every type key groups claim to support.
+MIXED_KEYS: list[Any] = [
+    "",
+    "word",
+    "naïve",
+    "日本語",
+    "\U0001f600",
+    "\udc80",
+    b"",
+    b"word",
+    b"\xff\x00",
+    0,
+    1,
+    -1,
+    -(2**63),
+    2**64,
+    10**40,
+    -(10**40),
+    0.0,
+    1.5,
+    -2.25,
+    float("inf"),
+    1e300,
+    True,
+    False,
+    None,
+    (),
+    ("a", 1),
+    ("a", (b"b", (None, 2.5, True))),
+    (("nested",), ("tuple",), -7),
+]
+
+
+def identity(record: Any) -> Any:
+    return record
+
+
+def first(record: Any) -> Any:
+    return record[0]
+
+
+def split_words(line: str) -> list[str]:
+    return line.split()
+
+
+def is_long(word: str) -> bool:
+    return len(word) > 3
+
+
+def count(key: Any, value: Any, state: Any) -> tuple:
+    n = state.get(0) + 1
+    state.set(n)
+    return ((key, n),)
+
+
+def make_closure() -> Any:
+    """A nested function: callable, but neither importable nor picklable."""
+
+    def nested(record: Any) -> Any:
+        return record
+
+    return nested
+
+
+NOT_CALLABLE = 42
+
+
+@dataclass(frozen=True)
+class CountParams:
+    records: int = 1000
+    keys: int = 10
+    parallelism: int = 2
+
+
+def build_counts(params: dict[str, Any]) -> Dataflow:
+    """Generator -> keyed count -> Null; parameters through :func:`parse_params`."""
+    p = parse_params(CountParams, params)
+    flow = Dataflow("counts")
+    src = flow.source("keys", Generator(records=p.records, keys=p.keys, seed=1), parallelism=1)
+    counts = src.key_by(identity).process("count", count, parallelism=p.parallelism)
+    counts.sink("out", Null())
+    return flow
+
+
+def build_compiled(params: dict[str, Any]) -> Any:
+    """Returns an already compiled JobGraph (also accepted by ``load_job``)."""
+    return build_counts(params).compile()
+
+
+def build_nothing(params: dict[str, Any]) -> int:
+    return 7
+
+
+def build_invalid(params: dict[str, Any]) -> Dataflow:
+    """A job whose graph does not validate: its map logic is not callable."""
+    flow = Dataflow("invalid")
+    flow.source("keys", Generator(records=10, keys=2, seed=1)).map("oops", NOT_CALLABLE)
+    return flow
+
+
+@dataclass(frozen=True)
+class AllTypes:
+    """Parameters of every supported type, with defaults so that any subset parses."""
+
+    count: int = 1
+    ratio: float = 0.5
+    verbose: bool = False
+    name: str = "job"
+    limit: int | None = None
+    label: str | None = "x"
+
+
+@dataclass(frozen=True)
+class Required:
+    rate: int
+
+
+@dataclass(frozen=True)
+class Positive:
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+
+
+@dataclass(frozen=True)
+class Point:
+    x: float
+    y: float
+
+
+@dataclass
+class Account:
+    owner: str
+    balance: int = 0
+    history: list[int] = field(default_factory=list)
+
+
+Trade = namedtuple("Trade", "symbol price")
