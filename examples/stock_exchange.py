@@ -183,7 +183,8 @@ def match_order(bids: list, asks: list, order: Order, depth: int) -> list[Trade]
                 asks[-1] = (neg_price, neg_id, rest_qty - fill)
         if qty:
             insort(bids, (price, -order_id, qty))
-            del bids[: len(bids) - depth]
+            if len(bids) > depth:
+                del bids[: len(bids) - depth]
     else:
         while qty and bids:
             bid_price, neg_id, rest_qty = bids[-1]
@@ -198,7 +199,8 @@ def match_order(bids: list, asks: list, order: Order, depth: int) -> list[Trade]
                 bids[-1] = (bid_price, neg_id, rest_qty - fill)
         if qty:
             insort(asks, (-price, -order_id, qty))
-            del asks[: len(asks) - depth]
+            if len(asks) > depth:
+                del asks[: len(asks) - depth]
     return trades
 
 
