@@ -290,8 +290,13 @@ class Alerts:
 
 def source_of(p: Params) -> Orders:
     return Orders(
-        records=p.records or None, rate=p.rate, schedule=p.schedule, keys=p.keys,
-        zipf=p.zipf, omega=p.omega, seed=p.seed,
+        records=p.records or None,
+        rate=p.rate,
+        schedule=p.schedule,
+        keys=p.keys,
+        zipf=p.zipf,
+        omega=p.omega,
+        seed=p.seed,
     )
 
 

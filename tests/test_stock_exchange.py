@@ -145,7 +145,12 @@ def test_match_udf_keeps_matching_after_the_book_crosses_msgpack():
 
 def test_stats_count_volume_vwap_and_moving_average():
     stats, state = Stats(window=3), FakeState()
-    trades = [("X", 1, 2, 10.0, 1), ("X", 3, 4, 20.0, 3), ("X", 5, 6, 30.0, 1), ("X", 7, 8, 40.0, 5)]
+    trades = [
+        ("X", 1, 2, 10.0, 1),
+        ("X", 3, 4, 20.0, 3),
+        ("X", 5, 6, 30.0, 1),
+        ("X", 7, 8, 40.0, 5),
+    ]
     records = [r for t in trades for r in stats("X", t, state)]
     assert records == [
         ("X", 1, 1, 10.0, 10.0, 10.0),
