@@ -27,10 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from controlplane.coordinator import Job, RuntimeConfig  # noqa: E402
-from controlplane.runner import run_local  # noqa: E402
-from runtime.dataflow import load_job  # noqa: E402
-from runtime.metrics import LatencyHistogram, summarize_latency  # noqa: E402
+from controlplane.coordinator import Job, RuntimeConfig
+from controlplane.runner import run_local
+from runtime.dataflow import load_job
+from runtime.metrics import LatencyHistogram, summarize_latency
 
 WORDS = 8
 
@@ -44,8 +44,12 @@ def machine() -> dict:
                 break
     except OSError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform()}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
 
 
 def per_second_rates(job: Job, operator: str) -> list[float]:
@@ -59,8 +63,9 @@ def per_second_rates(job: Job, operator: str) -> list[float]:
 
 async def max_throughput(workers: int, sentences: int, config: RuntimeConfig) -> dict:
     params = {"records": sentences, "parallelism": workers, "zipf": 1.0, "keys": 10_000}
-    result = await run_local(load_job("examples.wordcount:build", params), workers=workers,
-                             config=config, timeout=300)
+    result = await run_local(
+        load_job("examples.wordcount:build", params), workers=workers, config=config, timeout=300
+    )
     if result.status != "finished":
         raise RuntimeError(f"throughput run ended {result.status}: {result.error}")
     rates = per_second_rates(result.job, "count")
@@ -75,12 +80,18 @@ async def max_throughput(workers: int, sentences: int, config: RuntimeConfig) ->
     }
 
 
-async def latency_at(workers: int, words_per_s: float, seconds: float, config: RuntimeConfig) -> dict:
+async def latency_at(
+    workers: int, words_per_s: float, seconds: float, config: RuntimeConfig
+) -> dict:
     rate = words_per_s / WORDS
     params = {"records": 0, "rate": rate, "parallelism": workers, "zipf": 1.0, "keys": 10_000}
     warmup = 2.0
-    result = await run_local(load_job("examples.wordcount:build", params), workers=workers,
-                             config=config, timeout=seconds + warmup)
+    result = await run_local(
+        load_job("examples.wordcount:build", params),
+        workers=workers,
+        config=config,
+        timeout=seconds + warmup,
+    )
     job = result.job
     start = (job.started_at or 0) + warmup
     hist = LatencyHistogram()
@@ -109,12 +120,20 @@ async def main() -> None:
     config = RuntimeConfig(batch_size=args.batch_size, linger_s=args.linger_ms / 1000)
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     peak = await max_throughput(args.workers, args.sentences, config)
-    print(f"max sustained: {peak['steady_words_per_s']:,} words/s "
-          f"(overall {peak['overall_words_per_s']:,} words/s)", flush=True)
-    half = await latency_at(args.workers, 0.5 * peak["steady_words_per_s"], args.latency_seconds, config)
+    print(
+        f"max sustained: {peak['steady_words_per_s']:,} words/s "
+        f"(overall {peak['overall_words_per_s']:,} words/s)",
+        flush=True,
+    )
+    half = await latency_at(
+        args.workers, 0.5 * peak["steady_words_per_s"], args.latency_seconds, config
+    )
     lat = half["latency_ms"]
-    print(f"at 50% ({half['target_words_per_s']:,} words/s): p50 {lat['p50_ms']} ms, "
-          f"p99 {lat['p99_ms']} ms, max {lat['max_ms']} ms", flush=True)
+    print(
+        f"at 50% ({half['target_words_per_s']:,} words/s): p50 {lat['p50_ms']} ms, "
+        f"p99 {lat['p99_ms']} ms, max {lat['max_ms']} ms",
+        flush=True,
+    )
     report = {
         "benchmark": "wordcount-throughput",
         "date": started,

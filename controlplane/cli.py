@@ -68,14 +68,21 @@ def _tasks_table(job: Job, window_s: float = 2.0) -> Table:
         if r is None:
             table.add_row(tid, "-", "-", "-", "-")
             continue
-        table.add_row(tid, f"{r['in_per_s']:,.0f}", f"{r['out_per_s']:,.0f}",
-                      f"{r['busy']:.0%}", f"{r['backpressure']:.0%}")
+        table.add_row(
+            tid,
+            f"{r['in_per_s']:,.0f}",
+            f"{r['out_per_s']:,.0f}",
+            f"{r['busy']:.0%}",
+            f"{r['backpressure']:.0%}",
+        )
     lat = view["latency"]
     table.caption = (
         f"sink latency p50 {lat['p50_ms']:.1f} ms  p99 {lat['p99_ms']:.1f} ms  "
         f"max {lat['max_ms']:.1f} ms  ·  workers "
-        + "  ".join(f"{w} {m['cpu_percent']:.0f}% cpu {m['rss_mb']:.0f} MB"
-                    for w, m in sorted(job.metrics.workers.items()))
+        + "  ".join(
+            f"{w} {m['cpu_percent']:.0f}% cpu {m['rss_mb']:.0f} MB"
+            for w, m in sorted(job.metrics.workers.items())
+        )
     )
     return table
 
@@ -94,24 +101,35 @@ def _print_summary(result: RunResult) -> None:
         console.print(f"[red]error:[/red] {result.error}")
 
 
-def _run(graph: JobGraph, workers: int, config: RuntimeConfig, timeout: float | None, live: bool) -> RunResult:
+def _run(
+    graph: JobGraph, workers: int, config: RuntimeConfig, timeout: float | None, live: bool
+) -> RunResult:
     if not live:
         return asyncio.run(run_local(graph, workers=workers, config=config, timeout=timeout))
     with Live(console=console, refresh_per_second=2, transient=False) as view:
+
         def tick(job: Job) -> None:
             view.update(_tasks_table(job))
 
-        return asyncio.run(run_local(graph, workers=workers, config=config, timeout=timeout, on_tick=tick))
+        return asyncio.run(
+            run_local(graph, workers=workers, config=config, timeout=timeout, on_tick=tick)
+        )
 
 
 @app.command()
 def run(
     job_ref: Annotated[str, typer.Argument(help="package.module:callable returning a Dataflow")],
-    param: Annotated[list[str], typer.Option("--param", "-p", help="job parameter NAME=VALUE")] = [],  # noqa: B006
+    param: Annotated[
+        list[str], typer.Option("--param", "-p", help="job parameter NAME=VALUE")
+    ] = [],  # noqa: B006
     workers: Annotated[int, typer.Option(min=1, help="local worker processes")] = 2,
-    timeout: Annotated[float | None, typer.Option(help="stop the job after this many seconds")] = None,
+    timeout: Annotated[
+        float | None, typer.Option(help="stop the job after this many seconds")
+    ] = None,
     batch_size: Annotated[int, typer.Option(min=1, help="records per batch on a channel")] = 512,
-    linger_ms: Annotated[float, typer.Option(min=0, help="longest a record waits for its batch")] = 5.0,
+    linger_ms: Annotated[
+        float, typer.Option(min=0, help="longest a record waits for its batch")
+    ] = 5.0,
     live: Annotated[bool, typer.Option(help="show per-task rates while running")] = False,
     log_level: Annotated[str, typer.Option(help="log level")] = "WARNING",
 ) -> None:
@@ -129,13 +147,21 @@ def run(
 def demo(
     duration: Annotated[float, typer.Option(min=1, help="seconds to run")] = 60.0,
     workers: Annotated[int, typer.Option(min=1, help="local worker processes")] = 2,
-    rate: Annotated[float, typer.Option(min=1, help="sentences per second (8 words each)")] = 10_000,
+    rate: Annotated[
+        float, typer.Option(min=1, help="sentences per second (8 words each)")
+    ] = 10_000,
     omega: Annotated[float, typer.Option(min=0, help="key popularity reshuffles per minute")] = 6.0,
 ) -> None:
     """Word count on a skewed (Zipf 1.0), shifting key distribution, with a live view."""
     logging.basicConfig(level="WARNING")
-    params = {"records": 0, "rate": rate, "zipf": 1.0, "omega": omega, "keys": 10_000,
-              "parallelism": workers}
+    params = {
+        "records": 0,
+        "rate": rate,
+        "zipf": 1.0,
+        "omega": omega,
+        "keys": 10_000,
+        "parallelism": workers,
+    }
     graph = _load("examples.wordcount:build", params)
     console.print(
         f"[bold]streampilot demo[/bold]: word count, {rate:,.0f} sentences/s x 8 words, "

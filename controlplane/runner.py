@@ -35,11 +35,16 @@ class RunResult:
 class LocalCluster:
     """A coordinator and ``workers`` local worker processes, as an async context manager."""
 
-    def __init__(self, workers: int = 2, config: RuntimeConfig | None = None,
-                 log_level: str = "WARNING") -> None:
+    def __init__(
+        self,
+        workers: int = 2,
+        config: RuntimeConfig | None = None,
+        log_level: str = "WARNING",
+        **coordinator_options: Any,
+    ) -> None:
         self.n = workers
         self.secret = secrets.token_hex(16)
-        self.coordinator = Coordinator(self.secret, config=config)
+        self.coordinator = Coordinator(self.secret, config=config, **coordinator_options)
         self.backend: LocalBackend | None = None
         self.log_level = log_level
 

@@ -27,7 +27,9 @@ CALL_TIMEOUT_S = 120.0  # no call into the cluster's loop waits longer than this
 class BackgroundCluster:
     def __init__(self, workers: int = 2, config: RuntimeConfig | None = None) -> None:
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="cluster-loop", daemon=True)
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="cluster-loop", daemon=True
+        )
         self._thread.start()
         self.cluster = LocalCluster(workers, config)
         self.call(self.cluster.__aenter__())
@@ -55,7 +57,9 @@ class BackgroundCluster:
                 return await job.wait(timeout)
             except TimeoutError:
                 await self.coordinator.stop_job(job.id)
-                raise TimeoutError(f"job {job.id} still {job.status} after {timeout:.0f}s") from None
+                raise TimeoutError(
+                    f"job {job.id} still {job.status} after {timeout:.0f}s"
+                ) from None
 
         return self.call(wait(), timeout + 10)
 

@@ -95,8 +95,14 @@ def result_key(record: Any) -> str:
 
 def source_of(p: Params) -> Sentences:
     return Sentences(
-        records=p.records or None, rate=p.rate, schedule=p.schedule, keys=p.keys,
-        zipf=p.zipf, omega=p.omega, seed=p.seed, words=p.words,
+        records=p.records or None,
+        rate=p.rate,
+        schedule=p.schedule,
+        keys=p.keys,
+        zipf=p.zipf,
+        omega=p.omega,
+        seed=p.seed,
+        words=p.words,
     )
 
 

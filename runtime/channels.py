@@ -247,7 +247,9 @@ class LocalOutputChannel(OutputChannel):
     def _deliver_batch(self, values: list, stamps: list) -> None:
         if self._batches % BYTES_SAMPLE_EVERY == 0:
             try:
-                self._bytes_per_record = (len(packb(values)) + 9 * len(stamps)) / max(len(values), 1)
+                self._bytes_per_record = (len(packb(values)) + 9 * len(stamps)) / max(
+                    len(values), 1
+                )
             except Exception:  # an unencodable record only matters if it crosses workers
                 self._bytes_per_record = 0.0
         self._batches += 1
@@ -283,7 +285,9 @@ class RemoteOutputChannel(OutputChannel):
 class PeerLink:
     """The outgoing data connection from this worker to one peer worker."""
 
-    def __init__(self, peer: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, peer: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         self.peer = peer
         self.reader = reader
         self.writer = writer
@@ -292,7 +296,9 @@ class PeerLink:
         self.on_error: Callable[[BaseException], None] | None = None
 
     @classmethod
-    async def connect(cls, peer: str, host: str, port: int, worker_id: str, secret: str) -> PeerLink:
+    async def connect(
+        cls, peer: str, host: str, port: int, worker_id: str, secret: str
+    ) -> PeerLink:
         try:
             reader, writer = await asyncio.open_connection(host, port)
         except OSError as exc:
@@ -369,8 +375,12 @@ class DataServer:
     through their gates, naming the peer.
     """
 
-    def __init__(self, secret: str, inputs: dict[str, InputChannel],
-                 on_error: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        secret: str,
+        inputs: dict[str, InputChannel],
+        on_error: Callable[[str], None] | None = None,
+    ) -> None:
         self.secret = secret
         self.inputs = inputs
         self.on_error = on_error
@@ -436,7 +446,9 @@ class DataServer:
         except (ConnectionError, OSError, ValueError) as exc:
             for ch in seen.values():
                 if ch.gate is not None and not ch.closed:
-                    ch.gate.fail(exc if isinstance(exc, ConnectionError) else ChannelError(str(exc)))
+                    ch.gate.fail(
+                        exc if isinstance(exc, ConnectionError) else ChannelError(str(exc))
+                    )
             logger.warning("data connection from %s failed: %s", peer, exc)
             if self.on_error is not None:
                 self.on_error(str(exc))

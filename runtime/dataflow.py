@@ -172,7 +172,11 @@ def _validate_operator(op: OperatorSpec, ops: Mapping[str, OperatorSpec]) -> Non
     where = f"operator {op.name!r}"
     if op.kind not in KINDS:
         raise DataflowError(f"{where}: unknown kind {op.kind!r}; one of {', '.join(KINDS)}")
-    if not isinstance(op.parallelism, int) or isinstance(op.parallelism, bool) or op.parallelism < 1:
+    if (
+        not isinstance(op.parallelism, int)
+        or isinstance(op.parallelism, bool)
+        or op.parallelism < 1
+    ):
         raise DataflowError(f"{where}: parallelism must be an int >= 1, got {op.parallelism!r}")
     if op.kind == "keyed":
         if not isinstance(op.max_parallelism, int) or op.max_parallelism < 1:
@@ -294,7 +298,9 @@ class Stream:
             specs.append(InputSpec(p.upstream, part, p.key))
         return parallelism, tuple(specs)
 
-    def _then(self, name: str, kind: Kind, logic: Any, parallelism: int | None, **kw: Any) -> Stream:
+    def _then(
+        self, name: str, kind: Kind, logic: Any, parallelism: int | None, **kw: Any
+    ) -> Stream:
         parallelism, inputs = self._resolve(parallelism)
         return self._flow._add(OperatorSpec(name, kind, logic, parallelism, inputs, **kw))
 
@@ -302,21 +308,29 @@ class Stream:
         """Each record ``r`` becomes ``fn(r)``."""
         return self._then(name, "map", fn, parallelism)
 
-    def flat_map(self, name: str, fn: Callable[[Any], Any], *, parallelism: int | None = None) -> Stream:
+    def flat_map(
+        self, name: str, fn: Callable[[Any], Any], *, parallelism: int | None = None
+    ) -> Stream:
         """Each record ``r`` becomes the records of the iterable ``fn(r)``."""
         return self._then(name, "flat_map", fn, parallelism)
 
-    def filter(self, name: str, fn: Callable[[Any], bool], *, parallelism: int | None = None) -> Stream:
+    def filter(
+        self, name: str, fn: Callable[[Any], bool], *, parallelism: int | None = None
+    ) -> Stream:
         """Keep the records for which ``fn(r)`` is true."""
         return self._then(name, "filter", fn, parallelism)
 
     def rebalance(self) -> Stream:
         """Spread records over the next operator's tasks (by weight), whatever the parallelism."""
-        return Stream(self._flow, tuple(_Pending(p.upstream, "rebalance", None) for p in self._inputs))
+        return Stream(
+            self._flow, tuple(_Pending(p.upstream, "rebalance", None) for p in self._inputs)
+        )
 
     def broadcast(self) -> Stream:
         """Send every record to every task of the next operator."""
-        return Stream(self._flow, tuple(_Pending(p.upstream, "broadcast", None) for p in self._inputs))
+        return Stream(
+            self._flow, tuple(_Pending(p.upstream, "broadcast", None) for p in self._inputs)
+        )
 
     def key_by(self, key: Callable[[Any], Any]) -> KeyedStream:
         """Partition by ``key(record)``: each key goes to the task owning its key group."""
@@ -368,12 +382,16 @@ def resolve_ref(ref: str) -> Callable[..., Any]:
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise JobRefError(f"reference {ref!r}: cannot import module {module_name!r} ({exc})") from exc
+        raise JobRefError(
+            f"reference {ref!r}: cannot import module {module_name!r} ({exc})"
+        ) from exc
     for part in attr_path.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise JobRefError(f"reference {ref!r}: module {module_name!r} has no {attr_path!r}") from None
+            raise JobRefError(
+                f"reference {ref!r}: module {module_name!r} has no {attr_path!r}"
+            ) from None
     if not callable(obj):
         raise JobRefError(f"reference {ref!r} is not callable")
     return obj

@@ -55,7 +55,10 @@ class RebalanceEdge(Edge):
     """Smooth weighted round-robin (as in nginx) over channels, per emitted batch."""
 
     def __init__(
-        self, operator: str, channels: Sequence[OutputChannel], weights: Sequence[float] | None = None
+        self,
+        operator: str,
+        channels: Sequence[OutputChannel],
+        weights: Sequence[float] | None = None,
     ) -> None:
         super().__init__(operator, channels)
         self.set_weights(weights or [1.0] * len(self.channels))

@@ -54,8 +54,15 @@ class TaskHost(Protocol):
 
 
 class BaseTask:
-    def __init__(self, task_id: str, op: OperatorSpec, index: int, outputs: Outputs,
-                 metrics: TaskMetrics, host: TaskHost) -> None:
+    def __init__(
+        self,
+        task_id: str,
+        op: OperatorSpec,
+        index: int,
+        outputs: Outputs,
+        metrics: TaskMetrics,
+        host: TaskHost,
+    ) -> None:
         self.task_id = task_id
         self.op = op
         self.index = index
@@ -124,8 +131,17 @@ class BaseTask:
 class StreamTask(BaseTask):
     """A task with inputs: map, flat_map, filter, keyed or sink."""
 
-    def __init__(self, task_id: str, op: OperatorSpec, index: int, outputs: Outputs,
-                 metrics: TaskMetrics, host: TaskHost, gate: InputGate, processor: Processor) -> None:
+    def __init__(
+        self,
+        task_id: str,
+        op: OperatorSpec,
+        index: int,
+        outputs: Outputs,
+        metrics: TaskMetrics,
+        host: TaskHost,
+        gate: InputGate,
+        processor: Processor,
+    ) -> None:
         super().__init__(task_id, op, index, outputs, metrics, host)
         self.gate = gate
         self.processor = processor
@@ -199,8 +215,15 @@ class StreamTask(BaseTask):
 class SourceTask(BaseTask):
     """A source task: polls its reader at the source's rate and injects barriers."""
 
-    def __init__(self, task_id: str, op: OperatorSpec, index: int, outputs: Outputs,
-                 metrics: TaskMetrics, host: TaskHost) -> None:
+    def __init__(
+        self,
+        task_id: str,
+        op: OperatorSpec,
+        index: int,
+        outputs: Outputs,
+        metrics: TaskMetrics,
+        host: TaskHost,
+    ) -> None:
         super().__init__(task_id, op, index, outputs, metrics, host)
         self.reader = None
         self._barriers: deque[Barrier] = deque()

@@ -69,9 +69,15 @@ class JobRuntime:
         self.job_id: str = msg["job_id"]
         self.graph: JobGraph = pickle.loads(msg["graph"])
         self.placement: dict[str, str] = dict(msg["placement"])
-        self.peers: dict[str, tuple[str, int]] = {w: (a[0], int(a[1])) for w, a in msg["workers"].items()}
-        self.assignment: dict[str, list[list[int]]] = {k: [list(g) for g in v] for k, v in msg.get("assignment", {}).items()}
-        self.weights: dict[str, list[float]] = {k: list(v) for k, v in msg.get("weights", {}).items()}
+        self.peers: dict[str, tuple[str, int]] = {
+            w: (a[0], int(a[1])) for w, a in msg["workers"].items()
+        }
+        self.assignment: dict[str, list[list[int]]] = {
+            k: [list(g) for g in v] for k, v in msg.get("assignment", {}).items()
+        }
+        self.weights: dict[str, list[float]] = {
+            k: list(v) for k, v in msg.get("weights", {}).items()
+        }
         config = dict(msg.get("config", {}))
         self.batch_size = int(config.get("batch_size", 512))
         self.linger_s = float(config.get("linger_s", 0.005))
@@ -117,7 +123,9 @@ class JobRuntime:
                 if op.keyed:
                     groups = self.assignment.get(op.name)
                     if groups is None or len(groups) != op.parallelism:
-                        raise ValueError(f"deploy: no key-group assignment for keyed operator {op.name!r}")
+                        raise ValueError(
+                            f"deploy: no key-group assignment for keyed operator {op.name!r}"
+                        )
                     state = KeyedState(tid, groups[i])
                 processor = make_processor(tid, op, i, outputs, metrics, state)
                 task = StreamTask(tid, op, i, outputs, metrics, self.worker, gates[tid], processor)
@@ -137,7 +145,11 @@ class JobRuntime:
                 edges.append(RebalanceEdge(down.name, chans, self.weights.get(down.name)))
             else:
                 owner = owner_table(self.assignment[down.name], down.max_parallelism)
-                edges.append(KeyGroupEdge(down.name, chans, inp.key, key_group_fn(down.max_parallelism), owner))
+                edges.append(
+                    KeyGroupEdge(
+                        down.name, chans, inp.key, key_group_fn(down.max_parallelism), owner
+                    )
+                )
         return edges
 
     async def _output_channel(self, src: str, dst: str) -> OutputChannel:
@@ -178,8 +190,16 @@ class JobRuntime:
 class Worker:
     """The worker process's state: its registration, data server and jobs."""
 
-    def __init__(self, coordinator: tuple[str, int], secret: str, *, host: str = "127.0.0.1",
-                 cpus: float = 1.0, memory_mb: int | None = None, name: str | None = None) -> None:
+    def __init__(
+        self,
+        coordinator: tuple[str, int],
+        secret: str,
+        *,
+        host: str = "127.0.0.1",
+        cpus: float = 1.0,
+        memory_mb: int | None = None,
+        name: str | None = None,
+    ) -> None:
         self.coordinator = coordinator
         self.secret = secret
         self.host = host
@@ -200,25 +220,50 @@ class Worker:
             protocol.write_frame(self._writer, msg)
 
     def task_finished(self, task: BaseTask) -> None:
-        self.send({"type": "task_finished", "job_id": task.job_id, "task": task.task_id,  # type: ignore[attr-defined]
-                   "metrics": task.snapshot_metrics()})
+        self.send(
+            {
+                "type": "task_finished",
+                "job_id": task.job_id,
+                "task": task.task_id,  # type: ignore[attr-defined]
+                "metrics": task.snapshot_metrics(),
+            }
+        )
 
     def task_failed(self, task: BaseTask, error: str) -> None:
-        self.send({"type": "task_failed", "job_id": task.job_id, "task": task.task_id, "error": error})  # type: ignore[attr-defined]
+        self.send(
+            {"type": "task_failed", "job_id": task.job_id, "task": task.task_id, "error": error}
+        )  # type: ignore[attr-defined]
 
     def barrier_aligned(self, task: BaseTask, barrier: Barrier) -> None:
-        self.send({"type": "barrier_ack", "job_id": task.job_id, "task": task.task_id,  # type: ignore[attr-defined]
-                   "kind": barrier.kind.value, "id": barrier.id})
+        self.send(
+            {
+                "type": "barrier_ack",
+                "job_id": task.job_id,
+                "task": task.task_id,  # type: ignore[attr-defined]
+                "kind": barrier.kind.value,
+                "id": barrier.id,
+            }
+        )
 
     def peer_failed(self, job: JobRuntime, peer: str, exc: BaseException) -> None:
-        self.send({"type": "worker_error", "job_id": job.job_id,
-                   "error": f"worker {self.worker_id}: data link to worker {peer} failed: {exc}"})
+        self.send(
+            {
+                "type": "worker_error",
+                "job_id": job.job_id,
+                "error": f"worker {self.worker_id}: data link to worker {peer} failed: {exc}",
+            }
+        )
 
     def data_failed(self, error: str) -> None:
         """A data connection broke the protocol: every job here fails, naming the cause."""
         for job in self.jobs.values():
-            self.send({"type": "worker_error", "job_id": job.job_id,
-                       "error": f"worker {self.worker_id}: {error}"})
+            self.send(
+                {
+                    "type": "worker_error",
+                    "job_id": job.job_id,
+                    "error": f"worker {self.worker_id}: {error}",
+                }
+            )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -227,17 +272,31 @@ class Worker:
         try:
             reader, writer = await asyncio.open_connection(*self.coordinator)
         except OSError as exc:
-            raise ConnectionError(f"cannot reach the coordinator at {self.coordinator[0]}:{self.coordinator[1]}: {exc}") from exc
+            raise ConnectionError(
+                f"cannot reach the coordinator at {self.coordinator[0]}:{self.coordinator[1]}: {exc}"
+            ) from exc
         self._writer = writer
-        self.send({
-            "type": "register", "secret": self.secret, "host": self.host, "pid": os.getpid(),
-            "cpus": self.cpus, "memory_mb": self.memory_mb, "data_host": data_host,
-            "data_port": data_port, "name": self.name,
-        })
+        self.send(
+            {
+                "type": "register",
+                "secret": self.secret,
+                "host": self.host,
+                "pid": os.getpid(),
+                "cpus": self.cpus,
+                "memory_mb": self.memory_mb,
+                "data_host": data_host,
+                "data_port": data_port,
+                "name": self.name,
+            }
+        )
         try:
-            reply = await asyncio.wait_for(protocol.read_frame(reader, "coordinator"), REGISTER_TIMEOUT_S)
+            reply = await asyncio.wait_for(
+                protocol.read_frame(reader, "coordinator"), REGISTER_TIMEOUT_S
+            )
         except (EOFError, TimeoutError) as exc:
-            raise RegistrationRefused("the coordinator closed the connection without answering") from exc
+            raise RegistrationRefused(
+                "the coordinator closed the connection without answering"
+            ) from exc
         if reply.get("type") != "registered":
             raise RegistrationRefused(str(reply.get("reason", reply)))
         self.worker_id = reply["worker_id"]
@@ -292,8 +351,13 @@ class Worker:
             failed = self.jobs.pop(job_id, None)
             if failed is not None:
                 await failed.stop()
-            self.send({"type": "deploy_failed", "job_id": job_id,
-                       "error": f"worker {self.worker_id}: {type(exc).__name__}: {exc}"})
+            self.send(
+                {
+                    "type": "deploy_failed",
+                    "job_id": job_id,
+                    "error": f"worker {self.worker_id}: {type(exc).__name__}: {exc}",
+                }
+            )
             return
         self.send({"type": "deployed", "job_id": job_id, "tasks": sorted(job.tasks)})
 
@@ -308,11 +372,16 @@ class Worker:
                 for tid, task in job.tasks.items()
                 if task.status in ("running", "finished")
             }
-            self.send({
-                "type": "metrics", "worker_id": self.worker_id, "time": time.time(),
-                "cpu_percent": proc.cpu_percent(), "rss_mb": round(proc.memory_info().rss / 2**20, 1),
-                "tasks": tasks,
-            })
+            self.send(
+                {
+                    "type": "metrics",
+                    "worker_id": self.worker_id,
+                    "time": time.time(),
+                    "cpu_percent": proc.cpu_percent(),
+                    "rss_mb": round(proc.memory_info().rss / 2**20, 1),
+                    "tasks": tasks,
+                }
+            )
             if self._writer is not None:
                 with contextlib.suppress(ConnectionError):
                     await self._writer.drain()
@@ -326,8 +395,12 @@ def _parse_address(text: str) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m runtime.worker", description=__doc__.splitlines()[0])
-    parser.add_argument("--coordinator", required=True, type=_parse_address, help="HOST:PORT of the coordinator")
+    parser = argparse.ArgumentParser(
+        prog="python -m runtime.worker", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--coordinator", required=True, type=_parse_address, help="HOST:PORT of the coordinator"
+    )
     parser.add_argument("--secret", required=True, help="the cluster secret")
     parser.add_argument("--host", default="127.0.0.1", help="address peers reach this worker at")
     parser.add_argument("--cpus", type=float, default=1.0)
@@ -335,9 +408,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default=None)
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s worker %(name)s: %(message)s")
-    worker = Worker(args.coordinator, args.secret, host=args.host, cpus=args.cpus,
-                    memory_mb=args.memory_mb, name=args.name)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s worker %(name)s: %(message)s",
+    )
+    worker = Worker(
+        args.coordinator,
+        args.secret,
+        host=args.host,
+        cpus=args.cpus,
+        memory_mb=args.memory_mb,
+        name=args.name,
+    )
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux

@@ -49,7 +49,9 @@ def counting_job(params: dict[str, Any]) -> Dataflow:
         Generator(records=records, rate=float(params.get("rate", 0)), keys=100, zipf=1.0, seed=3),
         parallelism=int(params.get("sources", 2)),
     )
-    counts = src.key_by(key_of).process("count", count, parallelism=int(params.get("parallelism", 2)))
+    counts = src.key_by(key_of).process(
+        "count", count, parallelism=int(params.get("parallelism", 2))
+    )
     output = params.get("output")
     counts.sink("out", Collect(output, mode="last", key=first) if output else Null())
     return flow

@@ -12,7 +12,9 @@ runner = CliRunner()
 
 @pytest.mark.slow
 def test_run_prints_a_summary(no_leftover_processes: None) -> None:
-    result = runner.invoke(app, ["run", "examples.wordcount:build", "--param", "records=5000", "--workers", "2"])
+    result = runner.invoke(
+        app, ["run", "examples.wordcount:build", "--param", "records=5000", "--workers", "2"]
+    )
     assert result.exit_code == 0, result.output
     assert "finished" in result.output
     assert "5,000 source records" in result.output
@@ -23,9 +25,15 @@ def test_run_prints_a_summary(no_leftover_processes: None) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["run", "examples.wordcount:build", "-p", "records=lots"], "param 'records' must be an int"),
+        (
+            ["run", "examples.wordcount:build", "-p", "records=lots"],
+            "param 'records' must be an int",
+        ),
         (["run", "examples.wordcount:build", "-p", "colour=blue"], "unknown param(s) colour"),
-        (["run", "examples.wordcount:build", "-p", "parallelism=0"], "param 'parallelism' must be >= 1"),
+        (
+            ["run", "examples.wordcount:build", "-p", "parallelism=0"],
+            "param 'parallelism' must be >= 1",
+        ),
         (["run", "examples.wordcount"], "must look like package.module:callable"),
         (["run", "examples.nosuchjob:build"], "cannot import module 'examples.nosuchjob'"),
         (["run", "examples.wordcount:nosuch"], "has no 'nosuch'"),

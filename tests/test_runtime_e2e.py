@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -39,7 +41,9 @@ def final_counts(path) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("parallelism", [1, 3])
-def test_wordcount_on_two_workers_equals_reference(cluster: BackgroundCluster, tmp_path, parallelism: int) -> None:
+def test_wordcount_on_two_workers_equals_reference(
+    cluster: BackgroundCluster, tmp_path, parallelism: int
+) -> None:
     params = {"records": 20_000, "parallelism": parallelism, "output": str(tmp_path)}
     job = cluster.run(load_job("examples.wordcount:build", params))
     assert job.status == "finished", job.error
@@ -77,10 +81,20 @@ def test_metrics_report_rates_key_groups_traffic_and_latency(cluster: Background
     assert job.metrics.workers and all(w["rss_mb"] > 0 for w in job.metrics.workers.values())
 
 
-def test_barriers_align_across_workers_without_changing_results(cluster: BackgroundCluster, tmp_path) -> None:
+def test_barriers_align_across_workers_without_changing_results(
+    cluster: BackgroundCluster, tmp_path
+) -> None:
     records = 60_000
-    job = cluster.submit(load_job("tests.e2e_jobs:counting_job", {"records": records, "rate": 30_000, "output": str(tmp_path)}))
-    ids = [cluster.call(cluster.coordinator.inject_barrier(job.id, BarrierKind.CHECKPOINT, timeout=10)) for _ in range(3)]
+    job = cluster.submit(
+        load_job(
+            "tests.e2e_jobs:counting_job",
+            {"records": records, "rate": 30_000, "output": str(tmp_path)},
+        )
+    )
+    ids = [
+        cluster.call(cluster.coordinator.inject_barrier(job.id, BarrierKind.CHECKPOINT, timeout=10))
+        for _ in range(3)
+    ]
     assert ids == sorted(ids) and len(set(ids)) == 3
     assert cluster.wait(job, 30) == "finished", job.error
     assert final_counts(tmp_path) == counting_reference(records)
@@ -106,7 +120,9 @@ def test_sink_that_cannot_open_fails_deploy_with_cause(cluster: BackgroundCluste
 def test_killed_worker_fails_the_job_within_seconds(no_leftover_processes: None) -> None:
     async def main() -> tuple[str, str, float]:
         async with LocalCluster(2) as c:
-            job = await c.coordinator.submit(load_job("tests.e2e_jobs:counting_job", {"rate": 20_000}))
+            job = await c.coordinator.submit(
+                load_job("tests.e2e_jobs:counting_job", {"rate": 20_000})
+            )
             await asyncio.sleep(1.0)
             victim = c.coordinator.workers["w2"]
             t0 = time.monotonic()
@@ -121,10 +137,34 @@ def test_killed_worker_fails_the_job_within_seconds(no_leftover_processes: None)
     assert took < 5
 
 
+def test_hung_worker_is_declared_lost_by_heartbeat(no_leftover_processes: None) -> None:
+    async def main() -> tuple[str, str, float]:
+        async with LocalCluster(2, heartbeat_timeout_s=2.0) as c:
+            job = await c.coordinator.submit(
+                load_job("tests.e2e_jobs:counting_job", {"rate": 5_000})
+            )
+            await asyncio.sleep(0.5)
+            victim = c.coordinator.workers["w1"]
+            t0 = time.monotonic()
+            os.kill(victim.pid, signal.SIGSTOP)
+            try:
+                status = await job.wait(10)
+            finally:
+                os.kill(victim.pid, signal.SIGCONT)
+            return status, job.error or "", time.monotonic() - t0
+
+    status, error, took = asyncio.run(main())
+    assert status == "failed"
+    assert "w1" in error and "no heartbeat" in error
+    assert took < 5
+
+
 def test_undecodable_frame_fails_the_job(no_leftover_processes: None) -> None:
     async def main() -> tuple[str, str]:
         async with LocalCluster(2) as c:
-            job = await c.coordinator.submit(load_job("tests.e2e_jobs:counting_job", {"rate": 5_000}))
+            job = await c.coordinator.submit(
+                load_job("tests.e2e_jobs:counting_job", {"rate": 5_000})
+            )
             w = c.coordinator.workers["w1"]
             _, writer = await asyncio.open_connection(w.data_host, w.data_port)
             writer.write(protocol.encode([protocol.HELLO, "intruder", c.secret]))
@@ -140,7 +180,9 @@ def test_undecodable_frame_fails_the_job(no_leftover_processes: None) -> None:
 
 
 def test_data_connection_with_wrong_secret_is_ignored(cluster: BackgroundCluster) -> None:
-    job = cluster.submit(load_job("tests.e2e_jobs:counting_job", {"records": 20_000, "rate": 20_000}))
+    job = cluster.submit(
+        load_job("tests.e2e_jobs:counting_job", {"records": 20_000, "rate": 20_000})
+    )
 
     async def intrude() -> bytes:
         w = cluster.coordinator.workers["w1"]
@@ -160,8 +202,14 @@ def test_worker_with_wrong_secret_is_refused(no_leftover_processes: None) -> Non
         coord = Coordinator("the-right-secret")
         host, port = await coord.start()
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "runtime.worker", "--coordinator", f"{host}:{port}",
-            "--secret", "wrong", stderr=asyncio.subprocess.PIPE,
+            sys.executable,
+            "-m",
+            "runtime.worker",
+            "--coordinator",
+            f"{host}:{port}",
+            "--secret",
+            "wrong",
+            stderr=asyncio.subprocess.PIPE,
         )
         try:
             rc = await asyncio.wait_for(proc.wait(), 30)
@@ -194,13 +242,24 @@ asyncio.run(main())
 
 
 def test_worker_exits_when_the_coordinator_dies(no_leftover_processes: None) -> None:
-    coord = subprocess.Popen([sys.executable, "-c", COORDINATOR_SCRIPT], stdout=subprocess.PIPE, text=True)
+    coord = subprocess.Popen(
+        [sys.executable, "-c", COORDINATOR_SCRIPT], stdout=subprocess.PIPE, text=True
+    )
     worker = None
     try:
         assert coord.stdout is not None
         port = int(coord.stdout.readline())
-        worker = subprocess.Popen([sys.executable, "-m", "runtime.worker", "--coordinator",
-                                   f"127.0.0.1:{port}", "--secret", "s3cret"])
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "runtime.worker",
+                "--coordinator",
+                f"127.0.0.1:{port}",
+                "--secret",
+                "s3cret",
+            ]
+        )
         assert coord.stdout.readline().strip() == "registered"
         coord.kill()
         coord.wait(10)

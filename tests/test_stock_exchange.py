@@ -187,7 +187,7 @@ def test_orders_are_deterministic_tuples_whatever_the_source_parallelism():
     assert [o[0] for o in one] == list(range(5000))
     three = [o for i in range(3) for o in drain(i, 3)]
     assert sorted(three) == one
-    order_id, symbol, side, price, qty = one[0]
+    _order_id, symbol, side, price, qty = one[0]
     assert symbol.startswith("S") and side in ("B", "S") and 1 <= qty <= 100
     assert price == round(price, 2)
     assert abs(price / base_price(symbol) - 1) <= 0.021

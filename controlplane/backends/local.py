@@ -34,8 +34,15 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 class LocalBackend(WorkerBackend):
     name = "local"
 
-    def __init__(self, coordinator: tuple[str, int], secret: str, *, log_level: str = "WARNING",
-                 python: str = sys.executable, extra_args: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        coordinator: tuple[str, int],
+        secret: str,
+        *,
+        log_level: str = "WARNING",
+        python: str = sys.executable,
+        extra_args: list[str] | None = None,
+    ) -> None:
         self.coordinator = coordinator
         self.secret = secret
         self.log_level = log_level
@@ -54,10 +61,18 @@ class LocalBackend(WorkerBackend):
         for _ in range(n):
             try:
                 proc = await asyncio.create_subprocess_exec(
-                    self.python, "-m", "runtime.worker",
-                    "--coordinator", f"{self.coordinator[0]}:{self.coordinator[1]}",
-                    "--secret", self.secret, "--log-level", self.log_level, *self.extra_args,
-                    env=env, stdin=asyncio.subprocess.DEVNULL,
+                    self.python,
+                    "-m",
+                    "runtime.worker",
+                    "--coordinator",
+                    f"{self.coordinator[0]}:{self.coordinator[1]}",
+                    "--secret",
+                    self.secret,
+                    "--log-level",
+                    self.log_level,
+                    *self.extra_args,
+                    env=env,
+                    stdin=asyncio.subprocess.DEVNULL,
                     preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
                 )
             except OSError as exc:

@@ -41,6 +41,7 @@ DEPLOY_TIMEOUT_S = 30.0  # workers import the job's modules and open channels wi
 REGISTER_READ_TIMEOUT_S = 5.0  # a connection must say who it is within this
 STOP_TIMEOUT_S = 10.0  # workers confirm a stop within this, or are presumed gone
 BARRIER_TIMEOUT_S = 30.0  # every task acks an injected barrier within this
+HEARTBEAT_TIMEOUT_S = 10.0  # a worker silent this long (metrics come every second) is lost
 
 
 class CoordinatorError(RuntimeError):
@@ -71,6 +72,7 @@ class WorkerInfo:
     name: str
     status: str = "alive"  # alive | lost
     registered_at: float = field(default_factory=time.time)
+    last_seen: float = field(default_factory=time.monotonic)
     cpu_percent: float = 0.0
     rss_mb: float = 0.0
     error: str | None = None
@@ -123,7 +125,9 @@ class Job:
         self._done.set()
         for _, fut in self._barrier_waits.values():
             if not fut.done():
-                fut.set_exception(CoordinatorError(f"job {self.id} ended ({status}) before the barrier completed"))
+                fut.set_exception(
+                    CoordinatorError(f"job {self.id} ended ({status}) before the barrier completed")
+                )
         return True
 
     def summary(self) -> dict[str, Any]:
@@ -149,8 +153,14 @@ class Job:
 class Coordinator:
     """Accepts workers, deploys jobs and follows them. Start with :meth:`start`."""
 
-    def __init__(self, secret: str, host: str = "127.0.0.1", port: int = 0,
-                 config: RuntimeConfig | None = None) -> None:
+    def __init__(
+        self,
+        secret: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        config: RuntimeConfig | None = None,
+        heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S,
+    ) -> None:
         if not secret:
             raise ValueError("the cluster secret must not be empty")
         self.secret = secret
@@ -166,6 +176,8 @@ class Coordinator:
         self._barrier_ids = itertools.count(1)
         self._registered = asyncio.Condition()
         self._readers: set[asyncio.Task] = set()
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self._monitor: asyncio.Task | None = None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -174,6 +186,7 @@ class Coordinator:
     async def start(self) -> tuple[str, int]:
         self._server = await asyncio.start_server(self._serve, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
+        self._monitor = asyncio.create_task(self._watch_heartbeats(), name="heartbeats")
         logger.info("coordinator listening on %s:%s", self.host, self.port)
         return self.host, self.port
 
@@ -185,6 +198,8 @@ class Coordinator:
         for conn in self._conns.values():
             conn.send({"type": "shutdown"})
             conn.writer.close()
+        if self._monitor is not None:
+            self._monitor.cancel()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -196,6 +211,7 @@ class Coordinator:
 
     async def wait_for_workers(self, n: int, timeout: float = 30.0) -> list[WorkerInfo]:
         """Wait until at least ``n`` workers are alive; CoordinatorError after ``timeout``."""
+
         async def enough() -> None:
             async with self._registered:
                 await self._registered.wait_for(lambda: len(self.alive_workers()) >= n)
@@ -220,10 +236,13 @@ class Coordinator:
         self.jobs[job.id] = job
         used = placement.workers_used()
         msg = {
-            "type": "deploy", "job_id": job.id, "graph": pickle.dumps(graph),
+            "type": "deploy",
+            "job_id": job.id,
+            "graph": pickle.dumps(graph),
             "placement": placement.tasks,
             "workers": {w.id: [w.data_host, w.data_port] for w in self.alive_workers()},
-            "assignment": placement.assignment, "weights": placement.weights,
+            "assignment": placement.assignment,
+            "weights": placement.weights,
             "config": self.config.to_dict(),
         }
         loop = asyncio.get_running_loop()
@@ -233,7 +252,9 @@ class Coordinator:
             self._conns[wid].send(msg)
         # Step 3. Wait for every worker's answer.
         try:
-            replies = await asyncio.wait_for(asyncio.gather(*job._deploy_replies.values()), DEPLOY_TIMEOUT_S)
+            replies = await asyncio.wait_for(
+                asyncio.gather(*job._deploy_replies.values()), DEPLOY_TIMEOUT_S
+            )
         except TimeoutError:
             await self._fail(job, f"deploy timed out after {DEPLOY_TIMEOUT_S:.0f}s")
             return job
@@ -260,8 +281,12 @@ class Coordinator:
             self._stop_everywhere(job)
         return job
 
-    async def inject_barrier(self, job_id: str, kind: BarrierKind = BarrierKind.CHECKPOINT,
-                             timeout: float = BARRIER_TIMEOUT_S) -> int:
+    async def inject_barrier(
+        self,
+        job_id: str,
+        kind: BarrierKind = BarrierKind.CHECKPOINT,
+        timeout: float = BARRIER_TIMEOUT_S,
+    ) -> int:
         """Inject a barrier at the sources and wait until every task has aligned it."""
         job = self._job(job_id)
         if job.status != "running":
@@ -271,12 +296,16 @@ class Coordinator:
         pending = set(job.graph.task_ids()) - job.finished_tasks
         job._barrier_waits[bid] = (pending, fut)
         for wid in job.placement.workers_used():
-            self._conns[wid].send({"type": "inject_barrier", "job_id": job_id, "kind": kind.value, "id": bid})
+            self._conns[wid].send(
+                {"type": "inject_barrier", "job_id": job_id, "kind": kind.value, "id": bid}
+            )
         try:
             await asyncio.wait_for(fut, timeout)
         except TimeoutError:
             left = sorted(job._barrier_waits.get(bid, (set(), None))[0])
-            raise CoordinatorError(f"barrier {bid} not acked within {timeout:.0f}s by {left[:10]}") from None
+            raise CoordinatorError(
+                f"barrier {bid} not acked within {timeout:.0f}s by {left[:10]}"
+            ) from None
         finally:
             job._barrier_waits.pop(bid, None)
         return bid
@@ -308,12 +337,16 @@ class Coordinator:
         conn: _WorkerConn | None = None
         try:
             try:
-                msg = await asyncio.wait_for(protocol.read_frame(reader, f"connection from {peer}"), REGISTER_READ_TIMEOUT_S)
+                msg = await asyncio.wait_for(
+                    protocol.read_frame(reader, f"connection from {peer}"), REGISTER_READ_TIMEOUT_S
+                )
             except (TimeoutError, EOFError, ConnectionError) as exc:
                 logger.warning("connection from %s did not register: %s", peer, exc)
                 return
             if not isinstance(msg, dict) or msg.get("type") != "register":
-                protocol.write_frame(writer, {"type": "refused", "reason": "expected a register message"})
+                protocol.write_frame(
+                    writer, {"type": "refused", "reason": "expected a register message"}
+                )
                 return
             if not hmac.compare_digest(str(msg.get("secret", "")), self.secret):
                 logger.warning("refused worker from %s: wrong cluster secret", peer)
@@ -321,15 +354,26 @@ class Coordinator:
                 await writer.drain()
                 return
             info = WorkerInfo(
-                id=f"w{next(self._ids)}", host=str(msg["host"]), pid=int(msg["pid"]),
-                cpus=float(msg["cpus"]), memory_mb=int(msg["memory_mb"]),
-                data_host=str(msg["data_host"]), data_port=int(msg["data_port"]), name=str(msg["name"]),
+                id=f"w{next(self._ids)}",
+                host=str(msg["host"]),
+                pid=int(msg["pid"]),
+                cpus=float(msg["cpus"]),
+                memory_mb=int(msg["memory_mb"]),
+                data_host=str(msg["data_host"]),
+                data_port=int(msg["data_port"]),
+                name=str(msg["name"]),
             )
             conn = _WorkerConn(info, writer)
             self.workers[info.id] = info
             self._conns[info.id] = conn
             conn.send({"type": "registered", "worker_id": info.id})
-            logger.info("worker %s registered (pid %s, data %s:%s)", info.id, info.pid, info.data_host, info.data_port)
+            logger.info(
+                "worker %s registered (pid %s, data %s:%s)",
+                info.id,
+                info.pid,
+                info.data_host,
+                info.data_port,
+            )
             async with self._registered:
                 self._registered.notify_all()
             while True:
@@ -339,7 +383,7 @@ class Coordinator:
                     break
                 self._handle(info, msg)
         except (ConnectionError, OSError) as exc:
-            if conn is not None:
+            if conn is not None and conn.info.error is None:
                 conn.info.error = str(exc)
         except asyncio.CancelledError:
             pass
@@ -348,6 +392,18 @@ class Coordinator:
             writer.close()
             if conn is not None:
                 self._worker_lost(conn.info)
+
+    async def _watch_heartbeats(self) -> None:
+        """Declare lost (and close) workers that stopped talking, e.g. a hung process."""
+        while True:
+            await asyncio.sleep(min(1.0, self.heartbeat_timeout_s / 2))
+            now = time.monotonic()
+            for wid, conn in list(self._conns.items()):
+                silent = now - conn.info.last_seen
+                if silent > self.heartbeat_timeout_s:
+                    conn.info.error = f"no heartbeat for {silent:.1f}s"
+                    logger.warning("worker %s: %s", wid, conn.info.error)
+                    conn.writer.transport.abort()
 
     def _worker_lost(self, info: WorkerInfo) -> None:
         info.status = "lost"
@@ -367,13 +423,16 @@ class Coordinator:
                 self._stop_everywhere(job)
 
     def _handle(self, info: WorkerInfo, msg: dict[str, Any]) -> None:
+        info.last_seen = time.monotonic()
         kind = msg.get("type")
         if kind == "metrics":
             info.cpu_percent = float(msg.get("cpu_percent", 0.0))
             info.rss_mb = float(msg.get("rss_mb", 0.0))
             now = float(msg.get("time", time.time()))
             for job in self.jobs.values():
-                job.metrics.add_worker(info.id, info.cpu_percent, info.rss_mb) if info.id in job.placement.workers_used() else None
+                job.metrics.add_worker(
+                    info.id, info.cpu_percent, info.rss_mb
+                ) if info.id in job.placement.workers_used() else None
             for task, snap in dict(msg.get("tasks", {})).items():
                 for job in self.jobs.values():
                     if task in job.metrics.operator_of and job.placement.tasks.get(task) == info.id:

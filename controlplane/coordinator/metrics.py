@@ -38,7 +38,11 @@ class JobMetrics:
         self.workers[worker] = {"cpu_percent": cpu_percent, "rss_mb": rss_mb}
 
     def operator_totals(self, kind: str) -> int:
-        return sum(n for t, n in self.records_in.items() if self.kinds.get(self.operator_of.get(t, "")) == kind)
+        return sum(
+            n
+            for t, n in self.records_in.items()
+            if self.kinds.get(self.operator_of.get(t, "")) == kind
+        )
 
     def window(self, seconds: float, now: float | None = None) -> dict[str, Any]:
         """Per-task rates and the latency of the last ``seconds``."""
@@ -48,8 +52,16 @@ class JobMetrics:
         for t, task, snap in self.samples:
             if t < now - seconds:
                 continue
-            agg = per_task.setdefault(task, {"records_in": 0, "records_out": 0, "busy_s": 0.0,
-                                             "backpressure_s": 0.0, "idle_s": 0.0})
+            agg = per_task.setdefault(
+                task,
+                {
+                    "records_in": 0,
+                    "records_out": 0,
+                    "busy_s": 0.0,
+                    "backpressure_s": 0.0,
+                    "idle_s": 0.0,
+                },
+            )
             for k in agg:
                 agg[k] += snap.get(k, 0)
             if "latency" in snap:

@@ -33,14 +33,18 @@ def _short(obj: Any, limit: int = 200) -> str:
 class Processor:
     """Processes input batches of one task; subclasses hold the hot loop of one kind."""
 
-    def __init__(self, task_id: str, op: OperatorSpec, outputs: Outputs, metrics: TaskMetrics) -> None:
+    def __init__(
+        self, task_id: str, op: OperatorSpec, outputs: Outputs, metrics: TaskMetrics
+    ) -> None:
         self.task_id = task_id
         self.op = op
         self.fn = op.logic
         self.outputs = outputs
         self.metrics = metrics
 
-    def _fail(self, exc: BaseException, record: Any, key: Any = None, keyed: bool = False) -> UserCodeError:
+    def _fail(
+        self, exc: BaseException, record: Any, key: Any = None, keyed: bool = False
+    ) -> UserCodeError:
         where = f"task {self.task_id!r}: {logic_ref(self.fn)} raised {type(exc).__name__}: {exc}"
         what = f" on record {_short(record)}" + (f" (key {_short(key)})" if keyed else "")
         return UserCodeError(where + what)
@@ -108,8 +112,14 @@ class FilterProcessor(Processor):
 class KeyedProcessor(Processor):
     """Calls ``fn(key, record, state)`` with ``state`` bound to the record's key."""
 
-    def __init__(self, task_id: str, op: OperatorSpec, outputs: Outputs, metrics: TaskMetrics,
-                 state: KeyedState) -> None:
+    def __init__(
+        self,
+        task_id: str,
+        op: OperatorSpec,
+        outputs: Outputs,
+        metrics: TaskMetrics,
+        state: KeyedState,
+    ) -> None:
         super().__init__(task_id, op, outputs, metrics)
         self.state = state
         self.key_group = key_group_fn(op.max_parallelism)
@@ -151,8 +161,9 @@ class KeyedProcessor(Processor):
 
 
 class SinkProcessor(Processor):
-    def __init__(self, task_id: str, op: OperatorSpec, outputs: Outputs, metrics: TaskMetrics,
-                 index: int) -> None:
+    def __init__(
+        self, task_id: str, op: OperatorSpec, outputs: Outputs, metrics: TaskMetrics, index: int
+    ) -> None:
         super().__init__(task_id, op, outputs, metrics)
         self.writer = op.logic.open(index, op.parallelism)
 
@@ -169,8 +180,14 @@ class SinkProcessor(Processor):
         self.writer.close()
 
 
-def make_processor(task_id: str, op: OperatorSpec, index: int, outputs: Outputs,
-                   metrics: TaskMetrics, state: KeyedState | None) -> Processor:
+def make_processor(
+    task_id: str,
+    op: OperatorSpec,
+    index: int,
+    outputs: Outputs,
+    metrics: TaskMetrics,
+    state: KeyedState | None,
+) -> Processor:
     if op.kind == "map":
         return MapProcessor(task_id, op, outputs, metrics)
     if op.kind == "flat_map":
