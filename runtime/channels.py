@@ -380,10 +380,12 @@ class DataServer:
         secret: str,
         inputs: dict[str, InputChannel],
         on_error: Callable[[str], None] | None = None,
+        on_state: Callable[[tuple], None] | None = None,
     ) -> None:
         self.secret = secret
         self.inputs = inputs
         self.on_error = on_error
+        self.on_state = on_state
         self.server: asyncio.Server | None = None
         self._conns: set[asyncio.Task] = set()
 
@@ -422,6 +424,11 @@ class DataServer:
             while True:
                 frame = await protocol.read_frame(reader, peer)
                 tag, key = frame[0], frame[1]
+                if tag == protocol.STATE:
+                    if self.on_state is None:
+                        raise ChannelError(f"{peer} sent state, which this worker cannot take")
+                    self.on_state(frame)
+                    continue
                 ch = seen.get(key)
                 if ch is None:
                     ch = inputs.get(key)

@@ -123,12 +123,20 @@ class Outputs:
     """The output edges of one task and its batching policy."""
 
     def __init__(self, edges: Sequence[Edge], batch_size: int, linger_s: float) -> None:
-        self.edges = list(edges)
-        self.channels: list[OutputChannel] = [ch for e in self.edges for ch in e.channels]
+        self.set_edges(edges)
         self.batch_size = batch_size
         self.linger_s = linger_s
         self._since: float | None = None  # when the oldest pending record was emitted
         self.records_out = 0
+
+    def set_edges(self, edges: Sequence[Edge]) -> None:
+        """Swap the routing (between batches: nothing may be pending)."""
+        self.edges = list(edges)
+        self.channels: list[OutputChannel] = list({id(ch): ch for e in self.edges for ch in e.channels}.values())
+
+    def channel_map(self) -> dict[str, OutputChannel]:
+        """Current channels by target task (reused when edges are rebuilt)."""
+        return {ch.target: ch for ch in self.channels}
 
     def emit(self, values: Sequence, stamps: Sequence[float]) -> None:
         """Route records into the channels' pending buffers (no I/O)."""

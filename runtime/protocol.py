@@ -8,23 +8,31 @@ Control connection (worker dials the coordinator). Messages are msgpack maps wit
 
 1. worker -> ``register`` {secret, host, pid, cpus, memory_mb, data_host, data_port, name}
 2. coordinator -> ``registered`` {worker_id, heartbeat_s} or ``refused`` {reason}, then closes.
-3. coordinator -> ``deploy`` {job_id, graph (pickled JobGraph), placement {task: worker},
-   workers {worker: [host, port]}, assignment {operator: [[key groups] per task]},
-   weights {operator: [weight per task]}, config {batch_size, linger_s, credits}}
+3. coordinator -> ``deploy`` {job_id, graph (pickled JobGraph), layout (see
+   :class:`runtime.layout.Layout`), workers {worker: [host, port]}, config {batch_size,
+   linger_s, credits}}
    worker -> ``deployed`` {job_id} or ``deploy_failed`` {job_id, error}
 4. coordinator -> ``start`` {job_id}; worker -> ``started`` {job_id}
 5. worker -> ``metrics`` {worker_id, time, cpu_percent, rss_mb, tasks {task: snapshot}}
    every second; worker -> ``task_finished`` {job_id, task} and
    ``task_failed`` {job_id, task, error}; coordinator -> ``stop`` {job_id}.
-   Barriers (later issues): coordinator -> ``inject_barrier`` {job_id, kind, id};
-   worker -> ``barrier_ack`` {job_id, task, kind, id}.
-6. When the control connection closes, the worker stops its tasks and exits.
+   coordinator -> ``inject_barrier`` {job_id, kind, id}; worker -> ``barrier_ack``
+   {job_id, task, kind, id} for checkpoint barriers.
+6. Reconfiguration (see :mod:`runtime.deployment`): coordinator -> ``prepare`` {job_id,
+   rid, barrier_id, layout, affected, workers}; worker -> ``prepared`` / ``prepare_failed``
+   {job_id, rid, error}; the reconfiguration barrier is injected; worker -> ``paused``
+   {job_id, rid, task} per affected task; coordinator -> ``update`` {job_id, rid};
+   worker -> ``updated`` {job_id, rid, task, pause_ms, update_ms} per task, or
+   ``update_failed`` {job_id, rid, error}; coordinator -> ``abort`` {job_id, rid}.
+7. When the control connection closes, the worker stops its tasks and exits.
 
 Data connection (the sending worker dials the receiving worker's data address): the first
 frame is ``[HELLO, worker_id, secret]``; then ``[DATA, channel, values, timestamps]``,
 ``[BARRIER, channel, kind, id]``, ``[END, channel]`` flow to the receiver and
 ``[CREDIT, [[channel, n], ...]]`` flows back on the same connection (credits returned
-in one event-loop iteration travel together). ``channel`` is
+in one event-loop iteration travel together). During a reconfiguration, state moves on
+the same links: ``[STATE, rid, task, part, seq, total, raw, chunk]`` (a key group's
+exported state, or a source position, in chunks). ``channel`` is
 ``"<upstream task>><downstream task>"``.
 """
 
@@ -43,6 +51,7 @@ __all__ = [
     "END",
     "HELLO",
     "MAX_FRAME",
+    "STATE",
     "FrameError",
     "channel_key",
     "encode",
@@ -51,7 +60,7 @@ __all__ = [
 ]
 
 # Data-plane frame tags.
-DATA, BARRIER, END, CREDIT, HELLO = 0, 1, 2, 3, 9
+DATA, BARRIER, END, CREDIT, STATE, HELLO = 0, 1, 2, 3, 4, 9
 
 MAX_FRAME = 256 * 1024 * 1024  # refuse absurd lengths from a corrupt or hostile peer
 _LEN = struct.Struct(">I")

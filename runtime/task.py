@@ -50,7 +50,9 @@ class TaskHost(Protocol):
 
     def task_finished(self, task: BaseTask) -> None: ...
     def task_failed(self, task: BaseTask, error: str) -> None: ...
-    def barrier_aligned(self, task: BaseTask, barrier: Barrier) -> None: ...
+    def barrier_aligned(self, task: BaseTask, barrier: Barrier) -> bool:
+        """Told after ``barrier`` was forwarded; returns True if the task must pause."""
+        ...
 
 
 class BaseTask:
@@ -71,6 +73,25 @@ class BaseTask:
         self.host = host
         self.status = "created"
         self._runner: asyncio.Task | None = None
+        self._resume: asyncio.Future | None = None
+        self._paused_at = 0.0
+
+    @property
+    def paused(self) -> bool:
+        return self._resume is not None and not self._resume.done()
+
+    async def _pause(self) -> None:
+        """Stop here (inputs unread, outputs flushed) until :meth:`resume` is called."""
+        self._paused_at = time.perf_counter()
+        self._resume = asyncio.get_running_loop().create_future()
+        await self._resume
+
+    def resume(self) -> float:
+        """Let a paused task go on; returns how long it was paused, in seconds."""
+        if self._resume is None or self._resume.done():
+            return 0.0
+        self._resume.set_result(None)
+        return time.perf_counter() - self._paused_at
 
     def start(self, start_time: float) -> None:
         """Begin running; ``start_time`` is the job's common clock origin (sources' rates)."""
@@ -204,8 +225,11 @@ class StreamTask(BaseTask):
                 raise TypeError(f"task {self.task_id!r}: unexpected item {item!r} on {ch.key}")
             if isinstance(decision, Forward):
                 await outputs.broadcast(decision.barrier)
-                self.host.barrier_aligned(self, decision.barrier)
                 gate.unblock_all()
+                if self.host.barrier_aligned(self, decision.barrier):
+                    # Affected by a reconfiguration: wait for this task's update.
+                    await self._pause()
+                    outputs, processor = self.outputs, self.processor
             elif isinstance(decision, Finished):
                 processor.close()
                 await outputs.broadcast(EndOfStream())
@@ -230,9 +254,16 @@ class SourceTask(BaseTask):
         self._wakeup = asyncio.Event()
         self._closed = False
 
-    def start(self, start_time: float) -> None:
-        self.reader = self.op.logic.open(self.index, self.op.parallelism, start_time)
+    def start(self, start_time: float, position: object = None, parallelism: int | None = None) -> None:
+        """Open the reader (seeking to ``position`` if given, for a moved task) and run."""
+        self.reader = self.op.logic.open(self.index, parallelism or self.op.parallelism, start_time)
+        if position is not None:
+            self.reader.seek(position)
         super().start(start_time)
+
+    def abort_barrier(self, barrier_id: int) -> None:
+        """Drop a barrier that was asked for but not emitted yet."""
+        self._barriers = deque(b for b in self._barriers if b.id != barrier_id)
 
     def inject(self, barrier: Barrier) -> None:
         """Emit ``barrier`` after the records already emitted (called by the worker)."""
@@ -249,7 +280,8 @@ class SourceTask(BaseTask):
         while self._barriers:
             barrier = self._barriers.popleft()
             await self.outputs.broadcast(barrier)
-            self.host.barrier_aligned(self, barrier)
+            if self.host.barrier_aligned(self, barrier):
+                await self._pause()
 
     async def _run(self) -> None:
         reader, outputs, metrics = self.reader, self.outputs, self.metrics
@@ -260,6 +292,7 @@ class SourceTask(BaseTask):
         while True:
             if self._barriers:
                 await self._emit_barriers()
+                outputs = self.outputs
             t0 = clock()
             now = wall()
             polled = reader.poll(now, batch_size)

@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import pickle
 import signal
 import socket
 import sys
@@ -30,24 +29,13 @@ from typing import Any
 import psutil
 
 from . import protocol
-from .channels import (
-    DataServer,
-    InputChannel,
-    InputGate,
-    LocalOutputChannel,
-    OutputChannel,
-    PeerLink,
-)
-from .dataflow import JobGraph, OperatorSpec
-from .keygroups import key_group_fn, owner_table
-from .metrics import TaskMetrics
-from .operators import make_processor
-from .partitioning import BroadcastEdge, Edge, ForwardEdge, KeyGroupEdge, Outputs, RebalanceEdge
+from .channels import DataServer, InputChannel
+from .deployment import JobRuntime, StateInbox
+from .layout import Layout
 from .records import Barrier, BarrierKind
-from .state import KeyedState
-from .task import BaseTask, SourceTask, StreamTask
+from .task import BaseTask
 
-__all__ = ["JobRuntime", "Worker", "main"]
+__all__ = ["Worker", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,132 +47,6 @@ EXIT_REFUSED = 2
 
 class RegistrationRefused(RuntimeError):
     """The coordinator refused this worker (wrong secret, or it said why)."""
-
-
-class JobRuntime:
-    """The tasks of one job that run on this worker, and their channels."""
-
-    def __init__(self, worker: Worker, msg: dict[str, Any]) -> None:
-        self.worker = worker
-        self.job_id: str = msg["job_id"]
-        self.graph: JobGraph = pickle.loads(msg["graph"])
-        self.placement: dict[str, str] = dict(msg["placement"])
-        self.peers: dict[str, tuple[str, int]] = {
-            w: (a[0], int(a[1])) for w, a in msg["workers"].items()
-        }
-        self.assignment: dict[str, list[list[int]]] = {
-            k: [list(g) for g in v] for k, v in msg.get("assignment", {}).items()
-        }
-        self.weights: dict[str, list[float]] = {
-            k: list(v) for k, v in msg.get("weights", {}).items()
-        }
-        config = dict(msg.get("config", {}))
-        self.batch_size = int(config.get("batch_size", 512))
-        self.linger_s = float(config.get("linger_s", 0.005))
-        self.credits = int(config.get("credits", 8))
-        self.tasks: dict[str, BaseTask] = {}
-        self.inputs: dict[str, InputChannel] = {}
-        self.links: dict[str, PeerLink] = {}
-
-    def local_tasks(self) -> list[tuple[OperatorSpec, int, str]]:
-        me = self.worker.worker_id
-        return [
-            (op, i, tid)
-            for op in self.graph.operators
-            for i, tid in enumerate(op.task_ids())
-            if self.placement.get(tid) == me
-        ]
-
-    async def deploy(self) -> None:
-        """Create this worker's tasks, their input channels, and links to peers."""
-        local = self.local_tasks()
-        gates: dict[str, InputGate] = {}
-        # Input channels first: local output channels hand items straight to them.
-        for op, i, tid in local:
-            gate = InputGate()
-            for inp in op.inputs:
-                up = self.graph.operator(inp.upstream)
-                ups = [up.task_ids()[i]] if inp.partitioning == "forward" else up.task_ids()
-                for ut in ups:
-                    key = protocol.channel_key(ut, tid)
-                    ch = InputChannel(key, ut, inp.key)
-                    self.inputs[key] = ch
-                    self.worker.inputs[key] = ch
-                    gate.add(ch)
-            gates[tid] = gate
-        for op, i, tid in local:
-            outputs = Outputs(await self._edges(op, i, tid), self.batch_size, self.linger_s)
-            metrics = TaskMetrics(op.max_parallelism if op.keyed else 0, sink=op.kind == "sink")
-            task: BaseTask
-            if op.kind == "source":
-                task = SourceTask(tid, op, i, outputs, metrics, self.worker)
-            else:
-                state = None
-                if op.keyed:
-                    groups = self.assignment.get(op.name)
-                    if groups is None or len(groups) != op.parallelism:
-                        raise ValueError(
-                            f"deploy: no key-group assignment for keyed operator {op.name!r}"
-                        )
-                    state = KeyedState(tid, groups[i])
-                processor = make_processor(tid, op, i, outputs, metrics, state)
-                task = StreamTask(tid, op, i, outputs, metrics, self.worker, gates[tid], processor)
-            task.job_id = self.job_id  # type: ignore[attr-defined]
-            self.tasks[tid] = task
-
-    async def _edges(self, op: OperatorSpec, index: int, tid: str) -> list[Edge]:
-        edges: list[Edge] = []
-        for down, inp in self.graph.downstream(op.name):
-            targets = [down.task_ids()[index]] if inp.partitioning == "forward" else down.task_ids()
-            chans = [await self._output_channel(tid, t) for t in targets]
-            if inp.partitioning == "forward":
-                edges.append(ForwardEdge(down.name, chans))
-            elif inp.partitioning == "broadcast":
-                edges.append(BroadcastEdge(down.name, chans))
-            elif inp.partitioning == "rebalance":
-                edges.append(RebalanceEdge(down.name, chans, self.weights.get(down.name)))
-            else:
-                owner = owner_table(self.assignment[down.name], down.max_parallelism)
-                edges.append(
-                    KeyGroupEdge(
-                        down.name, chans, inp.key, key_group_fn(down.max_parallelism), owner
-                    )
-                )
-        return edges
-
-    async def _output_channel(self, src: str, dst: str) -> OutputChannel:
-        from .channels import RemoteOutputChannel
-
-        key = protocol.channel_key(src, dst)
-        target_worker = self.placement[dst]
-        if target_worker == self.worker.worker_id:
-            return LocalOutputChannel(key, dst, self.credits, self.inputs[key])
-        link = self.links.get(target_worker)
-        if link is None:
-            host, port = self.peers[target_worker]
-            link = await PeerLink.connect(
-                target_worker, host, port, self.worker.worker_id, self.worker.secret
-            )
-            link.on_error = lambda exc, w=target_worker: self.worker.peer_failed(self, w, exc)
-            self.links[target_worker] = link
-        return RemoteOutputChannel(key, dst, self.credits, link)
-
-    def start(self, start_time: float) -> None:
-        for task in self.tasks.values():
-            task.start(start_time)
-
-    def inject(self, barrier: Barrier) -> None:
-        for task in self.tasks.values():
-            if isinstance(task, SourceTask):
-                task.inject(barrier)
-
-    async def stop(self) -> None:
-        for task in self.tasks.values():
-            await task.stop()
-        for link in self.links.values():
-            await link.close()
-        for key in self.inputs:
-            self.worker.inputs.pop(key, None)
 
 
 class Worker:
@@ -209,7 +71,9 @@ class Worker:
         self.worker_id = ""
         self.inputs: dict[str, InputChannel] = {}
         self.jobs: dict[str, JobRuntime] = {}
-        self.data = DataServer(secret, self.inputs, on_error=self.data_failed)
+        self.state = StateInbox()
+        self.data = DataServer(secret, self.inputs, on_error=self.data_failed, on_state=self.state.put_frame)
+        self._updates: set[asyncio.Task] = set()
         self._writer: asyncio.StreamWriter | None = None
         self._process = psutil.Process()
 
@@ -234,16 +98,21 @@ class Worker:
             {"type": "task_failed", "job_id": task.job_id, "task": task.task_id, "error": error}
         )  # type: ignore[attr-defined]
 
-    def barrier_aligned(self, task: BaseTask, barrier: Barrier) -> None:
+    def barrier_aligned(self, task: BaseTask, barrier: Barrier) -> bool:
+        """Checkpoint barriers are acked; for a reconfiguration, the job says who pauses."""
+        job = self.jobs.get(task.job_id)  # type: ignore[attr-defined]
+        if barrier.kind is BarrierKind.RECONFIG:
+            return job is not None and job.barrier_aligned(task, barrier)
         self.send(
             {
                 "type": "barrier_ack",
-                "job_id": task.job_id,
-                "task": task.task_id,  # type: ignore[attr-defined]
+                "job_id": task.job_id,  # type: ignore[attr-defined]
+                "task": task.task_id,
                 "kind": barrier.kind.value,
                 "id": barrier.id,
             }
         )
+        return False
 
     def peer_failed(self, job: JobRuntime, peer: str, exc: BaseException) -> None:
         self.send(
@@ -306,6 +175,8 @@ class Worker:
             await self._control_loop(reader)
         finally:
             reporter.cancel()
+            for t in list(self._updates):
+                t.cancel()
             for job in list(self.jobs.values()):
                 await job.stop()
             await self.data.close()
@@ -330,6 +201,17 @@ class Worker:
                 job = self.jobs.get(msg["job_id"])
                 if job is not None:
                     job.inject(Barrier(BarrierKind(msg["kind"]), int(msg["id"])))
+            elif kind == "prepare":
+                await self._prepare(msg)
+            elif kind == "update":
+                t = asyncio.create_task(self._update(msg))
+                self._updates.add(t)
+                t.add_done_callback(self._updates.discard)
+            elif kind == "abort":
+                job = self.jobs.get(msg["job_id"])
+                if job is not None:
+                    job.abort(int(msg["rid"]))
+                self.send({"type": "aborted", "job_id": msg["job_id"], "rid": msg["rid"]})
             elif kind == "stop":
                 job = self.jobs.pop(msg["job_id"], None)
                 if job is not None:
@@ -339,6 +221,36 @@ class Worker:
                 return
             else:
                 logger.warning("ignoring unknown message %r", kind)
+
+    async def _prepare(self, msg: dict[str, Any]) -> None:
+        job = self.jobs.get(msg["job_id"])
+        reply = {"job_id": msg["job_id"], "rid": msg["rid"]}
+        try:
+            if job is None:
+                raise RuntimeError(f"job {msg['job_id']} does not run here")
+            peers = {w: (a[0], int(a[1])) for w, a in msg.get("workers", {}).items()}
+            await job.prepare(int(msg["rid"]), int(msg["barrier_id"]), Layout.from_wire(msg["layout"]),
+                              set(msg["affected"]), peers)
+        except Exception as exc:
+            logger.debug("prepare failed", exc_info=True)
+            self.send({"type": "prepare_failed", **reply,
+                       "error": f"worker {self.worker_id}: {type(exc).__name__}: {exc}"})
+            return
+        self.send({"type": "prepared", **reply})
+
+    async def _update(self, msg: dict[str, Any]) -> None:
+        job = self.jobs.get(msg["job_id"])
+        reply = {"job_id": msg["job_id"], "rid": msg["rid"]}
+        try:
+            if job is None:
+                raise RuntimeError(f"job {msg['job_id']} does not run here")
+            await job.update(int(msg["rid"]))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.debug("update failed", exc_info=True)
+            self.send({"type": "update_failed", **reply,
+                       "error": f"worker {self.worker_id}: {type(exc).__name__}: {exc}"})
 
     async def _deploy(self, msg: dict[str, Any]) -> None:
         job_id = msg["job_id"]

@@ -40,7 +40,9 @@ def source(name: str = "src", parallelism: int = 1) -> OperatorSpec:
     return OperatorSpec(name, "source", GEN, parallelism)
 
 
-def mapper(name: str = "m", *inputs: InputSpec, parallelism: int = 1, logic=identity) -> OperatorSpec:
+def mapper(
+    name: str = "m", *inputs: InputSpec, parallelism: int = 1, logic=identity
+) -> OperatorSpec:
     return OperatorSpec(name, "map", logic, parallelism, inputs or (InputSpec("src"),))
 
 
@@ -206,7 +208,8 @@ def test_key_groups_into_a_non_keyed_operator() -> None:
 
 def test_key_groups_without_key_selector() -> None:
     refuse(
-        [source(), keyed("count", key=None)], "operator 'count': input from 'src' has no key selector"
+        [source(), keyed("count", key=None)],
+        "operator 'count': input from 'src' has no key selector",
     )
 
 
@@ -259,7 +262,7 @@ def test_unpicklable_callable_gets_the_generic_hint() -> None:
 def test_builder_reports_lambdas_at_compile() -> None:
     flow = Dataflow("job")
     flow.source("src", GEN).map("m", lambda r: r).sink("out", Null())
-    with pytest.raises(DataflowError, match="operator 'm'.*module level"):
+    with pytest.raises(DataflowError, match=r"operator 'm'.*module level"):
         flow.compile()
 
 

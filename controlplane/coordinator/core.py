@@ -3,7 +3,7 @@
 It runs on the control plane's asyncio loop, listens for workers on a TCP port and speaks
 the protocol of :mod:`runtime.protocol`. Deployment of a job:
 
-1. Place the tasks (:func:`~controlplane.coordinator.placement.initial_placement`).
+1. Place the tasks (:meth:`runtime.layout.Layout.initial`).
 2. Send ``deploy`` to every worker hosting a task; each creates its tasks and channels.
 3. Wait for every ``deployed`` (``DEPLOY_TIMEOUT_S``); any ``deploy_failed`` fails the job
    and stops it everywhere.
@@ -31,7 +31,7 @@ from runtime.dataflow import JobGraph
 from runtime.records import BarrierKind
 
 from .metrics import JobMetrics
-from .placement import Placement, initial_placement
+from runtime.layout import Layout
 
 __all__ = ["Coordinator", "CoordinatorError", "Job", "RuntimeConfig", "WorkerInfo"]
 
@@ -89,12 +89,14 @@ class _WorkerConn:
 
 
 class Job:
-    """A deployed job: its graph, placement, status and metrics."""
+    """A deployed job: its graph, layout, status and metrics."""
 
-    def __init__(self, job_id: str, graph: JobGraph, placement: Placement) -> None:
+    def __init__(self, job_id: str, graph: JobGraph, layout: Layout) -> None:
         self.id = job_id
         self.graph = graph
-        self.placement = placement
+        self.layout = layout
+        self.reconfigurations: list = []  # Reconfiguration records, oldest first
+        self.lock = asyncio.Lock()  # one reconfiguration at a time
         self.status = "starting"  # starting | running | finished | failed | stopped
         self.error: str | None = None
         self.started_at: float | None = None
@@ -231,18 +233,16 @@ class Coordinator:
         ids = workers or [w.id for w in self.alive_workers()]
         if not ids:
             raise CoordinatorError("no workers are registered: start some before submitting a job")
-        placement = initial_placement(graph, ids)
-        job = Job(f"job-{next(self._job_ids)}", graph, placement)
+        layout = Layout.initial(graph, ids)
+        job = Job(f"job-{next(self._job_ids)}", graph, layout)
         self.jobs[job.id] = job
-        used = placement.workers_used()
+        used = layout.workers_used()
         msg = {
             "type": "deploy",
             "job_id": job.id,
             "graph": pickle.dumps(graph),
-            "placement": placement.tasks,
+            "layout": layout.to_wire(),
             "workers": {w.id: [w.data_host, w.data_port] for w in self.alive_workers()},
-            "assignment": placement.assignment,
-            "weights": placement.weights,
             "config": self.config.to_dict(),
         }
         loop = asyncio.get_running_loop()
@@ -295,7 +295,7 @@ class Coordinator:
         fut = asyncio.get_running_loop().create_future()
         pending = set(job.graph.task_ids()) - job.finished_tasks
         job._barrier_waits[bid] = (pending, fut)
-        for wid in job.placement.workers_used():
+        for wid in job.layout.workers_used():
             self._conns[wid].send(
                 {"type": "inject_barrier", "job_id": job_id, "kind": kind.value, "id": bid}
             )
@@ -322,7 +322,7 @@ class Coordinator:
             self._stop_everywhere(job)
 
     def _stop_everywhere(self, job: Job) -> None:
-        for wid in job.placement.workers_used():
+        for wid in job.layout.workers_used():
             conn = self._conns.get(wid)
             if conn is not None:
                 conn.send({"type": "stop", "job_id": job.id})
@@ -410,7 +410,7 @@ class Coordinator:
         self._conns.pop(info.id, None)
         cause = info.error or "control connection lost"
         for job in self.jobs.values():
-            if job.done or info.id not in job.placement.workers_used():
+            if job.done or info.id not in job.layout.workers_used():
                 continue
             msg = f"worker {info.id} (pid {info.pid} on {info.host}) died: {cause}"
             if job.status == "starting":
@@ -432,10 +432,10 @@ class Coordinator:
             for job in self.jobs.values():
                 job.metrics.add_worker(
                     info.id, info.cpu_percent, info.rss_mb
-                ) if info.id in job.placement.workers_used() else None
+                ) if info.id in job.layout.workers_used() else None
             for task, snap in dict(msg.get("tasks", {})).items():
                 for job in self.jobs.values():
-                    if task in job.metrics.operator_of and job.placement.tasks.get(task) == info.id:
+                    if task in job.metrics.operator_of and job.layout.placement.get(task) == info.id:
                         job.metrics.add(now, task, snap)
             return
         job = self.jobs.get(msg.get("job_id", ""))
@@ -450,7 +450,7 @@ class Coordinator:
                 job.metrics.add(time.time(), msg["task"], msg["metrics"])
             job.finished_tasks.add(msg["task"])
             self._check_barriers(job, msg["task"], None)
-            if len(job.finished_tasks) == len(job.placement.tasks) and job._end("finished"):
+            if len(job.finished_tasks) == len(job.layout.placement) and job._end("finished"):
                 logger.info("job %s finished", job.id)
                 self._stop_everywhere(job)
         elif kind == "task_failed":

@@ -1,0 +1,490 @@
+"""One job's tasks on one worker, built from the job's :class:`~runtime.layout.Layout`, and
+their live reconfiguration.
+
+The worker's part of the reconfiguration protocol (the coordinator drives the steps):
+
+1. ``prepare(rid, barrier_id, new_layout, affected)``: create the tasks that are new here
+   (idle, not started), register input channels for every channel that will exist into a
+   task here (data that arrives early waits in them), load new logic, connect to new
+   peers. Nothing running changes; :meth:`abort` undoes all of it.
+2. Sync: when an affected task has aligned the reconfiguration barrier and forwarded it,
+   :meth:`barrier_aligned` tells it to pause (the worker acks ``paused``); unaffected tasks
+   go on.
+3. ``update(rid)``: each affected task here applies its own part and resumes at once:
+   routing tables and output channels are rebuilt (channels to unchanged targets are
+   kept), input channels added or removed, key groups that leave are exported and shipped
+   straight to their new owner's worker (in chunks), key groups that arrive are awaited
+   and imported, logic is swapped, removed tasks stop, new tasks start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pickle
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import protocol
+from .channels import (
+    InputChannel,
+    InputGate,
+    LocalOutputChannel,
+    OutputChannel,
+    PeerLink,
+    RemoteOutputChannel,
+)
+from .codec import packb, unpackb
+from .dataflow import JobGraph, OperatorSpec
+from .keygroups import key_group_fn
+from .layout import Layout, affected_tasks, split_task_id
+from .metrics import TaskMetrics
+from .operators import KeyedProcessor, SinkProcessor, make_processor
+from .partitioning import BroadcastEdge, Edge, ForwardEdge, KeyGroupEdge, Outputs, RebalanceEdge
+from .records import Barrier, BarrierKind
+from .state import KeyedState
+from .task import BaseTask, SourceTask, StreamTask
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+__all__ = ["JobRuntime", "ReconfigError", "StateInbox"]
+
+logger = logging.getLogger(__name__)
+
+STATE_CHUNK_BYTES = 1 << 20  # key-group state travels in frames of at most this size
+
+
+class ReconfigError(RuntimeError):
+    """A reconfiguration step that cannot be carried out on this worker."""
+
+
+class StateInbox:
+    """Key-group state (and source positions) arriving for tasks on this worker.
+
+    Parts arrive from other workers in chunks, or from tasks on this worker as objects; a
+    task's update waits for the parts it expects with :meth:`take`.
+    """
+
+    def __init__(self) -> None:
+        self._parts: dict[tuple[int, str], dict[Any, Any]] = {}
+        self._chunks: dict[tuple[int, str, Any], list[bytes | None]] = {}
+        self._changed = asyncio.Event()
+
+    def put(self, rid: int, task: str, part: Any, data: Any) -> None:
+        self._parts.setdefault((rid, task), {})[part] = data
+        self._changed.set()
+
+    def put_frame(self, frame: tuple) -> None:
+        """A ``[STATE, rid, task, part, seq, total, raw, chunk]`` frame from a peer."""
+        _, rid, task, part, seq, total, raw, chunk = frame
+        key = (rid, task, part)
+        chunks = self._chunks.setdefault(key, [None] * total)
+        chunks[seq] = chunk
+        if all(c is not None for c in chunks):
+            del self._chunks[key]
+            data = b"".join(chunks)  # type: ignore[arg-type]
+            self.put(rid, task, part, data if raw else unpackb(data))
+
+    async def take(self, rid: int, task: str, parts: set[Any]) -> dict[Any, Any]:
+        """Wait until every part in ``parts`` arrived for ``task``; remove and return them."""
+        while True:
+            got = self._parts.get((rid, task), {})
+            if parts <= got.keys():
+                return {p: got.pop(p) for p in parts}
+            self._changed.clear()
+            await self._changed.wait()
+
+    def drop(self, rid: int) -> None:
+        for key in [k for k in self._parts if k[0] == rid]:
+            del self._parts[key]
+        for key in [k for k in self._chunks if k[0] == rid]:
+            del self._chunks[key]
+
+
+@dataclass
+class _Pending:
+    """A prepared reconfiguration on this worker."""
+
+    rid: int
+    barrier_id: int
+    layout: Layout
+    affected: set[str]
+    new_tasks: dict[str, BaseTask] = field(default_factory=dict)
+    new_inputs: dict[str, InputChannel] = field(default_factory=dict)
+    paused: set[str] = field(default_factory=set)
+
+
+class JobRuntime:
+    """The tasks of one job that run on this worker, and their channels."""
+
+    def __init__(self, worker: Worker, msg: dict[str, Any]) -> None:
+        self.worker = worker
+        self.job_id: str = msg["job_id"]
+        self.graph: JobGraph = pickle.loads(msg["graph"])
+        self.layout = Layout.from_wire(msg["layout"])
+        self.peers: dict[str, tuple[str, int]] = {w: (a[0], int(a[1])) for w, a in msg["workers"].items()}
+        config = dict(msg.get("config", {}))
+        self.batch_size = int(config.get("batch_size", 512))
+        self.linger_s = float(config.get("linger_s", 0.005))
+        self.credits = int(config.get("credits", 8))
+        self.tasks: dict[str, BaseTask] = {}
+        self.inputs: dict[str, InputChannel] = {}
+        self.links: dict[str, PeerLink] = {}
+        self.start_time = 0.0
+        self.pending: _Pending | None = None
+        self.aborted_barriers: set[int] = set()
+
+    @property
+    def me(self) -> str:
+        return self.worker.worker_id
+
+    def local_task_ids(self, layout: Layout) -> list[str]:
+        return [t for t, w in layout.placement.items() if w == self.me]
+
+    # -- building ----------------------------------------------------------------------------
+
+    def _register_input(self, upstream: str, task: str, key_fn: Callable | None) -> InputChannel:
+        key = protocol.channel_key(upstream, task)
+        ch = self.inputs.get(key)
+        if ch is None:
+            ch = InputChannel(key, upstream, key_fn)
+            self.inputs[key] = ch
+            self.worker.inputs[key] = ch
+        return ch
+
+    def _unregister_input(self, key: str) -> None:
+        self.inputs.pop(key, None)
+        if self.worker.inputs.get(key) is not None:
+            del self.worker.inputs[key]
+
+    def _input_keys(self, task: str, layout: Layout) -> list[tuple[str, str, Callable | None]]:
+        op = self.graph.operator(split_task_id(task)[0])
+        return [
+            (protocol.channel_key(u, task), u, inp.key)
+            for inp in op.inputs
+            for u in layout.upstream_tasks(self.graph, task, inp)
+        ]
+
+    async def _link(self, worker_id: str) -> PeerLink:
+        link = self.links.get(worker_id)
+        if link is None:
+            host, port = self.peers[worker_id]
+            link = await PeerLink.connect(worker_id, host, port, self.me, self.worker.secret)
+            link.on_error = lambda exc, w=worker_id: self.worker.peer_failed(self, w, exc)
+            self.links[worker_id] = link
+        return link
+
+    async def _output_channel(self, src: str, dst: str, layout: Layout, reuse: dict[str, OutputChannel]) -> OutputChannel:
+        old = reuse.get(dst)
+        target_worker = layout.placement[dst]
+        if old is not None:
+            same_place = isinstance(old, LocalOutputChannel) == (target_worker == self.me)
+            if same_place and (target_worker == self.me or old.link.peer == target_worker):  # type: ignore[attr-defined]
+                return old
+        key = protocol.channel_key(src, dst)
+        if target_worker == self.me:
+            receiver = self.inputs.get(key)
+            if receiver is None:
+                raise ReconfigError(f"no input channel {key} on worker {self.me}")
+            return LocalOutputChannel(key, dst, self.credits, receiver)
+        return RemoteOutputChannel(key, dst, self.credits, await self._link(target_worker))
+
+    async def _edges(self, op: OperatorSpec, tid: str, layout: Layout, reuse: dict[str, OutputChannel]) -> list[Edge]:
+        edges: list[Edge] = []
+        for down, inp in self.graph.downstream(op.name):
+            targets = layout.downstream_tasks(tid, down.name, inp)
+            chans = [await self._output_channel(tid, t, layout, reuse) for t in targets]
+            if inp.partitioning == "forward":
+                edges.append(ForwardEdge(down.name, chans))
+            elif inp.partitioning == "broadcast":
+                edges.append(BroadcastEdge(down.name, chans))
+            elif inp.partitioning == "rebalance":
+                edges.append(RebalanceEdge(down.name, chans, [layout.weights.get(t, 1.0) for t in targets]))
+            else:
+                owner = layout.owner_table(down, targets)
+                edges.append(KeyGroupEdge(down.name, chans, inp.key, key_group_fn(down.max_parallelism), owner))
+        return edges
+
+    async def _make_task(self, tid: str, layout: Layout, gate: InputGate) -> BaseTask:
+        op = self.graph.operator(split_task_id(tid)[0])
+        index = split_task_id(tid)[1]
+        outputs = Outputs(await self._edges(op, tid, layout, {}), self.batch_size, self.linger_s)
+        metrics = TaskMetrics(op.max_parallelism if op.keyed else 0, sink=op.kind == "sink")
+        logic = layout.logic_of(op, tid)
+        if logic is not op.logic:
+            op = _with_logic(op, logic)
+        parallelism = len(layout.tasks_of(op.name))
+        task: BaseTask
+        if op.kind == "source":
+            task = SourceTask(tid, op, index, outputs, metrics, self.worker)
+            task.parallelism = parallelism  # type: ignore[attr-defined]
+        else:
+            state = KeyedState(tid, layout.assignment.get(tid, ())) if op.keyed else None
+            processor = make_processor(tid, op, index, outputs, metrics, state)
+            task = StreamTask(tid, op, index, outputs, metrics, self.worker, gate, processor)
+        task.job_id = self.job_id  # type: ignore[attr-defined]
+        return task
+
+    async def deploy(self) -> None:
+        """Create this worker's tasks and their channels (inputs first: local outputs need them)."""
+        local = sorted(self.local_task_ids(self.layout))
+        gates: dict[str, InputGate] = {}
+        for tid in local:
+            gate = InputGate()
+            for _key, u, key_fn in self._input_keys(tid, self.layout):
+                gate.add(self._register_input(u, tid, key_fn))
+            gates[tid] = gate
+        for tid in local:
+            self.tasks[tid] = await self._make_task(tid, self.layout, gates[tid])
+
+    def start(self, start_time: float) -> None:
+        self.start_time = start_time
+        for task in self.tasks.values():
+            _start(task, start_time)
+
+    def inject(self, barrier: Barrier) -> None:
+        for task in self.tasks.values():
+            if isinstance(task, SourceTask):
+                task.inject(barrier)
+
+    async def stop(self) -> None:
+        pending = self.pending
+        if pending is not None:
+            for task in pending.new_tasks.values():
+                task.close()
+        for task in self.tasks.values():
+            await task.stop()
+        for link in self.links.values():
+            await link.close()
+        for key in list(self.inputs):
+            self._unregister_input(key)
+
+    # -- reconfiguration ---------------------------------------------------------------------
+
+    def barrier_aligned(self, task: BaseTask, barrier: Barrier) -> bool:
+        """True if ``task`` must pause for the pending reconfiguration's update."""
+        p = self.pending
+        if barrier.kind is not BarrierKind.RECONFIG or p is None or barrier.id != p.barrier_id:
+            return False
+        if task.task_id not in p.affected:
+            return False
+        p.paused.add(task.task_id)
+        self.worker.send({"type": "paused", "job_id": self.job_id, "rid": p.rid, "task": task.task_id})
+        return True
+
+    async def prepare(self, rid: int, barrier_id: int, layout: Layout, affected: set[str],
+                      peers: dict[str, tuple[str, int]]) -> None:
+        """Step 1: get ready for ``layout`` without changing anything that runs."""
+        if self.pending is not None:
+            raise ReconfigError(f"reconfiguration {self.pending.rid} is still pending here")
+        own = affected_tasks(self.graph, self.layout, layout)
+        missing = sorted(own - affected)
+        if missing:
+            raise ReconfigError(f"tasks {missing} change but are not in the affected set")
+        for tid in affected:
+            task = self.tasks.get(tid)
+            if task is not None and task.status != "running":
+                raise ReconfigError(f"task {tid} is {task.status}; only running tasks can change")
+        self.peers.update(peers)
+        p = _Pending(rid, barrier_id, layout, set(affected))
+        try:
+            # Input channels for every channel into a task here that does not exist yet.
+            for tid in self.local_task_ids(layout):
+                for key, u, key_fn in self._input_keys(tid, layout):
+                    if key not in self.inputs:
+                        p.new_inputs[key] = self._register_input(u, tid, key_fn)
+            # New tasks here (including tasks moving in), idle until their update.
+            for tid in self.local_task_ids(layout):
+                if tid in self.tasks:
+                    continue
+                gate = InputGate()
+                for key, _u, _k in self._input_keys(tid, layout):
+                    gate.add(self.inputs[key])
+                p.new_tasks[tid] = await self._make_task(tid, layout, gate)
+            for tid, data in layout.logic.items():
+                if layout.placement.get(tid) == self.me and data != self.layout.logic.get(tid):
+                    pickle.loads(data)  # the new logic must load here
+        except BaseException:
+            for key in p.new_inputs:
+                self._unregister_input(key)
+            for task in p.new_tasks.values():
+                task.close()
+            raise
+        self.pending = p
+
+    def abort(self, rid: int) -> None:
+        """Undo a prepared reconfiguration; paused tasks resume on the old configuration."""
+        p = self.pending
+        if p is None or p.rid != rid:
+            return
+        self.pending = None
+        self.aborted_barriers.add(p.barrier_id)
+        for task in self.tasks.values():
+            if isinstance(task, SourceTask):
+                task.abort_barrier(p.barrier_id)
+            elif isinstance(task, StreamTask) and task.aligner.pending is not None and task.aligner.pending.id == p.barrier_id:
+                task.aligner.abort(p.barrier_id)
+                task.gate.unblock_all()
+            elif isinstance(task, StreamTask):
+                task.aligner.abort(p.barrier_id)
+        for key in p.new_inputs:
+            self._unregister_input(key)
+        for task in p.new_tasks.values():
+            task.close()
+        for tid in p.paused:
+            task = self.tasks.get(tid)
+            if task is not None:
+                task.resume()
+        self.worker.state.drop(rid)
+
+    async def update(self, rid: int) -> None:
+        """Step 3: every affected task here applies its part and resumes independently."""
+        p = self.pending
+        if p is None or p.rid != rid:
+            raise ReconfigError(f"update {rid} without a matching prepare")
+        old = self.layout
+        involved = sorted(t for t in p.affected if old.placement.get(t) == self.me or p.layout.placement.get(t) == self.me)
+        results = await asyncio.gather(*(self._update_task(p, old, tid) for tid in involved), return_exceptions=True)
+        errors = [f"{tid}: {r}" for tid, r in zip(involved, results, strict=True) if isinstance(r, BaseException)]
+        self.layout = p.layout
+        self.pending = None
+        if errors:
+            raise ReconfigError("; ".join(errors))
+
+    async def _update_task(self, p: _Pending, old: Layout, tid: str) -> None:
+        new = p.layout
+        was_here = old.placement.get(tid) == self.me
+        stays_here = new.placement.get(tid) == self.me
+        t0 = time.perf_counter()
+        if was_here and not stays_here:
+            # Removed, or moving to another worker: hand everything over, then stop.
+            task = self.tasks.pop(tid)
+            await self._ship_out(p, task, old, new, everything=True)
+            await task.stop()
+            if isinstance(task, StreamTask):
+                for key in list(task.gate.channels):
+                    self._unregister_input(key)
+            pause = task.resume()
+            self._report(p, tid, pause, t0)
+            return
+        if stays_here and not was_here:
+            task = p.new_tasks.pop(tid)
+            position = await self._ship_in(p, task, old, new)
+            self.tasks[tid] = task
+            if isinstance(task, SourceTask):
+                task.start(self.start_time, position, len(new.tasks_of(task.op.name)))
+            else:
+                task.start(self.start_time)
+            self._report(p, tid, 0.0, t0)
+            return
+        task = self.tasks[tid]
+        # Routing: rebuild edges, reusing channels whose target did not move.
+        task.outputs.set_edges(await self._edges(task.op, tid, new, task.outputs.channel_map()))
+        # Inputs: add prepared channels, remove channels of upstream tasks that are gone.
+        if isinstance(task, StreamTask):
+            wanted = self._input_keys_set(tid, new)
+            for key in list(task.gate.channels):
+                if key not in wanted:
+                    task.gate.remove(key)
+                    task.aligner.remove_input(key)
+                    self._unregister_input(key)
+            for key in wanted:
+                if key not in task.gate.channels:
+                    task.gate.add(self.inputs[key])
+                    task.aligner.add_input(key)
+        # State: ship what leaves, import what arrives.
+        await self._ship_out(p, task, old, new, everything=False)
+        await self._ship_in(p, task, old, new)
+        # Logic.
+        if new.logic.get(tid) != old.logic.get(tid) and isinstance(task, StreamTask):
+            task.processor.fn = new.logic_of(self.graph.operator(task.op.name), tid)
+        pause = task.resume()
+        self._report(p, tid, pause, t0)
+
+    def _input_keys_set(self, tid: str, layout: Layout) -> set[str]:
+        return {key for key, _u, _k in self._input_keys(tid, layout)}
+
+    def _report(self, p: _Pending, tid: str, pause_s: float, t0: float) -> None:
+        self.worker.send({"type": "updated", "job_id": self.job_id, "rid": p.rid, "task": tid,
+                          "pause_ms": round(pause_s * 1000, 3),
+                          "update_ms": round((time.perf_counter() - t0) * 1000, 3)})
+
+    async def _ship_out(self, p: _Pending, task: BaseTask, old: Layout, new: Layout, everything: bool) -> None:
+        """Send the state that leaves ``task`` to its new owners (worker to worker)."""
+        tid = task.task_id
+        if isinstance(task, SourceTask) and everything and task.reader is not None:
+            await self._send_part(p.rid, tid, new.placement[tid], "source", task.reader.position(), raw=False)
+            return
+        if isinstance(task, StreamTask) and isinstance(task.processor, SinkProcessor) and everything:
+            task.processor.close()
+            return
+        if not (isinstance(task, StreamTask) and isinstance(task.processor, KeyedProcessor)):
+            return
+        state = task.processor.state
+        kept = set() if everything else set(new.assignment.get(tid, ()))
+        op_tasks = new.tasks_of(task.op.name)
+        owner_of = {g: t for t in op_tasks for g in new.assignment.get(t, ())}
+        for g in [g for g in state.owned() if g not in kept]:
+            dest = owner_of[g]
+            dest_worker = new.placement[dest]
+            if dest_worker == self.me:
+                self.worker.state.put(p.rid, dest, g, state.group(g))  # no serialization
+            else:
+                await self._send_part(p.rid, dest, dest_worker, g, state.export_group(g), raw=True)
+            state.drop_group(g)
+
+    async def _send_part(self, rid: int, dest: str, dest_worker: str, part: Any, data: Any, raw: bool) -> None:
+        """Hand ``data`` to task ``dest``: directly on this worker, else in chunked frames.
+
+        ``raw`` data is bytes delivered as is (exported key-group state); other data is
+        msgpack-encoded on the way and decoded on arrival (a source position).
+        """
+        if dest_worker == self.me:
+            self.worker.state.put(rid, dest, part, data)
+            return
+        link = await self._link(dest_worker)
+        payload = data if raw else packb(data)
+        total = max(1, -(-len(payload) // STATE_CHUNK_BYTES))
+        for seq in range(total):
+            chunk = payload[seq * STATE_CHUNK_BYTES : (seq + 1) * STATE_CHUNK_BYTES]
+            link.send([protocol.STATE, rid, dest, part, seq, total, raw, chunk])
+            await link.writer.drain()
+
+    async def _ship_in(self, p: _Pending, task: BaseTask, old: Layout, new: Layout) -> Any:
+        """Wait for and import the state that arrives at ``task``; returns a source position."""
+        tid = task.task_id
+        if isinstance(task, SourceTask):
+            if old.placement.get(tid) not in (None, self.me):
+                got = await self.worker.state.take(p.rid, tid, {"source"})
+                return got["source"]
+            return None
+        if not (isinstance(task, StreamTask) and isinstance(task.processor, KeyedProcessor)):
+            return None
+        state = task.processor.state
+        have = set(state.owned()) if old.placement.get(tid) == self.me else set()
+        expected = set(new.assignment.get(tid, ())) - have
+        if not expected:
+            return None
+        got = await self.worker.state.take(p.rid, tid, expected)
+        for g, data in got.items():
+            if isinstance(data, bytes):
+                state.import_group(g, data)
+            else:
+                state.groups()[g] = data
+        return None
+
+
+def _start(task: BaseTask, start_time: float) -> None:
+    if isinstance(task, SourceTask):
+        task.start(start_time, None, getattr(task, "parallelism", None))
+    else:
+        task.start(start_time)
+
+
+def _with_logic(op: OperatorSpec, logic: Any) -> OperatorSpec:
+    from dataclasses import replace
+
+    return replace(op, logic=logic)

@@ -1,0 +1,181 @@
+"""The physical layout of a deployed job: where each task runs and what work it owns.
+
+A :class:`Layout` is what the coordinator sends a worker (on deploy, and whole again with
+every reconfiguration, so each worker can work out its own part by comparing old and
+new): task -> worker, keyed task -> key groups, other task -> weight, and per-task logic
+overrides (pickled) for tasks whose logic was swapped. The tasks of an operator are the
+layout's task ids ``"<operator>-<index>"``, ordered by index; a forward edge links the
+tasks with equal indices.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .dataflow import InputSpec, JobGraph, OperatorSpec
+from .keygroups import contiguous_split
+
+__all__ = ["Layout", "affected_tasks", "moved_key_groups", "split_task_id"]
+
+
+def split_task_id(task_id: str) -> tuple[str, int]:
+    """``"count-3"`` -> ``("count", 3)``; ValueError for anything else."""
+    name, sep, index = task_id.rpartition("-")
+    if not sep or not name or not index.isdigit():
+        raise ValueError(f"task id {task_id!r} is not '<operator>-<index>'")
+    return name, int(index)
+
+
+@dataclass(frozen=True)
+class Layout:
+    placement: Mapping[str, str]  # task -> worker
+    assignment: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # keyed task -> groups
+    weights: Mapping[str, float] = field(default_factory=dict)  # other task -> weight
+    logic: Mapping[str, bytes] = field(default_factory=dict)  # task -> pickled logic override
+
+    @classmethod
+    def initial(cls, graph: JobGraph, workers: list[str]) -> Layout:
+        """Task ``i`` of every operator on worker ``i mod n``; even key-group ranges."""
+        if not workers:
+            raise ValueError("no workers to place the job on")
+        placement: dict[str, str] = {}
+        assignment: dict[str, tuple[int, ...]] = {}
+        weights: dict[str, float] = {}
+        for op in graph.operators:
+            split = contiguous_split(op.max_parallelism, op.parallelism) if op.keyed else None
+            for i, tid in enumerate(op.task_ids()):
+                placement[tid] = workers[i % len(workers)]
+                if split is not None:
+                    assignment[tid] = tuple(split[i])
+                else:
+                    weights[tid] = 1.0
+        return cls(placement, assignment, weights)
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def tasks_of(self, operator: str) -> list[str]:
+        """The operator's task ids, ordered by index."""
+        found = [(split_task_id(t)[1], t) for t in self.placement if split_task_id(t)[0] == operator]
+        return [t for _, t in sorted(found)]
+
+    def workers_used(self) -> list[str]:
+        return sorted(set(self.placement.values()))
+
+    def upstream_tasks(self, graph: JobGraph, task: str, inp: InputSpec) -> list[str]:
+        """The tasks of ``inp.upstream`` that send to ``task`` over that input."""
+        ups = self.tasks_of(inp.upstream)
+        if inp.partitioning == "forward":
+            index = split_task_id(task)[1]
+            return [u for u in ups if split_task_id(u)[1] == index]
+        return ups
+
+    def downstream_tasks(self, task: str, down: str, inp: InputSpec) -> list[str]:
+        """The tasks of operator ``down`` that ``task`` sends to over ``inp``."""
+        downs = self.tasks_of(down)
+        if inp.partitioning == "forward":
+            index = split_task_id(task)[1]
+            return [d for d in downs if split_task_id(d)[1] == index]
+        return downs
+
+    def owner_table(self, op: OperatorSpec, targets: list[str]) -> list[int]:
+        """Key group -> index in ``targets`` of its owner; ValueError naming a bad group."""
+        position = {t: i for i, t in enumerate(targets)}
+        owner = [-1] * op.max_parallelism
+        for t in targets:
+            for g in self.assignment.get(t, ()):
+                if owner[g] != -1:
+                    raise ValueError(f"key group {g} of {op.name!r} is owned twice")
+                owner[g] = position[t]
+        missing = [g for g, o in enumerate(owner) if o == -1]
+        if missing:
+            raise ValueError(f"key groups {missing[:10]} of {op.name!r} have no owner")
+        return owner
+
+    def logic_of(self, op: OperatorSpec, task: str) -> Any:
+        data = self.logic.get(task)
+        return op.logic if data is None else pickle.loads(data)
+
+    def channels(self, graph: JobGraph) -> set[tuple[str, str]]:
+        """Every (upstream task, downstream task) pair connected by a channel."""
+        pairs = set()
+        for op in graph.operators:
+            for t in self.tasks_of(op.name):
+                for inp in op.inputs:
+                    pairs.update((u, t) for u in self.upstream_tasks(graph, t, inp))
+        return pairs
+
+    # -- wire format -----------------------------------------------------------------------
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "placement": dict(self.placement),
+            "assignment": {t: list(g) for t, g in self.assignment.items()},
+            "weights": dict(self.weights),
+            "logic": dict(self.logic),
+        }
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> Layout:
+        return cls(
+            placement=dict(data["placement"]),
+            assignment={t: tuple(g) for t, g in dict(data.get("assignment", {})).items()},
+            weights={t: float(w) for t, w in dict(data.get("weights", {})).items()},
+            logic=dict(data.get("logic", {})),
+        )
+
+    def replace(self, **changes: Any) -> Layout:
+        fields = {"placement": self.placement, "assignment": self.assignment,
+                  "weights": self.weights, "logic": self.logic}
+        fields.update(changes)
+        return Layout(**fields)
+
+
+def moved_key_groups(old: Layout, new: Layout, tasks: Iterable[str]) -> list[tuple[int, str, str]]:
+    """(group, from task, to task) for groups whose owner changes among ``tasks``."""
+    tasks = set(tasks)
+    before = {g: t for t, gs in old.assignment.items() if t in tasks for g in gs}
+    after = {g: t for t, gs in new.assignment.items() if t in tasks for g in gs}
+    return sorted((g, before[g], after[g]) for g in before.keys() & after.keys() if before[g] != after[g])
+
+
+def affected_tasks(graph: JobGraph, old: Layout, new: Layout) -> set[str]:
+    """The tasks a change from ``old`` to ``new`` touches (DESIGN section 3, step 1).
+
+    New and removed tasks; tasks whose worker, key groups, weight or logic change; the
+    direct upstream tasks of tasks that are new, removed, moved or whose work changes
+    (their routing changes); the direct downstream tasks whose set of upstream tasks
+    changes (a channel is added or removed). A downstream task of a task that only moves
+    is not affected: its input channel is reused by the task's new instance.
+    """
+    affected: set[str] = set()
+    rerouted: set[str] = set()  # targets whose upstream routing must change
+    for t in old.placement.keys() | new.placement.keys():
+        if t not in old.placement or t not in new.placement:
+            affected.add(t)
+            rerouted.add(t)
+            continue
+        if old.placement[t] != new.placement[t]:
+            affected.add(t)
+            rerouted.add(t)
+        if old.assignment.get(t) != new.assignment.get(t) or old.weights.get(t) != new.weights.get(t):
+            affected.add(t)
+            rerouted.add(t)
+        if old.logic.get(t) != new.logic.get(t):
+            affected.add(t)
+    old_pairs, new_pairs = old.channels(graph), new.channels(graph)
+    for u, d in old_pairs | new_pairs:
+        if d in rerouted and u in old.placement and u in new.placement:
+            affected.add(u)
+    ups_old: dict[str, set[str]] = {}
+    ups_new: dict[str, set[str]] = {}
+    for u, d in old_pairs:
+        ups_old.setdefault(d, set()).add(u)
+    for u, d in new_pairs:
+        ups_new.setdefault(d, set()).add(u)
+    for d in old.placement.keys() & new.placement.keys():
+        if ups_old.get(d, set()) != ups_new.get(d, set()):
+            affected.add(d)
+    return affected
