@@ -28,10 +28,10 @@ from typing import Any
 
 from runtime import protocol
 from runtime.dataflow import JobGraph
+from runtime.layout import Layout
 from runtime.records import BarrierKind
 
 from .metrics import JobMetrics
-from runtime.layout import Layout
 
 __all__ = ["Coordinator", "CoordinatorError", "Job", "RuntimeConfig", "WorkerInfo"]
 
@@ -121,6 +121,9 @@ class Job:
     def _end(self, status: str, error: str | None = None) -> bool:
         if self.done:
             return False
+        for rec in self.reconfigurations:
+            if not rec.done:
+                rec.on_failed(f"job {self.id} ended ({status}): {error or 'stopped'}")
         self.status = status
         self.error = error
         self.ended_at = time.time()
@@ -178,6 +181,7 @@ class Coordinator:
         self._barrier_ids = itertools.count(1)
         self._registered = asyncio.Condition()
         self._readers: set[asyncio.Task] = set()
+        self._active: dict[str, Any] = {}  # job id -> running Reconfiguration
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self._monitor: asyncio.Task | None = None
 
@@ -291,7 +295,7 @@ class Coordinator:
         job = self._job(job_id)
         if job.status != "running":
             raise CoordinatorError(f"job {job_id} is {job.status}, not running")
-        bid = next(self._barrier_ids)
+        bid = self._next_barrier_id()
         fut = asyncio.get_running_loop().create_future()
         pending = set(job.graph.task_ids()) - job.finished_tasks
         job._barrier_waits[bid] = (pending, fut)
@@ -309,6 +313,22 @@ class Coordinator:
         finally:
             job._barrier_waits.pop(bid, None)
         return bid
+
+    async def reconfigure(self, job_id: str, layout: Layout, *, wait: bool = True,
+                          sync_timeout_s: float | None = None, plan: Any = None) -> Any:
+        """Change the running job to ``layout`` live (see :mod:`.reconfig`); returns the record."""
+        from .reconfig import SYNC_TIMEOUT_S, reconfigure
+
+        return await reconfigure(self, self._job(job_id), layout, wait=wait, plan=plan,
+                                 sync_timeout_s=SYNC_TIMEOUT_S if sync_timeout_s is None else sync_timeout_s)
+
+    def _next_barrier_id(self) -> int:
+        return next(self._barrier_ids)
+
+    def _send(self, worker_id: str, msg: dict[str, Any]) -> None:
+        conn = self._conns.get(worker_id)
+        if conn is not None:
+            conn.send(msg)
 
     def _job(self, job_id: str) -> Job:
         try:
@@ -463,6 +483,20 @@ class Coordinator:
                 self._stop_everywhere(job)
         elif kind == "barrier_ack":
             self._check_barriers(job, msg["task"], int(msg["id"]))
+        elif kind in ("prepared", "prepare_failed", "paused", "updated", "update_failed"):
+            rec = self._active.get(job.id)
+            if rec is None or rec.id != msg.get("rid"):
+                return
+            if kind == "prepared":
+                rec.on_prepared(info.id, None)
+            elif kind == "prepare_failed":
+                rec.on_prepared(info.id, msg["error"])
+            elif kind == "paused":
+                rec.on_paused(msg["task"])
+            elif kind == "updated":
+                rec.on_updated(msg["task"], float(msg["pause_ms"]), float(msg["update_ms"]))
+            else:
+                rec.on_failed(msg["error"])
 
     def _check_barriers(self, job: Job, task: str, bid: int | None) -> None:
         for b, (pending, fut) in job._barrier_waits.items():

@@ -25,6 +25,13 @@ class JobMetrics:
         self.latency = LatencyHistogram()
         self.workers: dict[str, dict[str, float]] = {}
 
+    def track_tasks(self, operator_of: dict[str, str]) -> None:
+        """Follow tasks added by a reconfiguration (task -> operator)."""
+        for task, op in operator_of.items():
+            self.operator_of.setdefault(task, op)
+            self.records_in.setdefault(task, 0)
+            self.records_out.setdefault(task, 0)
+
     def add(self, now: float, task: str, snap: dict[str, Any]) -> None:
         self.samples.append((now, task, snap))
         self.records_in[task] = self.records_in.get(task, 0) + int(snap.get("records_in", 0))

@@ -1,0 +1,541 @@
+"""The task-centric abstraction of a job (DESIGN section 2): frozen, versioned, JSON-able.
+
+An :class:`Abstraction` is one version of a deployed job: its operators, each with its
+tasks (logic, workload, resources), and the workers the job may use. Every applied plan
+makes version N+1 (see :func:`controlplane.abstraction.apply_plan`); objects are never
+mutated. ``to_dict()`` gives plain JSON (lists, not tuples) and ``from_dict()`` reads it
+back equal to the original; ``from_dict`` checks the shape only (see
+:func:`~controlplane.abstraction.check_abstraction` for the invariants).
+
+Task ids are ``"<operator>-<index>"`` (operator names never contain ``-``), and the tasks of
+an operator are kept sorted by index.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from runtime.dataflow import JobGraph, logic_ref
+
+from . import _shape as shape
+from .errors import SchemaError, UnknownOperator, UnknownTask, UnknownWorker
+
+if TYPE_CHECKING:
+    from controlplane.coordinator.placement import Placement
+
+__all__ = [
+    "DEFAULT_SLOTS",
+    "DESIGN_KINDS",
+    "NEW_WORKER",
+    "PLACEABLE_STATUSES",
+    "PLACEHOLDER_STATUS",
+    "Abstraction",
+    "Input",
+    "Logic",
+    "Operator",
+    "Resources",
+    "Task",
+    "Worker",
+    "Workload",
+    "from_graph",
+    "next_placeholder",
+    "task_index",
+]
+
+DEFAULT_SLOTS = 64  # tasks of one job a worker may host unless it says otherwise
+NEW_WORKER = "new"  # the worker of assignResource that asks the backend for a fresh one
+PLACEHOLDER_STATUS = "pending"  # status of a requested worker, until the coordinator has it
+PLACEABLE_STATUSES = frozenset({"alive", PLACEHOLDER_STATUS})  # workers that may get tasks
+DESIGN_KINDS: Mapping[str, str] = {  # runtime kind -> DESIGN kind (JSON "transform" -> "kind")
+    "source": "source",
+    "map": "map",
+    "flat_map": "map",
+    "filter": "map",
+    "keyed": "keyed",
+    "sink": "sink",
+}
+PARTITIONINGS = ("forward", "rebalance", "key_groups", "broadcast")
+_INDEX = re.compile(r"0|[1-9][0-9]*")
+
+
+def task_index(task_id: str, operator: str) -> int | None:
+    """The index of ``task_id`` if it is ``"<operator>-<index>"`` (no leading zeros), else None."""
+    prefix = f"{operator}-"
+    if not task_id.startswith(prefix) or not _INDEX.fullmatch(task_id[len(prefix) :]):
+        return None
+    return int(task_id[len(prefix) :])
+
+
+def next_placeholder(taken: Iterable[str]) -> str:
+    """The id ``"new-<k>"`` (smallest k >= 1) not in ``taken``: the id a requested worker gets."""
+    taken = set(taken)
+    k = 1
+    while f"{NEW_WORKER}-{k}" in taken:
+        k += 1
+    return f"{NEW_WORKER}-{k}"
+
+
+@dataclass(frozen=True, slots=True)
+class Logic:
+    """The callable a task runs: ``ref`` (``module:callable`` or ``code:<id>:callable``) and a
+    version that grows by one each time ``assignLogic`` changes the operator's logic."""
+
+    ref: str
+    version: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ref": self.ref, "version": self.version}
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str = "logic") -> Logic:
+        d = shape.obj(data, path, ("ref", "version"))
+        return cls(shape.string(d["ref"], f"{path}.ref"), shape.integer(d["version"], f"{path}.version", 1))
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """What a task owns: ``key_groups`` (keyed operators; sorted) or ``weight`` (others: its
+    share of records on rebalance edges). Exactly one of the two is set."""
+
+    key_groups: tuple[int, ...] | None = None
+    weight: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.key_groups is None) == (self.weight is None):
+            raise SchemaError("workload: set exactly one of key_groups and weight")
+        if self.key_groups is not None:
+            object.__setattr__(self, "key_groups", tuple(sorted(self.key_groups)))
+        else:
+            object.__setattr__(self, "weight", float(self.weight))  # type: ignore[arg-type]
+
+    @property
+    def keyed(self) -> bool:
+        return self.key_groups is not None
+
+    @property
+    def owns_work(self) -> bool:
+        """True while the task owns key groups or a non-zero weight (it cannot be removed)."""
+        return bool(self.key_groups) if self.keyed else bool(self.weight)
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.key_groups is not None:
+            return {"key_groups": list(self.key_groups)}
+        return {"weight": self.weight}
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str = "workload") -> Workload:
+        d = shape.obj(data, path, (), ("key_groups", "weight"))
+        if ("key_groups" in d) == ("weight" in d):
+            raise SchemaError(f"{path}: expected exactly one of 'key_groups' and 'weight'")
+        if "weight" in d:
+            return cls(weight=shape.number(d["weight"], f"{path}.weight"))
+        groups = shape.array(d["key_groups"], f"{path}.key_groups")
+        return cls(key_groups=tuple(shape.integer(g, f"{path}.key_groups[{i}]") for i, g in enumerate(groups)))
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """Where a task runs: its worker and that worker's host, cpus and memory."""
+
+    worker: str
+    host: str
+    cpus: float
+    memory_mb: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"worker": self.worker, "host": self.host, "cpus": self.cpus, "memory_mb": self.memory_mb}
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str = "resources") -> Resources:
+        d = shape.obj(data, path, ("worker", "host", "cpus", "memory_mb"))
+        return cls(
+            shape.string(d["worker"], f"{path}.worker"),
+            _host(d["host"], f"{path}.host"),
+            shape.number(d["cpus"], f"{path}.cpus"),
+            shape.integer(d["memory_mb"], f"{path}.memory_mb", 0),
+        )
+
+
+def _host(value: Any, path: str) -> str:
+    if not isinstance(value, str):
+        raise SchemaError(f"{path}: expected a string, got {shape.json_type(value)}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One task: a stable id ``"<operator>-<index>"``, its logic, workload and resources."""
+
+    id: str
+    logic: Logic
+    workload: Workload
+    resources: Resources
+
+    @property
+    def operator(self) -> str:
+        return self.id.rpartition("-")[0]
+
+    @property
+    def index(self) -> int:
+        return int(self.id.rpartition("-")[2])
+
+    @property
+    def worker(self) -> str:
+        return self.resources.worker
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "logic": self.logic.to_dict(),
+            "workload": self.workload.to_dict(),
+            "resources": self.resources.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str = "task") -> Task:
+        d = shape.obj(data, path, ("id", "logic", "workload", "resources"))
+        return cls(
+            shape.string(d["id"], f"{path}.id"),
+            Logic.from_dict(d["logic"], f"{path}.logic"),
+            Workload.from_dict(d["workload"], f"{path}.workload"),
+            Resources.from_dict(d["resources"], f"{path}.resources"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    """One input of an operator: the upstream operator and the edge's partitioning."""
+
+    upstream: str
+    partitioning: str = "forward"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"upstream": self.upstream, "partitioning": self.partitioning}
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str = "input") -> Input:
+        d = shape.obj(data, path, ("upstream", "partitioning"))
+        part = shape.string(d["partitioning"], f"{path}.partitioning")
+        if part not in PARTITIONINGS:
+            raise SchemaError(f"{path}.partitioning: {part!r} is not one of {', '.join(PARTITIONINGS)}")
+        return cls(shape.string(d["upstream"], f"{path}.upstream"), part)
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One operator: ``kind`` is the runtime kind (source, map, flat_map, filter, keyed,
+    sink); :attr:`design_kind` is DESIGN's (source, map, keyed, sink). ``max_parallelism``
+    is the number of key groups of a keyed operator and None for the others.
+
+    Raises :class:`SchemaError` for an unknown kind, a task id that is not
+    ``"<name>-<index>"``, a duplicate index or a workload of the wrong kind. Tasks are
+    stored sorted by index.
+    """
+
+    name: str
+    kind: str
+    max_parallelism: int | None
+    inputs: tuple[Input, ...]
+    tasks: tuple[Task, ...]
+
+    def __post_init__(self) -> None:
+        where = f"operator {self.name!r}"
+        if self.kind not in DESIGN_KINDS:
+            raise SchemaError(f"{where}: unknown kind {self.kind!r}; one of {', '.join(DESIGN_KINDS)}")
+        if self.keyed != isinstance(self.max_parallelism, int):
+            raise SchemaError(f"{where}: max_parallelism must be an int for keyed operators only")
+        indexed = []
+        for t in self.tasks:
+            index = task_index(t.id, self.name)
+            if index is None:
+                raise SchemaError(f"{where}: task id {t.id!r} is not '{self.name}-<index>'")
+            if t.workload.keyed != self.keyed:
+                want = "key groups" if self.keyed else "a weight"
+                raise SchemaError(f"{where}: task {t.id!r} must own {want}")
+            indexed.append((index, t))
+        indexed.sort(key=lambda pair: pair[0])
+        for (a, _), (b, t) in zip(indexed, indexed[1:], strict=False):
+            if a == b:
+                raise SchemaError(f"{where}: task {t.id!r} appears twice")
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        object.__setattr__(self, "tasks", tuple(t for _, t in indexed))
+
+    @property
+    def design_kind(self) -> str:
+        return DESIGN_KINDS[self.kind]
+
+    @property
+    def keyed(self) -> bool:
+        return self.kind == "keyed"
+
+    @property
+    def task_ids(self) -> tuple[str, ...]:
+        return tuple(t.id for t in self.tasks)
+
+    @property
+    def parallelism(self) -> int:
+        return len(self.tasks)
+
+    def current_logic(self) -> Logic:
+        """The logic most of its tasks run (ties: the newest version): what new tasks get."""
+        counts = Counter(t.logic for t in self.tasks)
+        return max(counts, key=lambda lg: (counts[lg], lg.version, lg.ref))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.design_kind,
+            "transform": self.kind,
+            "max_parallelism": self.max_parallelism,
+            "inputs": [i.to_dict() for i in self.inputs],
+            "tasks": [t.to_dict() for t in self.tasks],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str = "operator") -> Operator:
+        d = shape.obj(data, path, ("name", "kind", "transform", "max_parallelism", "inputs", "tasks"))
+        kind = shape.string(d["transform"], f"{path}.transform")
+        if DESIGN_KINDS.get(kind, d["kind"]) != d["kind"]:
+            raise SchemaError(f"{path}.kind: {d['kind']!r} does not match transform {kind!r}")
+        try:
+            return cls(
+                shape.string(d["name"], f"{path}.name"),
+                kind,
+                shape.opt_integer(d["max_parallelism"], f"{path}.max_parallelism", 1),
+                tuple(Input.from_dict(x, f"{path}.inputs[{i}]") for i, x in enumerate(shape.array(d["inputs"], f"{path}.inputs"))),
+                tuple(Task.from_dict(x, f"{path}.tasks[{i}]") for i, x in enumerate(shape.array(d["tasks"], f"{path}.tasks"))),
+            )
+        except SchemaError as exc:
+            if str(exc).startswith(path):
+                raise
+            raise SchemaError(f"{path}: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """A worker the job may use. ``slots`` is the most tasks of this job it may host (the
+    capacity rule); a worker requested with ``"new"`` appears as ``"new-<k>"`` with status
+    ``"pending"`` until the coordinator substitutes the real one."""
+
+    id: str
+    host: str
+    cpus: float
+    memory_mb: int
+    backend: str
+    status: str = "alive"
+    slots: int = DEFAULT_SLOTS
+
+    @property
+    def placeholder(self) -> bool:
+        return self.status == PLACEHOLDER_STATUS
+
+    def resources(self) -> Resources:
+        return Resources(self.id, self.host, self.cpus, self.memory_mb)
+
+    @classmethod
+    def from_info(cls, info: Any, *, backend: str = "local", slots: int = DEFAULT_SLOTS) -> Worker:
+        """From any object with ``id, host, cpus, memory_mb`` (e.g. the coordinator's
+        ``WorkerInfo``); ``backend``, ``status`` and ``slots`` are read when present."""
+        return cls(
+            info.id,
+            info.host,
+            float(info.cpus),
+            int(info.memory_mb),
+            getattr(info, "backend", backend),
+            getattr(info, "status", "alive"),
+            getattr(info, "slots", slots),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "host": self.host,
+            "cpus": self.cpus,
+            "memory_mb": self.memory_mb,
+            "backend": self.backend,
+            "status": self.status,
+            "slots": self.slots,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str = "worker") -> Worker:
+        d = shape.obj(data, path, ("id", "host", "cpus", "memory_mb", "backend", "status"), ("slots",))
+        return cls(
+            shape.string(d["id"], f"{path}.id"),
+            _host(d["host"], f"{path}.host"),
+            shape.number(d["cpus"], f"{path}.cpus"),
+            shape.integer(d["memory_mb"], f"{path}.memory_mb", 0),
+            _host(d["backend"], f"{path}.backend"),
+            shape.string(d["status"], f"{path}.status"),
+            shape.integer(d.get("slots", DEFAULT_SLOTS), f"{path}.slots", 0),
+        )
+
+
+@dataclass(frozen=True)
+class Abstraction:
+    """One version of a job's task-centric abstraction (operators in topological order).
+
+    Lookups raise :class:`UnknownOperator`, :class:`UnknownTask` or :class:`UnknownWorker`
+    naming what was asked for. Construction raises :class:`SchemaError` for duplicate
+    operator names or worker ids.
+    """
+
+    job_id: str
+    name: str
+    version: int
+    status: str
+    operators: tuple[Operator, ...]
+    workers: tuple[Worker, ...]
+    _ops: Mapping[str, Operator] = field(init=False, repr=False, compare=False)
+    _tasks: Mapping[str, Task] = field(init=False, repr=False, compare=False)
+    _workers: Mapping[str, Worker] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "operators", tuple(self.operators))
+        object.__setattr__(self, "workers", tuple(self.workers))
+        ops = {op.name: op for op in self.operators}
+        workers = {w.id: w for w in self.workers}
+        if len(ops) != len(self.operators):
+            raise SchemaError(f"job {self.job_id!r}: an operator name appears twice")
+        if len(workers) != len(self.workers):
+            raise SchemaError(f"job {self.job_id!r}: a worker id appears twice")
+        object.__setattr__(self, "_ops", ops)
+        object.__setattr__(self, "_tasks", {t.id: t for op in self.operators for t in op.tasks})
+        object.__setattr__(self, "_workers", workers)
+
+    # -- lookups -----------------------------------------------------------------------------
+
+    def operator(self, name: str) -> Operator:
+        try:
+            return self._ops[name]
+        except (KeyError, TypeError):
+            known = ", ".join(self._ops)
+            raise UnknownOperator(f"job {self.job_id!r} has no operator {name!r} (operators: {known})") from None
+
+    def task(self, task_id: str) -> Task:
+        try:
+            return self._tasks[task_id]
+        except (KeyError, TypeError):
+            raise UnknownTask(f"job {self.job_id!r} has no task {task_id!r}") from None
+
+    def worker(self, worker_id: str) -> Worker:
+        try:
+            return self._workers[worker_id]
+        except (KeyError, TypeError):
+            known = ", ".join(self._workers) or "none"
+            raise UnknownWorker(f"job {self.job_id!r} has no worker {worker_id!r} (workers: {known})") from None
+
+    def has_task(self, task_id: str) -> bool:
+        return task_id in self._tasks
+
+    def operator_of(self, task_id: str) -> Operator:
+        return self._ops[self.task(task_id).operator]
+
+    def tasks_on(self, worker_id: str) -> tuple[Task, ...]:
+        """The job's tasks hosted by ``worker_id`` (empty for an idle or unknown worker)."""
+        return tuple(t for t in self._tasks.values() if t.worker == worker_id)
+
+    def owner_of(self, operator: str) -> dict[int, str]:
+        """Key group -> owning task id of a keyed operator (empty for others)."""
+        return {g: t.id for t in self.operator(operator).tasks for g in t.workload.key_groups or ()}
+
+    def upstream(self, operator: str) -> tuple[tuple[Operator, Input], ...]:
+        """The operators ``operator`` reads from, with the input of each edge."""
+        return tuple((self._ops[i.upstream], i) for i in self.operator(operator).inputs)
+
+    def downstream(self, operator: str) -> tuple[tuple[Operator, Input], ...]:
+        """The operators reading from ``operator``, with the input of each edge."""
+        self.operator(operator)
+        return tuple((op, i) for op in self.operators for i in op.inputs if i.upstream == operator)
+
+    def forward_group(self, operator: str) -> tuple[str, ...]:
+        """``operator`` and every operator linked to it through forward edges (either
+        direction, transitively), in topological order: they must keep equal parallelism."""
+        group, todo = {operator}, [operator]
+        while todo:
+            name = todo.pop()
+            linked = [u.name for u, i in self.upstream(name) if i.partitioning == "forward"]
+            linked += [d.name for d, i in self.downstream(name) if i.partitioning == "forward"]
+            for other in linked:
+                if other not in group:
+                    group.add(other)
+                    todo.append(other)
+        return tuple(op.name for op in self.operators if op.name in group)
+
+    def replace(self, **changes: Any) -> Abstraction:
+        return replace(self, **changes)
+
+    # -- JSON --------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job": {"id": self.job_id, "name": self.name, "version": self.version, "status": self.status},
+            "operators": [op.to_dict() for op in self.operators],
+            "workers": [w.to_dict() for w in self.workers],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Abstraction:
+        """Read a document made by :meth:`to_dict`; :class:`SchemaError` names a bad field."""
+        d = shape.obj(data, "abstraction", ("job", "operators", "workers"))
+        job = shape.obj(d["job"], "job", ("id", "name", "version", "status"))
+        ops = shape.array(d["operators"], "operators")
+        workers = shape.array(d["workers"], "workers")
+        return cls(
+            shape.string(job["id"], "job.id"),
+            shape.string(job["name"], "job.name"),
+            shape.integer(job["version"], "job.version", 1),
+            shape.string(job["status"], "job.status"),
+            tuple(Operator.from_dict(x, f"operators[{i}]") for i, x in enumerate(ops)),
+            tuple(Worker.from_dict(x, f"workers[{i}]") for i, x in enumerate(workers)),
+        )
+
+
+def from_graph(
+    job_id: str,
+    graph: JobGraph,
+    placement: Placement,
+    workers: Iterable[Any],
+    *,
+    status: str = "running",
+    backend: str = "local",
+) -> Abstraction:
+    """Version 1 of the abstraction of ``graph`` deployed as ``placement``.
+
+    ``workers`` are :class:`Worker` objects or worker records with ``id, host, cpus,
+    memory_mb`` (see :meth:`Worker.from_info`; ``backend`` fills a missing backend); all of
+    them become the job's workers. Each task gets logic ``logic_ref(op.logic)`` version 1,
+    its key groups or weight from ``placement`` and its worker's resources. Raises
+    :class:`UnknownTask` or :class:`UnknownWorker` when ``placement`` does not match.
+    """
+    infos = tuple(w if isinstance(w, Worker) else Worker.from_info(w, backend=backend) for w in workers)
+    by_id = {w.id: w for w in infos}
+    operators = []
+    for spec in graph.operators:
+        ref = logic_ref(spec.logic)
+        tasks = []
+        for i, tid in enumerate(spec.task_ids()):
+            if tid not in placement.tasks:
+                raise UnknownTask(f"placement has no worker for task {tid!r}")
+            worker = by_id.get(placement.tasks[tid])
+            if worker is None:
+                raise UnknownWorker(f"task {tid!r} is placed on unknown worker {placement.tasks[tid]!r}")
+            if spec.keyed:
+                workload = Workload(key_groups=tuple(placement.assignment[spec.name][i]))
+            else:
+                workload = Workload(weight=placement.weights[spec.name][i])
+            tasks.append(Task(tid, Logic(ref, 1), workload, worker.resources()))
+        operators.append(
+            Operator(
+                spec.name,
+                spec.kind,
+                spec.max_parallelism if spec.keyed else None,
+                tuple(Input(i.upstream, i.partitioning) for i in spec.inputs),
+                tuple(tasks),
+            )
+        )
+    return Abstraction(job_id, graph.name, 1, status, tuple(operators), infos)

@@ -1,0 +1,281 @@
+"""The coordinator's side of a live reconfiguration: prepare, sync, update, commit.
+
+Protocol (the worker's side is :mod:`runtime.deployment`):
+
+1. **Prepare.** Compute the affected tasks (:func:`runtime.layout.affected_tasks`); send
+   ``prepare`` with the whole new layout to every worker of the old or new layout; each
+   creates new tasks idle, registers input channels for new channels and loads new
+   logic. Any failure, or silence past ``PREPARE_TIMEOUT_S``, aborts: nothing changed.
+2. **Sync.** Inject a reconfiguration barrier at the sources. Every task forwards it once
+   aligned; affected tasks then pause and ack ``paused``; unaffected tasks never stop.
+   Sync ends when every affected task that existed before has paused. Past the sync
+   timeout the reconfiguration aborts: paused tasks resume with the old configuration.
+3. **Update.** Send ``update``: each affected task applies its own part (routing swap,
+   state shipped worker to worker, logic swap, stop or start) and resumes at once,
+   reporting ``updated`` with its pause time. A failure or silence past
+   ``UPDATE_TIMEOUT_S`` fails the job (state may be half moved; recovery from a
+   checkpoint is the fault-tolerance issue's).
+4. **Commit.** The job's layout becomes the new one; the record keeps timings.
+
+Only one reconfiguration runs per job at a time: others wait in order for the job's lock,
+or are refused with :class:`ReconfigurationBusy` when the caller does not want to wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from runtime.layout import Layout, affected_tasks
+from runtime.records import BarrierKind
+
+if TYPE_CHECKING:
+    from .core import Coordinator, Job
+
+__all__ = [
+    "PREPARE_TIMEOUT_S",
+    "SYNC_TIMEOUT_S",
+    "UPDATE_TIMEOUT_S",
+    "Reconfiguration",
+    "ReconfigurationBusy",
+    "ReconfigurationError",
+    "reconfigure",
+]
+
+logger = logging.getLogger(__name__)
+
+PREPARE_TIMEOUT_S = 15.0  # workers create idle tasks and channels and load logic within this
+SYNC_TIMEOUT_S = 10.0  # the barrier reaches every affected task within this, or we abort
+UPDATE_TIMEOUT_S = 60.0  # state moves and tasks resume within this (100 MB over loopback: ~1 s)
+ABORT_TIMEOUT_S = 5.0  # workers confirm an abort within this
+
+_ids = itertools.count(1)
+
+
+class ReconfigurationError(RuntimeError):
+    """A reconfiguration that cannot start (bad layout, job not running)."""
+
+
+class ReconfigurationBusy(ReconfigurationError):
+    """Another reconfiguration of the same job is running and the caller would not wait."""
+
+
+@dataclass
+class Reconfiguration:
+    """The record of one reconfiguration: what, who, how it went, how long each phase took."""
+
+    id: int
+    job_id: str
+    old: Layout
+    new: Layout
+    affected: set[str]
+    status: str = "pending"  # pending, preparing, syncing, updating, completed, failed, aborted
+    error: str | None = None
+    plan: Any = None  # the plan it came from, kept for the record
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    pause_ms: dict[str, float] = field(default_factory=dict)
+    update_ms: dict[str, float] = field(default_factory=dict)
+    created_at: float = field(default_factory=time.time)
+    ended_at: float | None = None
+    barrier_id: int | None = None
+    # Protocol state (filled by the coordinator's message handler).
+    _prepared: dict[str, asyncio.Future] = field(default_factory=dict, repr=False)
+    _to_pause: set[str] = field(default_factory=set, repr=False)
+    _to_update: set[str] = field(default_factory=set, repr=False)
+    _synced: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _updated: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _failure: str | None = field(default=None, repr=False)
+
+    @property
+    def done(self) -> bool:
+        return self.status in ("completed", "failed", "aborted")
+
+    def workers(self) -> list[str]:
+        return sorted(set(self.old.placement.values()) | set(self.new.placement.values()))
+
+    # -- messages from workers -------------------------------------------------------------
+
+    def on_prepared(self, worker: str, error: str | None) -> None:
+        fut = self._prepared.get(worker)
+        if fut is not None and not fut.done():
+            fut.set_result(error)
+
+    def on_paused(self, task: str) -> None:
+        self._to_pause.discard(task)
+        if not self._to_pause:
+            self._synced.set()
+
+    def on_updated(self, task: str, pause_ms: float, update_ms: float) -> None:
+        if task in self.old.placement:
+            self.pause_ms[task] = max(pause_ms, self.pause_ms.get(task, 0.0))
+        self.update_ms[task] = update_ms
+        self._to_update.discard(task)
+        if not self._to_update:
+            self._updated.set()
+
+    def on_failed(self, error: str) -> None:
+        self._failure = self._failure or error
+        for fut in self._prepared.values():
+            if not fut.done():
+                fut.set_result(error)
+        self._synced.set()
+        self._updated.set()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "job_id": self.job_id,
+            "status": self.status,
+            "error": self.error,
+            "affected_tasks": sorted(self.affected),
+            "timings_ms": dict(self.timings_ms),
+            "pause_ms": dict(sorted(self.pause_ms.items())),
+            "created_at": self.created_at,
+            "ended_at": self.ended_at,
+        }
+
+
+async def reconfigure(
+    coordinator: Coordinator,
+    job: Job,
+    new: Layout,
+    *,
+    wait: bool = True,
+    sync_timeout_s: float = SYNC_TIMEOUT_S,
+    plan: Any = None,
+) -> Reconfiguration:
+    """Change ``job`` to ``new`` live; returns the record (completed, aborted or failed).
+
+    Raises :class:`ReconfigurationBusy` if ``wait`` is false and another reconfiguration
+    of the job runs, and :class:`ReconfigurationError` if the job is not running or the
+    layout names unknown workers or leaves key groups unowned.
+    """
+    if job.lock.locked() and not wait:
+        raise ReconfigurationBusy(f"job {job.id} is being reconfigured; try again when it is done")
+    async with job.lock:
+        if job.status != "running":
+            raise ReconfigurationError(f"job {job.id} is {job.status}, not running")
+        _check_layout(coordinator, job, new)
+        rec = Reconfiguration(next(_ids), job.id, job.layout, new, affected_tasks(job.graph, job.layout, new), plan=plan)
+        job.reconfigurations.append(rec)
+        if not rec.affected:
+            rec.status = "completed"
+            rec.timings_ms = {"prepare": 0.0, "sync": 0.0, "update": 0.0, "total": 0.0}
+            rec.ended_at = time.time()
+            return rec
+        job.status = "reconfiguring"
+        coordinator._active[job.id] = rec
+        try:
+            await _run(coordinator, job, rec, sync_timeout_s)
+        finally:
+            coordinator._active.pop(job.id, None)
+            if job.status == "reconfiguring":
+                job.status = "running"
+            rec.ended_at = time.time()
+        return rec
+
+
+def _check_layout(coordinator: Coordinator, job: Job, new: Layout) -> None:
+    alive = {w.id for w in coordinator.alive_workers()}
+    unknown = sorted(set(new.placement.values()) - alive)
+    if unknown:
+        raise ReconfigurationError(f"workers {unknown} are not registered and alive")
+    for op in job.graph.operators:
+        tasks = new.tasks_of(op.name)
+        if not tasks:
+            raise ReconfigurationError(f"operator {op.name!r} would have no task")
+        if op.keyed:
+            try:
+                new.owner_table(op, tasks)
+            except ValueError as exc:
+                raise ReconfigurationError(str(exc)) from None
+    for tid in job.layout.placement.keys() & new.placement.keys():
+        if tid in job.finished_tasks:
+            raise ReconfigurationError(f"task {tid} has finished; a finishing job cannot change")
+
+
+async def _run(coordinator: Coordinator, job: Job, rec: Reconfiguration, sync_timeout_s: float) -> None:
+    loop = asyncio.get_running_loop()
+    t_start = time.perf_counter()
+    workers = rec.workers()
+    # Step 1. Prepare.
+    rec.status = "preparing"
+    rec.barrier_id = coordinator._next_barrier_id()
+    peers = {w.id: [w.data_host, w.data_port] for w in coordinator.alive_workers()}
+    msg = {"type": "prepare", "job_id": job.id, "rid": rec.id, "barrier_id": rec.barrier_id,
+           "layout": rec.new.to_wire(), "affected": sorted(rec.affected), "workers": peers}
+    for wid in workers:
+        rec._prepared[wid] = loop.create_future()
+        coordinator._send(wid, msg)
+    try:
+        errors = await asyncio.wait_for(asyncio.gather(*rec._prepared.values()), PREPARE_TIMEOUT_S)
+        failure = "; ".join(e for e in errors if e)
+    except TimeoutError:
+        failure = f"prepare timed out after {PREPARE_TIMEOUT_S:.0f}s"
+    t_prepared = time.perf_counter()
+    rec.timings_ms["prepare"] = _ms(t_start, t_prepared)
+    if failure:
+        await _abort(coordinator, rec, workers, f"prepare failed: {failure}", "failed")
+        return
+    # Step 2. Sync: barrier at the sources; affected tasks that exist pause.
+    rec.status = "syncing"
+    rec._to_pause = {t for t in rec.affected if t in rec.old.placement}
+    rec._to_update = set(rec.affected)
+    if not rec._to_pause:
+        rec._synced.set()
+    for wid in rec.old.workers_used():
+        coordinator._send(wid, {"type": "inject_barrier", "job_id": job.id,
+                                "kind": BarrierKind.RECONFIG.value, "id": rec.barrier_id})
+    try:
+        await asyncio.wait_for(rec._synced.wait(), sync_timeout_s)
+    except TimeoutError:
+        waiting = sorted(rec._to_pause)
+        rec.timings_ms["sync"] = _ms(t_prepared, time.perf_counter())
+        await _abort(coordinator, rec, workers,
+                     f"sync timed out after {sync_timeout_s:g}s: tasks {waiting[:10]} did not reach the barrier",
+                     "aborted")
+        return
+    if rec._failure:
+        await _abort(coordinator, rec, workers, rec._failure, "failed")
+        return
+    t_synced = time.perf_counter()
+    rec.timings_ms["sync"] = _ms(t_prepared, t_synced)
+    # Step 3. Update: every affected task applies its part and resumes.
+    rec.status = "updating"
+    for wid in workers:
+        coordinator._send(wid, {"type": "update", "job_id": job.id, "rid": rec.id})
+    try:
+        await asyncio.wait_for(rec._updated.wait(), UPDATE_TIMEOUT_S)
+    except TimeoutError:
+        rec._failure = f"update timed out after {UPDATE_TIMEOUT_S:.0f}s: tasks {sorted(rec._to_update)[:10]} did not finish"
+    t_updated = time.perf_counter()
+    rec.timings_ms["update"] = _ms(t_synced, t_updated)
+    rec.timings_ms["total"] = _ms(t_start, t_updated)
+    if rec._failure:
+        rec.status = "failed"
+        rec.error = rec._failure
+        await coordinator._fail(job, f"reconfiguration {rec.id} failed during update: {rec._failure}")
+        return
+    # Step 4. Commit.
+    job.layout = rec.new
+    job.metrics.track_tasks({t: t.rpartition("-")[0] for t in rec.new.placement})
+    rec.status = "completed"
+    logger.info("job %s reconfiguration %s completed in %.1f ms (%d tasks affected)",
+                job.id, rec.id, rec.timings_ms["total"], len(rec.affected))
+
+
+async def _abort(coordinator: Coordinator, rec: Reconfiguration, workers: list[str], error: str, status: str) -> None:
+    rec.status = status
+    rec.error = error
+    for wid in workers:
+        coordinator._send(wid, {"type": "abort", "job_id": rec.job_id, "rid": rec.id})
+    rec.timings_ms.setdefault("total", 0.0)
+    logger.warning("reconfiguration %s of job %s %s: %s", rec.id, rec.job_id, status, error)
+
+
+def _ms(t0: float, t1: float) -> float:
+    return round((t1 - t0) * 1000, 3)
