@@ -363,12 +363,12 @@ class JobRuntime:
             # Removed, or moving to another worker: hand everything over, then stop.
             task = self.tasks.pop(tid)
             await self._ship_out(p, task, old, new, everything=True)
+            pause = task.resume()  # measured before the stop cancels the wait
             await task.stop()
             if isinstance(task, StreamTask):
                 for key in list(task.gate.channels):
                     self._unregister_input(key)
-            pause = task.resume()
-            self._report(p, tid, pause, t0)
+            self._report(p, tid, pause, t0, final_metrics=task.snapshot_metrics())
             return
         if stays_here and not was_here:
             task = p.new_tasks.pop(tid)
@@ -407,10 +407,14 @@ class JobRuntime:
     def _input_keys_set(self, tid: str, layout: Layout) -> set[str]:
         return {key for key, _u, _k in self._input_keys(tid, layout)}
 
-    def _report(self, p: _Pending, tid: str, pause_s: float, t0: float) -> None:
-        self.worker.send({"type": "updated", "job_id": self.job_id, "rid": p.rid, "task": tid,
-                          "pause_ms": round(pause_s * 1000, 3),
-                          "update_ms": round((time.perf_counter() - t0) * 1000, 3)})
+    def _report(self, p: _Pending, tid: str, pause_s: float, t0: float,
+                final_metrics: dict | None = None) -> None:
+        msg = {"type": "updated", "job_id": self.job_id, "rid": p.rid, "task": tid,
+               "pause_ms": round(pause_s * 1000, 3),
+               "update_ms": round((time.perf_counter() - t0) * 1000, 3)}
+        if final_metrics is not None:
+            msg["metrics"] = final_metrics  # the last counts of a task that left this worker
+        self.worker.send(msg)
 
     async def _ship_out(self, p: _Pending, task: BaseTask, old: Layout, new: Layout, everything: bool) -> None:
         """Send the state that leaves ``task`` to its new owners (worker to worker)."""

@@ -46,6 +46,16 @@ def obj(value: Any, path: str, required: Collection[str], optional: Collection[s
     return value
 
 
+def mapping(value: Any, path: str) -> Mapping:
+    """``value`` as an object with any string keys."""
+    if not isinstance(value, Mapping):
+        raise SchemaError(f"{path}: expected an object, got {json_type(value)}")
+    for key in value:
+        if not isinstance(key, str):
+            raise SchemaError(f"{path}: keys must be strings, got {json_type(key)}")
+    return value
+
+
 def string(value: Any, path: str) -> str:
     if not isinstance(value, str) or not value:
         raise SchemaError(f"{path}: expected a non-empty string, got {json_type(value)}")

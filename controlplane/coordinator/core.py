@@ -494,7 +494,9 @@ class Coordinator:
             elif kind == "paused":
                 rec.on_paused(msg["task"])
             elif kind == "updated":
-                rec.on_updated(msg["task"], float(msg["pause_ms"]), float(msg["update_ms"]))
+                if "metrics" in msg:
+                    job.metrics.add(time.time(), msg["task"], msg["metrics"])
+                rec.on_updated(info.id, msg["task"], float(msg["pause_ms"]), float(msg["update_ms"]))
             else:
                 rec.on_failed(msg["error"])
 

@@ -85,7 +85,7 @@ class Reconfiguration:
     # Protocol state (filled by the coordinator's message handler).
     _prepared: dict[str, asyncio.Future] = field(default_factory=dict, repr=False)
     _to_pause: set[str] = field(default_factory=set, repr=False)
-    _to_update: set[str] = field(default_factory=set, repr=False)
+    _to_update: set[tuple[str, str]] = field(default_factory=set, repr=False)  # (worker, task)
     _synced: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _updated: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _failure: str | None = field(default=None, repr=False)
@@ -109,11 +109,11 @@ class Reconfiguration:
         if not self._to_pause:
             self._synced.set()
 
-    def on_updated(self, task: str, pause_ms: float, update_ms: float) -> None:
+    def on_updated(self, worker: str, task: str, pause_ms: float, update_ms: float) -> None:
         if task in self.old.placement:
             self.pause_ms[task] = max(pause_ms, self.pause_ms.get(task, 0.0))
-        self.update_ms[task] = update_ms
-        self._to_update.discard(task)
+        self.update_ms[task] = max(update_ms, self.update_ms.get(task, 0.0))
+        self._to_update.discard((worker, task))
         if not self._to_update:
             self._updated.set()
 
@@ -224,7 +224,9 @@ async def _run(coordinator: Coordinator, job: Job, rec: Reconfiguration, sync_ti
     # Step 2. Sync: barrier at the sources; affected tasks that exist pause.
     rec.status = "syncing"
     rec._to_pause = {t for t in rec.affected if t in rec.old.placement}
-    rec._to_update = set(rec.affected)
+    # A task that moves reports twice: its old instance (handed over) and its new one.
+    rec._to_update = {(layout.placement[t], t) for layout in (rec.old, rec.new)
+                      for t in rec.affected if t in layout.placement}
     if not rec._to_pause:
         rec._synced.set()
     for wid in rec.old.workers_used():
@@ -251,7 +253,7 @@ async def _run(coordinator: Coordinator, job: Job, rec: Reconfiguration, sync_ti
     try:
         await asyncio.wait_for(rec._updated.wait(), UPDATE_TIMEOUT_S)
     except TimeoutError:
-        rec._failure = f"update timed out after {UPDATE_TIMEOUT_S:.0f}s: tasks {sorted(rec._to_update)[:10]} did not finish"
+        rec._failure = f"update timed out after {UPDATE_TIMEOUT_S:.0f}s: tasks {sorted(t for _, t in rec._to_update)[:10]} did not finish"
     t_updated = time.perf_counter()
     rec.timings_ms["update"] = _ms(t_synced, t_updated)
     rec.timings_ms["total"] = _ms(t_start, t_updated)

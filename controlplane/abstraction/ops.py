@@ -1,0 +1,271 @@
+"""The atomic operations of DESIGN section 2 and the plans that group them.
+
+Three operations, serialized with Trisk's names in an ``"op"`` field:
+
+- :class:`AssignWorkload` ``{"op": "assignWorkload", "operator", "workload"}``: the named
+  tasks get exactly the given key groups (keyed) or weight (others); tasks not named keep
+  theirs. A list value is key groups, a number is a weight.
+- :class:`AssignResource` ``{"op": "assignResource", "operator", "task", "worker"}``: place a
+  new task (empty workload, the operator's current logic), move an existing one, remove one
+  (``worker: null``, only once it owns no work), or ask for a fresh worker (``"new"``).
+- :class:`AssignLogic` ``{"op": "assignLogic", "operator", "tasks", "ref"}``: swap the logic
+  of the listed tasks, or of ``"all"`` the operator's tasks at that point of the plan.
+
+Constructors check the values that need no abstraction and raise :class:`InvalidPlan` (or
+:class:`KeyGroupConflict` for a key group listed twice); ``from_dict`` raises
+:class:`SchemaError` naming the field of a document of the wrong shape.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from . import _shape as shape
+from .errors import InvalidPlan, KeyGroupConflict, SchemaError
+
+__all__ = ["MODES", "AssignLogic", "AssignResource", "AssignWorkload", "Op", "Plan", "op_from_dict"]
+
+MODES = ("pause", "fluid")
+
+
+def _name(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidPlan(f"{what} must be a non-empty string, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class AssignWorkload:
+    """Give the named tasks of ``operator`` exactly this workload.
+
+    ``workload`` maps task ids to key groups (a list/tuple of ints, stored sorted) for a
+    keyed operator, or to a weight (a number >= 0, stored as float) for the others. Treat it
+    as read-only. Raises :class:`InvalidPlan` for an empty or mixed mapping, a negative or
+    non-finite weight, a non-int key group; :class:`KeyGroupConflict` for a key group listed
+    twice (for one task or for two).
+    """
+
+    operator: str
+    workload: Mapping[str, tuple[int, ...]] | Mapping[str, float]
+
+    def __post_init__(self) -> None:
+        _name(self.operator, "assignWorkload: operator")
+        if not isinstance(self.workload, Mapping) or not self.workload:
+            raise InvalidPlan(
+                f"assignWorkload on {self.operator!r}: workload must be a non-empty "
+                "{task: [key groups]} or {task: weight} mapping"
+            )
+        normalized: dict[str, Any] = {}
+        owner: dict[int, str] = {}
+        for task, value in self.workload.items():
+            where = f"assignWorkload on {self.operator!r}, task {task!r}"
+            _name(task, "assignWorkload: task id")
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                if not math.isfinite(value) or value < 0:
+                    raise InvalidPlan(f"{where}: weight must be a finite number >= 0, got {value!r}")
+                normalized[task] = float(value)
+                continue
+            if not isinstance(value, list | tuple | set | frozenset | range):
+                raise InvalidPlan(f"{where}: expected key groups (a list of ints) or a weight, got {value!r}")
+            for g in value:
+                if not isinstance(g, int) or isinstance(g, bool):
+                    raise InvalidPlan(f"{where}: key group {g!r} is not an int")
+                if g in owner:
+                    other = "twice" if owner[g] == task else f"for tasks {owner[g]!r} and {task!r}"
+                    raise KeyGroupConflict(f"assignWorkload on {self.operator!r}: key group {g} is listed {other}")
+                owner[g] = task
+            normalized[task] = tuple(sorted(value))
+        if len({isinstance(v, tuple) for v in normalized.values()}) > 1:
+            raise InvalidPlan(f"assignWorkload on {self.operator!r}: mixes key groups and weights")
+        object.__setattr__(self, "workload", normalized)
+
+    def __hash__(self) -> int:
+        return hash((self.operator, tuple(self.workload.items())))
+
+    @property
+    def keyed(self) -> bool:
+        """True if the workload is key groups, False if it is weights."""
+        return isinstance(next(iter(self.workload.values())), tuple)
+
+    def describe(self) -> str:
+        return f"assignWorkload on {self.operator!r}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "op": "assignWorkload",
+            "operator": self.operator,
+            "workload": {t: list(v) if isinstance(v, tuple) else v for t, v in self.workload.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str = "op") -> AssignWorkload:
+        d = shape.obj(data, path, ("op", "operator", "workload"))
+        workload = shape.mapping(d["workload"], f"{path}.workload")
+        for task, value in workload.items():
+            if isinstance(value, list | tuple):
+                for i, g in enumerate(value):
+                    shape.integer(g, f"{path}.workload[{task!r}][{i}]")
+            else:
+                shape.number(value, f"{path}.workload[{task!r}]")
+        return cls(shape.string(d["operator"], f"{path}.operator"), dict(workload))
+
+
+@dataclass(frozen=True)
+class AssignResource:
+    """Place, move or remove one task of ``operator``.
+
+    ``worker`` is a worker id (place ``task`` there, creating it if it does not exist yet),
+    ``None`` (remove ``task``: it must own no work by then) or ``"new"`` (a fresh worker
+    from the backend, represented by a placeholder ``"new-<k>"`` that later operations of
+    the same plan may name and that the coordinator substitutes).
+    """
+
+    operator: str
+    task: str
+    worker: str | None
+
+    def __post_init__(self) -> None:
+        _name(self.operator, "assignResource: operator")
+        _name(self.task, f"assignResource on {self.operator!r}: task")
+        if self.worker is not None:
+            _name(self.worker, f"assignResource of {self.task!r}: worker (or null to remove)")
+
+    def describe(self) -> str:
+        where = "remove" if self.worker is None else f"to worker {self.worker!r}"
+        return f"assignResource {self.task!r} {where}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": "assignResource", "operator": self.operator, "task": self.task, "worker": self.worker}
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str = "op") -> AssignResource:
+        d = shape.obj(data, path, ("op", "operator", "task", "worker"))
+        return cls(
+            shape.string(d["operator"], f"{path}.operator"),
+            shape.string(d["task"], f"{path}.task"),
+            shape.opt_string(d["worker"], f"{path}.worker"),
+        )
+
+
+@dataclass(frozen=True)
+class AssignLogic:
+    """Swap the logic of some tasks of ``operator`` (a tuple of task ids, no duplicates) or of
+    ``"all"`` of them, to the callable named by ``ref``; their logic version becomes one more
+    than the operator's highest."""
+
+    operator: str
+    tasks: tuple[str, ...] | Literal["all"]
+    ref: str
+
+    def __post_init__(self) -> None:
+        _name(self.operator, "assignLogic: operator")
+        _name(self.ref, f"assignLogic on {self.operator!r}: ref")
+        if self.tasks == "all":
+            return
+        if isinstance(self.tasks, str) or not isinstance(self.tasks, list | tuple):
+            raise InvalidPlan(f"assignLogic on {self.operator!r}: tasks must be a list of task ids or 'all'")
+        tasks = tuple(_name(t, f"assignLogic on {self.operator!r}: task id") for t in self.tasks)
+        if not tasks:
+            raise InvalidPlan(f"assignLogic on {self.operator!r}: no tasks listed (use 'all' for every task)")
+        if len(set(tasks)) != len(tasks):
+            raise InvalidPlan(f"assignLogic on {self.operator!r}: a task is listed twice")
+        object.__setattr__(self, "tasks", tasks)
+
+    def describe(self) -> str:
+        return f"assignLogic on {self.operator!r}"
+
+    def to_dict(self) -> dict[str, Any]:
+        tasks = self.tasks if self.tasks == "all" else list(self.tasks)
+        return {"op": "assignLogic", "operator": self.operator, "tasks": tasks, "ref": self.ref}
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str = "op") -> AssignLogic:
+        d = shape.obj(data, path, ("op", "operator", "tasks", "ref"))
+        tasks = d["tasks"]
+        if tasks != "all":
+            tasks = tuple(shape.string(t, f"{path}.tasks[{i}]") for i, t in enumerate(shape.array(tasks, f"{path}.tasks")))
+        return cls(shape.string(d["operator"], f"{path}.operator"), tasks, shape.string(d["ref"], f"{path}.ref"))
+
+
+Op = AssignWorkload | AssignResource | AssignLogic
+_OPS: dict[str, type[AssignWorkload] | type[AssignResource] | type[AssignLogic]] = {
+    "assignWorkload": AssignWorkload,
+    "assignResource": AssignResource,
+    "assignLogic": AssignLogic,
+}
+
+
+def op_from_dict(data: Any, path: str = "op") -> Op:
+    """One operation from its JSON form; :class:`SchemaError` for a bad shape or op name."""
+    d = shape.obj(data, path, ("op",), ("operator", "workload", "task", "worker", "tasks", "ref"))
+    name = d["op"]
+    if name not in _OPS:
+        raise SchemaError(f"{path}.op: {name!r} is not one of {', '.join(_OPS)}")
+    return _OPS[name].from_dict(d, path)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Operations against ``base_version``, validated as a whole and applied as one
+    reconfiguration (see :func:`~controlplane.abstraction.apply_plan`).
+
+    ``mode`` is ``"pause"`` (affected tasks pause) or ``"fluid"`` (only records of moving key
+    groups wait; ``batch_size`` key groups move at a time, all at once when None); both are
+    carried for the coordinator, not interpreted here. A plan with no operations is falsy:
+    the helpers return one when there is nothing to do, and ``apply_plan`` refuses it.
+    Raises :class:`InvalidPlan` for a bad version, mode, batch size or operation.
+    """
+
+    base_version: int
+    ops: tuple[Op, ...]
+    mode: Literal["pause", "fluid"] = "pause"
+    batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.base_version, int) or isinstance(self.base_version, bool) or self.base_version < 1:
+            raise InvalidPlan(f"base_version must be an int >= 1, got {self.base_version!r}")
+        if not isinstance(self.ops, list | tuple):
+            raise InvalidPlan(f"ops must be a list of operations, got {type(self.ops).__name__}")
+        for i, op in enumerate(self.ops):
+            if not isinstance(op, AssignWorkload | AssignResource | AssignLogic):
+                raise InvalidPlan(f"ops[{i}] is not an operation: {op!r}")
+        if self.mode not in MODES:
+            raise InvalidPlan(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.batch_size is not None:
+            if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) or self.batch_size < 1:
+                raise InvalidPlan(f"batch_size must be an int >= 1 or null, got {self.batch_size!r}")
+            if self.mode != "fluid":
+                raise InvalidPlan("batch_size applies to mode 'fluid' only (pause mode moves everything at once)")
+        object.__setattr__(self, "ops", tuple(self.ops))
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    @property
+    def operators(self) -> tuple[str, ...]:
+        """The operators the plan touches, in order of first mention."""
+        return tuple(dict.fromkeys(op.operator for op in self.ops))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "base_version": self.base_version,
+            "ops": [op.to_dict() for op in self.ops],
+            "mode": self.mode,
+            "batch_size": self.batch_size,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Plan:
+        """A plan from JSON (``mode`` and ``batch_size`` optional); :class:`SchemaError` for a
+        bad shape, :class:`InvalidPlan` for bad values."""
+        d = shape.obj(data, "plan", ("base_version", "ops"), ("mode", "batch_size"))
+        ops = shape.array(d["ops"], "ops")
+        return cls(
+            shape.integer(d["base_version"], "base_version"),
+            tuple(op_from_dict(x, f"ops[{i}]") for i, x in enumerate(ops)),
+            shape.string(d.get("mode", "pause"), "mode"),  # type: ignore[arg-type]
+            shape.opt_integer(d.get("batch_size"), "batch_size"),
+        )
