@@ -115,6 +115,8 @@ class _Pending:
     new_tasks: dict[str, BaseTask] = field(default_factory=dict)
     new_inputs: dict[str, InputChannel] = field(default_factory=dict)
     paused: set[str] = field(default_factory=set)
+    updating: bool = False
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class JobRuntime:
@@ -125,7 +127,9 @@ class JobRuntime:
         self.job_id: str = msg["job_id"]
         self.graph: JobGraph = pickle.loads(msg["graph"])
         self.layout = Layout.from_wire(msg["layout"])
-        self.peers: dict[str, tuple[str, int]] = {w: (a[0], int(a[1])) for w, a in msg["workers"].items()}
+        self.peers: dict[str, tuple[str, int]] = {
+            w: (a[0], int(a[1])) for w, a in msg["workers"].items()
+        }
         config = dict(msg.get("config", {}))
         self.batch_size = int(config.get("batch_size", 512))
         self.linger_s = float(config.get("linger_s", 0.005))
@@ -177,7 +181,9 @@ class JobRuntime:
             self.links[worker_id] = link
         return link
 
-    async def _output_channel(self, src: str, dst: str, layout: Layout, reuse: dict[str, OutputChannel]) -> OutputChannel:
+    async def _output_channel(
+        self, src: str, dst: str, layout: Layout, reuse: dict[str, OutputChannel]
+    ) -> OutputChannel:
         old = reuse.get(dst)
         target_worker = layout.placement[dst]
         if old is not None:
@@ -192,7 +198,9 @@ class JobRuntime:
             return LocalOutputChannel(key, dst, self.credits, receiver)
         return RemoteOutputChannel(key, dst, self.credits, await self._link(target_worker))
 
-    async def _edges(self, op: OperatorSpec, tid: str, layout: Layout, reuse: dict[str, OutputChannel]) -> list[Edge]:
+    async def _edges(
+        self, op: OperatorSpec, tid: str, layout: Layout, reuse: dict[str, OutputChannel]
+    ) -> list[Edge]:
         edges: list[Edge] = []
         for down, inp in self.graph.downstream(op.name):
             targets = layout.downstream_tasks(tid, down.name, inp)
@@ -202,10 +210,16 @@ class JobRuntime:
             elif inp.partitioning == "broadcast":
                 edges.append(BroadcastEdge(down.name, chans))
             elif inp.partitioning == "rebalance":
-                edges.append(RebalanceEdge(down.name, chans, [layout.weights.get(t, 1.0) for t in targets]))
+                edges.append(
+                    RebalanceEdge(down.name, chans, [layout.weights.get(t, 1.0) for t in targets])
+                )
             else:
                 owner = layout.owner_table(down, targets)
-                edges.append(KeyGroupEdge(down.name, chans, inp.key, key_group_fn(down.max_parallelism), owner))
+                edges.append(
+                    KeyGroupEdge(
+                        down.name, chans, inp.key, key_group_fn(down.max_parallelism), owner
+                    )
+                )
         return edges
 
     async def _make_task(self, tid: str, layout: Layout, gate: InputGate) -> BaseTask:
@@ -272,12 +286,23 @@ class JobRuntime:
         if task.task_id not in p.affected:
             return False
         p.paused.add(task.task_id)
-        self.worker.send({"type": "paused", "job_id": self.job_id, "rid": p.rid, "task": task.task_id})
+        self.worker.send(
+            {"type": "paused", "job_id": self.job_id, "rid": p.rid, "task": task.task_id}
+        )
         return True
 
-    async def prepare(self, rid: int, barrier_id: int, layout: Layout, affected: set[str],
-                      peers: dict[str, tuple[str, int]]) -> None:
+    async def prepare(
+        self,
+        rid: int,
+        barrier_id: int,
+        layout: Layout,
+        affected: set[str],
+        peers: dict[str, tuple[str, int]],
+    ) -> None:
         """Step 1: get ready for ``layout`` without changing anything that runs."""
+        if self.pending is not None and self.pending.updating:
+            # The previous update's last task has reported; let its bookkeeping finish.
+            await self.pending.finished.wait()
         if self.pending is not None:
             raise ReconfigError(f"reconfiguration {self.pending.rid} is still pending here")
         own = affected_tasks(self.graph, self.layout, layout)
@@ -325,7 +350,11 @@ class JobRuntime:
         for task in self.tasks.values():
             if isinstance(task, SourceTask):
                 task.abort_barrier(p.barrier_id)
-            elif isinstance(task, StreamTask) and task.aligner.pending is not None and task.aligner.pending.id == p.barrier_id:
+            elif (
+                isinstance(task, StreamTask)
+                and task.aligner.pending is not None
+                and task.aligner.pending.id == p.barrier_id
+            ):
                 task.aligner.abort(p.barrier_id)
                 task.gate.unblock_all()
             elif isinstance(task, StreamTask):
@@ -345,12 +374,24 @@ class JobRuntime:
         p = self.pending
         if p is None or p.rid != rid:
             raise ReconfigError(f"update {rid} without a matching prepare")
+        p.updating = True
         old = self.layout
-        involved = sorted(t for t in p.affected if old.placement.get(t) == self.me or p.layout.placement.get(t) == self.me)
-        results = await asyncio.gather(*(self._update_task(p, old, tid) for tid in involved), return_exceptions=True)
-        errors = [f"{tid}: {r}" for tid, r in zip(involved, results, strict=True) if isinstance(r, BaseException)]
+        involved = sorted(
+            t
+            for t in p.affected
+            if old.placement.get(t) == self.me or p.layout.placement.get(t) == self.me
+        )
+        results = await asyncio.gather(
+            *(self._update_task(p, old, tid) for tid in involved), return_exceptions=True
+        )
+        errors = [
+            f"{tid}: {r}"
+            for tid, r in zip(involved, results, strict=True)
+            if isinstance(r, BaseException)
+        ]
         self.layout = p.layout
         self.pending = None
+        p.finished.set()
         if errors:
             raise ReconfigError("; ".join(errors))
 
@@ -407,22 +448,36 @@ class JobRuntime:
     def _input_keys_set(self, tid: str, layout: Layout) -> set[str]:
         return {key for key, _u, _k in self._input_keys(tid, layout)}
 
-    def _report(self, p: _Pending, tid: str, pause_s: float, t0: float,
-                final_metrics: dict | None = None) -> None:
-        msg = {"type": "updated", "job_id": self.job_id, "rid": p.rid, "task": tid,
-               "pause_ms": round(pause_s * 1000, 3),
-               "update_ms": round((time.perf_counter() - t0) * 1000, 3)}
+    def _report(
+        self, p: _Pending, tid: str, pause_s: float, t0: float, final_metrics: dict | None = None
+    ) -> None:
+        msg = {
+            "type": "updated",
+            "job_id": self.job_id,
+            "rid": p.rid,
+            "task": tid,
+            "pause_ms": round(pause_s * 1000, 3),
+            "update_ms": round((time.perf_counter() - t0) * 1000, 3),
+        }
         if final_metrics is not None:
             msg["metrics"] = final_metrics  # the last counts of a task that left this worker
         self.worker.send(msg)
 
-    async def _ship_out(self, p: _Pending, task: BaseTask, old: Layout, new: Layout, everything: bool) -> None:
+    async def _ship_out(
+        self, p: _Pending, task: BaseTask, old: Layout, new: Layout, everything: bool
+    ) -> None:
         """Send the state that leaves ``task`` to its new owners (worker to worker)."""
         tid = task.task_id
         if isinstance(task, SourceTask) and everything and task.reader is not None:
-            await self._send_part(p.rid, tid, new.placement[tid], "source", task.reader.position(), raw=False)
+            await self._send_part(
+                p.rid, tid, new.placement[tid], "source", task.reader.position(), raw=False
+            )
             return
-        if isinstance(task, StreamTask) and isinstance(task.processor, SinkProcessor) and everything:
+        if (
+            isinstance(task, StreamTask)
+            and isinstance(task.processor, SinkProcessor)
+            and everything
+        ):
             task.processor.close()
             return
         if not (isinstance(task, StreamTask) and isinstance(task.processor, KeyedProcessor)):
@@ -440,7 +495,9 @@ class JobRuntime:
                 await self._send_part(p.rid, dest, dest_worker, g, state.export_group(g), raw=True)
             state.drop_group(g)
 
-    async def _send_part(self, rid: int, dest: str, dest_worker: str, part: Any, data: Any, raw: bool) -> None:
+    async def _send_part(
+        self, rid: int, dest: str, dest_worker: str, part: Any, data: Any, raw: bool
+    ) -> None:
         """Hand ``data`` to task ``dest``: directly on this worker, else in chunked frames.
 
         ``raw`` data is bytes delivered as is (exported key-group state); other data is

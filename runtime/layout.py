@@ -58,7 +58,9 @@ class Layout:
 
     def tasks_of(self, operator: str) -> list[str]:
         """The operator's task ids, ordered by index."""
-        found = [(split_task_id(t)[1], t) for t in self.placement if split_task_id(t)[0] == operator]
+        found = [
+            (split_task_id(t)[1], t) for t in self.placement if split_task_id(t)[0] == operator
+        ]
         return [t for _, t in sorted(found)]
 
     def workers_used(self) -> list[str]:
@@ -127,8 +129,12 @@ class Layout:
         )
 
     def replace(self, **changes: Any) -> Layout:
-        fields = {"placement": self.placement, "assignment": self.assignment,
-                  "weights": self.weights, "logic": self.logic}
+        fields = {
+            "placement": self.placement,
+            "assignment": self.assignment,
+            "weights": self.weights,
+            "logic": self.logic,
+        }
         fields.update(changes)
         return Layout(**fields)
 
@@ -138,7 +144,9 @@ def moved_key_groups(old: Layout, new: Layout, tasks: Iterable[str]) -> list[tup
     tasks = set(tasks)
     before = {g: t for t, gs in old.assignment.items() if t in tasks for g in gs}
     after = {g: t for t, gs in new.assignment.items() if t in tasks for g in gs}
-    return sorted((g, before[g], after[g]) for g in before.keys() & after.keys() if before[g] != after[g])
+    return sorted(
+        (g, before[g], after[g]) for g in before.keys() & after.keys() if before[g] != after[g]
+    )
 
 
 def affected_tasks(graph: JobGraph, old: Layout, new: Layout) -> set[str]:
@@ -160,7 +168,9 @@ def affected_tasks(graph: JobGraph, old: Layout, new: Layout) -> set[str]:
         if old.placement[t] != new.placement[t]:
             affected.add(t)
             rerouted.add(t)
-        if old.assignment.get(t) != new.assignment.get(t) or old.weights.get(t) != new.weights.get(t):
+        if old.assignment.get(t) != new.assignment.get(t) or old.weights.get(t) != new.weights.get(
+            t
+        ):
             affected.add(t)
             rerouted.add(t)
         if old.logic.get(t) != new.logic.get(t):

@@ -132,7 +132,9 @@ class Outputs:
     def set_edges(self, edges: Sequence[Edge]) -> None:
         """Swap the routing (between batches: nothing may be pending)."""
         self.edges = list(edges)
-        self.channels: list[OutputChannel] = list({id(ch): ch for e in self.edges for ch in e.channels}.values())
+        self.channels: list[OutputChannel] = list(
+            {id(ch): ch for e in self.edges for ch in e.channels}.values()
+        )
 
     def channel_map(self) -> dict[str, OutputChannel]:
         """Current channels by target task (reused when edges are rebuilt)."""

@@ -254,7 +254,9 @@ class SourceTask(BaseTask):
         self._wakeup = asyncio.Event()
         self._closed = False
 
-    def start(self, start_time: float, position: object = None, parallelism: int | None = None) -> None:
+    def start(
+        self, start_time: float, position: object = None, parallelism: int | None = None
+    ) -> None:
         """Open the reader (seeking to ``position`` if given, for a moved task) and run."""
         self.reader = self.op.logic.open(self.index, parallelism or self.op.parallelism, start_time)
         if position is not None:

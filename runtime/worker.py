@@ -72,7 +72,9 @@ class Worker:
         self.inputs: dict[str, InputChannel] = {}
         self.jobs: dict[str, JobRuntime] = {}
         self.state = StateInbox()
-        self.data = DataServer(secret, self.inputs, on_error=self.data_failed, on_state=self.state.put_frame)
+        self.data = DataServer(
+            secret, self.inputs, on_error=self.data_failed, on_state=self.state.put_frame
+        )
         self._updates: set[asyncio.Task] = set()
         self._writer: asyncio.StreamWriter | None = None
         self._process = psutil.Process()
@@ -229,12 +231,22 @@ class Worker:
             if job is None:
                 raise RuntimeError(f"job {msg['job_id']} does not run here")
             peers = {w: (a[0], int(a[1])) for w, a in msg.get("workers", {}).items()}
-            await job.prepare(int(msg["rid"]), int(msg["barrier_id"]), Layout.from_wire(msg["layout"]),
-                              set(msg["affected"]), peers)
+            await job.prepare(
+                int(msg["rid"]),
+                int(msg["barrier_id"]),
+                Layout.from_wire(msg["layout"]),
+                set(msg["affected"]),
+                peers,
+            )
         except Exception as exc:
             logger.debug("prepare failed", exc_info=True)
-            self.send({"type": "prepare_failed", **reply,
-                       "error": f"worker {self.worker_id}: {type(exc).__name__}: {exc}"})
+            self.send(
+                {
+                    "type": "prepare_failed",
+                    **reply,
+                    "error": f"worker {self.worker_id}: {type(exc).__name__}: {exc}",
+                }
+            )
             return
         self.send({"type": "prepared", **reply})
 
@@ -249,8 +261,13 @@ class Worker:
             raise
         except Exception as exc:
             logger.debug("update failed", exc_info=True)
-            self.send({"type": "update_failed", **reply,
-                       "error": f"worker {self.worker_id}: {type(exc).__name__}: {exc}"})
+            self.send(
+                {
+                    "type": "update_failed",
+                    **reply,
+                    "error": f"worker {self.worker_id}: {type(exc).__name__}: {exc}",
+                }
+            )
 
     async def _deploy(self, msg: dict[str, Any]) -> None:
         job_id = msg["job_id"]

@@ -77,3 +77,37 @@ def broken_sink_job(params: dict[str, Any]) -> Dataflow:
     flow = Dataflow("broken")
     flow.source("keys", Generator(records=100, seed=1)).sink("out", BrokenSink())
     return flow
+
+
+@dataclass(frozen=True)
+class HoldWhile:
+    """A map that passes records through, 2 ms each while ``path`` exists (a busy task).
+
+    Slow per record rather than stuck, so the worker still answers between batches.
+    """
+
+    path: str
+
+    def __call__(self, record: Any) -> Any:
+        import os
+        import time
+
+        if os.path.exists(self.path):
+            time.sleep(0.002)
+        return record
+
+
+def held_job(params: dict[str, Any]) -> Dataflow:
+    """keys -> hold (map, stalls while params["hold"] exists) -> count -> out."""
+    flow = Dataflow("held")
+    src = flow.source(
+        "keys",
+        Generator(
+            records=int(params["records"]), rate=float(params["rate"]), keys=100, zipf=1.0, seed=3
+        ),
+        parallelism=2,
+    )
+    held = src.map("hold", HoldWhile(params["hold"]))
+    counts = held.key_by(key_of).process("count", count, parallelism=2)
+    counts.sink("out", Collect(params["output"], mode="last", key=first))
+    return flow

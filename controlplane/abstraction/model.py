@@ -41,6 +41,7 @@ __all__ = [
     "Task",
     "Worker",
     "Workload",
+    "current_logic",
     "from_graph",
     "next_placeholder",
     "task_index",
@@ -77,6 +78,12 @@ def next_placeholder(taken: Iterable[str]) -> str:
     while f"{NEW_WORKER}-{k}" in taken:
         k += 1
     return f"{NEW_WORKER}-{k}"
+
+
+def current_logic(tasks: Iterable[Task]) -> Logic:
+    """The logic most of ``tasks`` run (ties: the newest version); ValueError if empty."""
+    counts = Counter(t.logic for t in tasks)
+    return max(counts, key=lambda lg: (counts[lg], lg.version, lg.ref))
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,9 +288,8 @@ class Operator:
         return len(self.tasks)
 
     def current_logic(self) -> Logic:
-        """The logic most of its tasks run (ties: the newest version): what new tasks get."""
-        counts = Counter(t.logic for t in self.tasks)
-        return max(counts, key=lambda lg: (counts[lg], lg.version, lg.ref))
+        """The logic new tasks of this operator get (see :func:`current_logic`)."""
+        return current_logic(self.tasks)
 
     def to_dict(self) -> dict[str, Any]:
         return {

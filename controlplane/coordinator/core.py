@@ -314,13 +314,26 @@ class Coordinator:
             job._barrier_waits.pop(bid, None)
         return bid
 
-    async def reconfigure(self, job_id: str, layout: Layout, *, wait: bool = True,
-                          sync_timeout_s: float | None = None, plan: Any = None) -> Any:
+    async def reconfigure(
+        self,
+        job_id: str,
+        layout: Layout,
+        *,
+        wait: bool = True,
+        sync_timeout_s: float | None = None,
+        plan: Any = None,
+    ) -> Any:
         """Change the running job to ``layout`` live (see :mod:`.reconfig`); returns the record."""
         from .reconfig import SYNC_TIMEOUT_S, reconfigure
 
-        return await reconfigure(self, self._job(job_id), layout, wait=wait, plan=plan,
-                                 sync_timeout_s=SYNC_TIMEOUT_S if sync_timeout_s is None else sync_timeout_s)
+        return await reconfigure(
+            self,
+            self._job(job_id),
+            layout,
+            wait=wait,
+            plan=plan,
+            sync_timeout_s=SYNC_TIMEOUT_S if sync_timeout_s is None else sync_timeout_s,
+        )
 
     def _next_barrier_id(self) -> int:
         return next(self._barrier_ids)
@@ -455,7 +468,10 @@ class Coordinator:
                 ) if info.id in job.layout.workers_used() else None
             for task, snap in dict(msg.get("tasks", {})).items():
                 for job in self.jobs.values():
-                    if task in job.metrics.operator_of and job.layout.placement.get(task) == info.id:
+                    if (
+                        task in job.metrics.operator_of
+                        and job.layout.placement.get(task) == info.id
+                    ):
                         job.metrics.add(now, task, snap)
             return
         job = self.jobs.get(msg.get("job_id", ""))
@@ -496,7 +512,9 @@ class Coordinator:
             elif kind == "updated":
                 if "metrics" in msg:
                     job.metrics.add(time.time(), msg["task"], msg["metrics"])
-                rec.on_updated(info.id, msg["task"], float(msg["pause_ms"]), float(msg["update_ms"]))
+                rec.on_updated(
+                    info.id, msg["task"], float(msg["pause_ms"]), float(msg["update_ms"])
+                )
             else:
                 rec.on_failed(msg["error"])
 

@@ -160,7 +160,14 @@ async def reconfigure(
         if job.status != "running":
             raise ReconfigurationError(f"job {job.id} is {job.status}, not running")
         _check_layout(coordinator, job, new)
-        rec = Reconfiguration(next(_ids), job.id, job.layout, new, affected_tasks(job.graph, job.layout, new), plan=plan)
+        rec = Reconfiguration(
+            next(_ids),
+            job.id,
+            job.layout,
+            new,
+            affected_tasks(job.graph, job.layout, new),
+            plan=plan,
+        )
         job.reconfigurations.append(rec)
         if not rec.affected:
             rec.status = "completed"
@@ -198,7 +205,9 @@ def _check_layout(coordinator: Coordinator, job: Job, new: Layout) -> None:
             raise ReconfigurationError(f"task {tid} has finished; a finishing job cannot change")
 
 
-async def _run(coordinator: Coordinator, job: Job, rec: Reconfiguration, sync_timeout_s: float) -> None:
+async def _run(
+    coordinator: Coordinator, job: Job, rec: Reconfiguration, sync_timeout_s: float
+) -> None:
     loop = asyncio.get_running_loop()
     t_start = time.perf_counter()
     workers = rec.workers()
@@ -206,8 +215,15 @@ async def _run(coordinator: Coordinator, job: Job, rec: Reconfiguration, sync_ti
     rec.status = "preparing"
     rec.barrier_id = coordinator._next_barrier_id()
     peers = {w.id: [w.data_host, w.data_port] for w in coordinator.alive_workers()}
-    msg = {"type": "prepare", "job_id": job.id, "rid": rec.id, "barrier_id": rec.barrier_id,
-           "layout": rec.new.to_wire(), "affected": sorted(rec.affected), "workers": peers}
+    msg = {
+        "type": "prepare",
+        "job_id": job.id,
+        "rid": rec.id,
+        "barrier_id": rec.barrier_id,
+        "layout": rec.new.to_wire(),
+        "affected": sorted(rec.affected),
+        "workers": peers,
+    }
     for wid in workers:
         rec._prepared[wid] = loop.create_future()
         coordinator._send(wid, msg)
@@ -225,21 +241,36 @@ async def _run(coordinator: Coordinator, job: Job, rec: Reconfiguration, sync_ti
     rec.status = "syncing"
     rec._to_pause = {t for t in rec.affected if t in rec.old.placement}
     # A task that moves reports twice: its old instance (handed over) and its new one.
-    rec._to_update = {(layout.placement[t], t) for layout in (rec.old, rec.new)
-                      for t in rec.affected if t in layout.placement}
+    rec._to_update = {
+        (layout.placement[t], t)
+        for layout in (rec.old, rec.new)
+        for t in rec.affected
+        if t in layout.placement
+    }
     if not rec._to_pause:
         rec._synced.set()
     for wid in rec.old.workers_used():
-        coordinator._send(wid, {"type": "inject_barrier", "job_id": job.id,
-                                "kind": BarrierKind.RECONFIG.value, "id": rec.barrier_id})
+        coordinator._send(
+            wid,
+            {
+                "type": "inject_barrier",
+                "job_id": job.id,
+                "kind": BarrierKind.RECONFIG.value,
+                "id": rec.barrier_id,
+            },
+        )
     try:
         await asyncio.wait_for(rec._synced.wait(), sync_timeout_s)
     except TimeoutError:
         waiting = sorted(rec._to_pause)
         rec.timings_ms["sync"] = _ms(t_prepared, time.perf_counter())
-        await _abort(coordinator, rec, workers,
-                     f"sync timed out after {sync_timeout_s:g}s: tasks {waiting[:10]} did not reach the barrier",
-                     "aborted")
+        await _abort(
+            coordinator,
+            rec,
+            workers,
+            f"sync timed out after {sync_timeout_s:g}s: tasks {waiting[:10]} did not reach the barrier",
+            "aborted",
+        )
         return
     if rec._failure:
         await _abort(coordinator, rec, workers, rec._failure, "failed")
@@ -260,17 +291,26 @@ async def _run(coordinator: Coordinator, job: Job, rec: Reconfiguration, sync_ti
     if rec._failure:
         rec.status = "failed"
         rec.error = rec._failure
-        await coordinator._fail(job, f"reconfiguration {rec.id} failed during update: {rec._failure}")
+        await coordinator._fail(
+            job, f"reconfiguration {rec.id} failed during update: {rec._failure}"
+        )
         return
     # Step 4. Commit.
     job.layout = rec.new
     job.metrics.track_tasks({t: t.rpartition("-")[0] for t in rec.new.placement})
     rec.status = "completed"
-    logger.info("job %s reconfiguration %s completed in %.1f ms (%d tasks affected)",
-                job.id, rec.id, rec.timings_ms["total"], len(rec.affected))
+    logger.info(
+        "job %s reconfiguration %s completed in %.1f ms (%d tasks affected)",
+        job.id,
+        rec.id,
+        rec.timings_ms["total"],
+        len(rec.affected),
+    )
 
 
-async def _abort(coordinator: Coordinator, rec: Reconfiguration, workers: list[str], error: str, status: str) -> None:
+async def _abort(
+    coordinator: Coordinator, rec: Reconfiguration, workers: list[str], error: str, status: str
+) -> None:
     rec.status = status
     rec.error = error
     for wid in workers:

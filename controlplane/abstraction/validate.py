@@ -1,0 +1,362 @@
+"""Validation and application of plans (DESIGN section 2): pure, whole-plan, all or nothing.
+
+:func:`apply_plan` takes an abstraction and a plan and returns version N+1, or raises a
+:class:`PlanError` whose message names the culprit (and, for an operation at fault, starts
+with ``operation <i> (...)``). The input abstraction is never modified, so a refused plan
+changes nothing. Rules:
+
+- An operator keeps at least one task and its task indices stay ``0..n-1``; new tasks are
+  ``"<operator>-<index>"`` and start with no work and the operator's current logic
+  (:meth:`Operator.current_logic`). Sources are never rescaled nor given work (their
+  tasks read fixed partitions of the input) but may move between workers.
+- Keyed operators: every key group ``0..max_parallelism-1`` has exactly one owner.
+  Others: weights >= 0 and, except for sources, not all zero.
+- A forward edge links task i to task i: both operators keep the same task indices.
+- A worker may host at most ``slots`` tasks of the job; only a worker that gains tasks is
+  checked (a worker already over its slots is not a reason to refuse unrelated plans).
+  Tasks go to workers whose status is in ``PLACEABLE_STATUSES`` or to ``"new"``;
+  placeholders that end up hosting nothing are dropped from the result.
+- ``assignLogic`` applies to map, flat_map, filter and keyed operators; the ref must
+  resolve to a callable through ``resolve_logic``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any
+
+from runtime.dataflow import resolve_ref
+
+from .errors import (
+    BadLogic,
+    InvalidPlan,
+    KeyGroupConflict,
+    NoChange,
+    PlanError,
+    StaleVersion,
+    TaskStillOwnsWork,
+    UnknownOperator,
+    UnknownTask,
+    UnknownWorker,
+    WorkerOverCapacity,
+)
+from .model import (
+    NEW_WORKER,
+    PLACEABLE_STATUSES,
+    PLACEHOLDER_STATUS,
+    Abstraction,
+    Logic,
+    Operator,
+    Task,
+    Worker,
+    Workload,
+    current_logic,
+    next_placeholder,
+    task_index,
+)
+from .ops import AssignLogic, AssignResource, AssignWorkload, Op, Plan
+
+__all__ = ["Resolver", "apply_plan", "check_abstraction", "format_groups", "resolve_importable"]
+
+Resolver = Callable[[str], Any]
+
+
+def format_groups(groups: Iterable[int], limit: int = 8) -> str:
+    """Key groups as ranges for messages: ``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
+    ranges: list[list[int]] = []
+    for g in sorted(groups):
+        if ranges and g == ranges[-1][1] + 1:
+            ranges[-1][1] = g
+        else:
+            ranges.append([g, g])
+    text = [str(a) if a == b else f"{a}-{b}" for a, b in ranges[:limit]]
+    if len(ranges) > limit:
+        text.append("...")
+    return ", ".join(text)
+
+
+def resolve_importable(ref: str) -> Callable[..., Any]:
+    """The default ``resolve_logic``: import ``package.module:callable`` in this process.
+
+    Raises :class:`BadLogic` for a malformed ref, a module that fails to import, a missing
+    attribute, a non-callable, or an uploaded-code ref (``code:<id>:callable``, which only
+    the code store's resolver can load).
+    """
+    if isinstance(ref, str) and ref.startswith("code:"):
+        raise BadLogic(f"{ref!r} names uploaded code, which resolves only through the code store")
+    try:
+        return resolve_ref(ref)
+    except Exception as exc:  # an imported module may raise anything
+        raise BadLogic(str(exc)) from exc
+
+
+def apply_plan(
+    abstraction: Abstraction, plan: Plan, *, resolve_logic: Resolver = resolve_importable
+) -> Abstraction:
+    """Validate ``plan`` as a whole against ``abstraction`` and return the next version.
+
+    Steps: 1. the base version must be current (:class:`StaleVersion`); 2. the plan must
+    have operations; 3. operations apply in order to a draft (an error is located at its
+    operation); 4. the result is checked as a whole (module docstring); 5. a result equal
+    to ``abstraction`` is refused (:class:`NoChange`). ``resolve_logic(ref)`` returns the
+    callable a ref names or raises; its message is included in :class:`BadLogic`.
+    """
+    # Step 1.
+    if plan.base_version != abstraction.version:
+        raise StaleVersion(plan.base_version, abstraction.version)
+    # Step 2.
+    if not plan.ops:
+        raise InvalidPlan("the plan has no operations")
+    # Step 3.
+    draft = _Draft(abstraction)
+    for i, op in enumerate(plan.ops):
+        try:
+            _apply(draft, op, resolve_logic)
+        except PlanError as exc:
+            exc.at(i, op.describe())
+            raise
+    result = draft.result()
+    # Step 4.
+    _check(result, abstraction)
+    # Step 5.
+    if result.replace(version=abstraction.version) == abstraction:
+        raise NoChange(f"the plan changes nothing in version {abstraction.version}")
+    return result
+
+
+def check_abstraction(abstraction: Abstraction) -> None:
+    """Check the invariants of a whole abstraction (e.g. one read from storage or built by
+    :func:`from_graph`); raises the :class:`PlanError` subclass naming the first violation."""
+    _check(abstraction, None)
+
+
+class _Draft:
+    """The mutable working copy a plan's operations are applied to."""
+
+    def __init__(self, base: Abstraction) -> None:
+        self.base = base
+        self.tasks: dict[str, dict[str, Task]] = {op.name: {t.id: t for t in op.tasks} for op in base.operators}
+        self.workers: dict[str, Worker] = {w.id: w for w in base.workers}
+
+    def task(self, op: Operator, task_id: str) -> Task:
+        task = self.tasks[op.name].get(task_id)
+        if task is not None:
+            return task
+        owner = task_id.rpartition("-")[0] if isinstance(task_id, str) else ""
+        if owner != op.name and owner in self.tasks and task_id in self.tasks[owner]:
+            raise UnknownTask(f"task {task_id!r} belongs to operator {owner!r}, not {op.name!r}")
+        known = ", ".join(self.tasks[op.name]) or "none"
+        raise UnknownTask(f"operator {op.name!r} has no task {task_id!r} (tasks: {known})")
+
+    def target(self, worker_id: str) -> Worker:
+        """The worker a task is placed on; ``"new"`` adds a placeholder worker."""
+        if worker_id == NEW_WORKER:
+            wid = next_placeholder(self.workers)
+            self.workers[wid] = Worker(wid, "", 1.0, 0, "", PLACEHOLDER_STATUS)
+            return self.workers[wid]
+        worker = self.workers.get(worker_id)
+        if worker is None:
+            known = ", ".join(self.workers) or "none"
+            raise UnknownWorker(
+                f"no worker {worker_id!r} (workers: {known}); use 'new' to ask for a fresh one"
+            )
+        if worker.status not in PLACEABLE_STATUSES:
+            raise InvalidPlan(
+                f"worker {worker_id!r} is {worker.status}: only alive workers (or 'new') take tasks"
+            )
+        return worker
+
+    def result(self) -> Abstraction:
+        used = {t.worker for tasks in self.tasks.values() for t in tasks.values()}
+        before = {w.id for w in self.base.workers}
+        workers = tuple(w for w in self.workers.values() if w.id in before or w.id in used)
+        operators = tuple(
+            replace(op, tasks=tuple(self.tasks[op.name].values())) for op in self.base.operators
+        )
+        return replace(self.base, version=self.base.version + 1, operators=operators, workers=workers)
+
+
+def _apply(draft: _Draft, op: Op, resolve_logic: Resolver) -> None:
+    operator = draft.base.operator(op.operator)
+    if isinstance(op, AssignWorkload):
+        _assign_workload(draft, operator, op)
+    elif isinstance(op, AssignResource):
+        _assign_resource(draft, operator, op)
+    else:
+        _assign_logic(draft, operator, op, resolve_logic)
+
+
+def _no_source_rescale(op: Operator) -> InvalidPlan:
+    return InvalidPlan(
+        f"operator {op.name!r} is a source: live rescaling of sources is not supported (each "
+        "source task reads a fixed partition of the input); its tasks can only move to "
+        "other workers"
+    )
+
+
+def _assign_workload(draft: _Draft, operator: Operator, op: AssignWorkload) -> None:
+    name, mp = operator.name, operator.max_parallelism
+    if operator.kind == "source":
+        raise InvalidPlan(
+            f"operator {name!r} is a source: its tasks read fixed partitions of the input, "
+            "so it has no workload to assign"
+        )
+    if operator.keyed and not op.keyed:
+        raise InvalidPlan(f"operator {name!r} is keyed: assign it key groups ({{task: [groups]}}), not weights")
+    if not operator.keyed and op.keyed:
+        raise InvalidPlan(
+            f"operator {name!r} is not keyed ({operator.kind}): assign it weights "
+            "({task: weight}), not key groups"
+        )
+    for task_id, value in op.workload.items():
+        task = draft.task(operator, task_id)
+        if isinstance(value, tuple):
+            assert mp is not None
+            outside = [g for g in value if not 0 <= g < mp]
+            if outside:
+                raise KeyGroupConflict(
+                    f"key group {outside[0]} given to {task_id!r} is outside 0..{mp - 1} "
+                    f"(operator {name!r} has {mp} key groups)"
+                )
+            workload = Workload(key_groups=value)
+        else:
+            workload = Workload(weight=value)
+        draft.tasks[name][task_id] = replace(task, workload=workload)
+
+
+def _assign_resource(draft: _Draft, operator: Operator, op: AssignResource) -> None:
+    name = operator.name
+    tasks = draft.tasks[name]
+    if op.worker is None:
+        task = draft.task(operator, op.task)
+        if operator.kind == "source":
+            raise _no_source_rescale(operator)
+        if task.workload.keyed and task.workload.owns_work:
+            raise TaskStillOwnsWork(
+                f"task {task.id!r} still owns key group(s) {format_groups(task.workload.key_groups or ())}; "
+                "assign them to other tasks earlier in the plan, then remove it"
+            )
+        if task.workload.owns_work:
+            raise TaskStillOwnsWork(
+                f"task {task.id!r} still has weight {task.workload.weight:g}; set it to 0 with "
+                "assignWorkload earlier in the plan, then remove it"
+            )
+        if len(tasks) == 1:
+            raise InvalidPlan(f"task {task.id!r} is the last task of operator {name!r}; it cannot be removed")
+        del tasks[op.task]
+        return
+    if op.task not in tasks:
+        if operator.kind == "source":
+            raise _no_source_rescale(operator)
+        if task_index(op.task, name) is None:
+            raise InvalidPlan(
+                f"new task id {op.task!r} must be '{name}-<index>' (e.g. '{name}-{len(tasks)}')"
+            )
+    worker = draft.target(op.worker)
+    if op.task in tasks:
+        tasks[op.task] = replace(tasks[op.task], resources=worker.resources())
+        return
+    empty = Workload(key_groups=()) if operator.keyed else Workload(weight=0.0)
+    tasks[op.task] = Task(op.task, current_logic(tasks.values()), empty, worker.resources())
+
+
+def _assign_logic(draft: _Draft, operator: Operator, op: AssignLogic, resolve_logic: Resolver) -> None:
+    name = operator.name
+    if operator.kind in ("source", "sink"):
+        raise InvalidPlan(
+            f"operator {name!r} is a {operator.kind}: its logic is an object configured when the "
+            "job is submitted; assignLogic swaps the callables of map, flat_map, filter and "
+            "keyed operators"
+        )
+    tasks = draft.tasks[name]
+    targets = list(tasks) if op.tasks == "all" else [draft.task(operator, t).id for t in op.tasks]
+    try:
+        fn = resolve_logic(op.ref)
+    except Exception as exc:  # the resolver may import user code, which may raise anything
+        raise BadLogic(f"logic {op.ref!r} for operator {name!r} does not resolve: {exc}") from exc
+    if not callable(fn):
+        raise BadLogic(
+            f"logic {op.ref!r} for operator {name!r} resolves to a {type(fn).__name__}, "
+            "which is not callable"
+        )
+    version = 1 + max(t.logic.version for t in tasks.values())
+    for t in targets:
+        tasks[t] = replace(tasks[t], logic=Logic(op.ref, version))
+
+
+def _check(result: Abstraction, base: Abstraction | None) -> None:
+    for op in result.operators:
+        _check_operator(result, op)
+    for op in result.operators:
+        for inp in op.inputs:
+            up = result.operator(inp.upstream)
+            indices = [t.index for t in op.tasks]
+            if inp.partitioning == "forward" and [t.index for t in up.tasks] != indices:
+                raise InvalidPlan(
+                    f"forward edge {up.name!r} -> {op.name!r} links task i to task i, but "
+                    f"{up.name!r} would have {up.parallelism} task(s) and {op.name!r} "
+                    f"{op.parallelism}; scale both together (scale() scales forward-connected "
+                    "operators as a group)"
+                )
+    before = Counter(t.worker for op in base.operators for t in op.tasks) if base else Counter()
+    after = Counter(t.worker for op in result.operators for t in op.tasks)
+    for worker in result.workers:
+        n = after[worker.id]
+        if n > worker.slots and n > before[worker.id]:
+            raise WorkerOverCapacity(
+                f"worker {worker.id!r} would host {n} tasks of this job but has {worker.slots} slots"
+            )
+
+
+def _check_operator(result: Abstraction, op: Operator) -> None:
+    where = f"operator {op.name!r}"
+    indices = [t.index for t in op.tasks]
+    if not indices:
+        raise InvalidPlan(f"{where} has no tasks; every operator keeps at least one")
+    if indices != list(range(len(indices))):
+        missing = sorted(set(range(max(indices) + 1)) - set(indices))
+        raise InvalidPlan(
+            f"{where} would have tasks {', '.join(op.task_ids)}: task indices must be 0..n-1 "
+            f"(missing {', '.join(f'{op.name}-{i}' for i in missing)}); remove the highest "
+            "indices instead, or add the missing tasks"
+        )
+    for inp in op.inputs:
+        if inp.upstream not in {o.name for o in result.operators}:
+            raise UnknownOperator(f"{where} reads from unknown operator {inp.upstream!r}")
+    for t in op.tasks:
+        result.worker(t.worker)
+    if op.keyed:
+        _check_key_groups(op)
+    elif op.kind != "source" and not any(t.workload.weight for t in op.tasks):
+        raise InvalidPlan(f"every task of {where} has weight 0: at least one must receive records")
+
+
+def _check_key_groups(op: Operator) -> None:
+    mp = op.max_parallelism
+    assert mp is not None
+    owner: dict[int, str] = {}
+    twice: list[tuple[int, str, str]] = []
+    for t in op.tasks:
+        for g in t.workload.key_groups or ():
+            if not 0 <= g < mp:
+                raise KeyGroupConflict(
+                    f"key group {g} of task {t.id!r} is outside 0..{mp - 1} "
+                    f"(operator {op.name!r} has {mp} key groups)"
+                )
+            if g in owner:
+                twice.append((g, owner[g], t.id))
+            else:
+                owner[g] = t.id
+    if twice:
+        g, a, b = twice[0]
+        more = f" ({len(twice) - 1} more key group(s) are owned twice)" if len(twice) > 1 else ""
+        raise KeyGroupConflict(
+            f"key group {g} of operator {op.name!r} is owned by both {a!r} and {b!r}{more}"
+        )
+    missing = [g for g in range(mp) if g not in owner]
+    if missing:
+        raise KeyGroupConflict(
+            f"key group(s) {format_groups(missing)} of operator {op.name!r} are owned by no task"
+        )

@@ -1,0 +1,171 @@
+"""Live reconfiguration on real worker processes: results unchanged, aborts, one at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from controlplane.coordinator.reconfig import ReconfigurationBusy
+from controlplane.testing import BackgroundCluster
+from examples import wordcount
+from runtime.dataflow import load_job
+from runtime.layout import Layout
+from runtime.sinks import read_parts
+from runtime.sources import Generator
+
+pytestmark = pytest.mark.slow
+
+
+def counting_reference(records: int) -> dict[str, int]:
+    reader = Generator(records=records, keys=100, zipf=1.0, seed=3).open(0, 1, 0.0)
+    counts: Counter[str] = Counter()
+    while (polled := reader.poll(float("inf"), 65536)) is not None:
+        counts.update(polled[0])
+    return dict(counts)
+
+
+def final_counts(path: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for key, n in read_parts(path):
+        out[key] = max(n, out.get(key, 0))
+    return out
+
+
+def move_groups(layout: Layout, groups: list[int], frm: str, to: str) -> Layout:
+    a = dict(layout.assignment)
+    a[frm] = tuple(g for g in a[frm] if g not in groups)
+    a[to] = tuple(sorted(set(a[to]) | set(groups)))
+    return layout.replace(assignment=a)
+
+
+def test_rebalance_scale_migrate_while_records_flow(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    params = {"records": 60_000, "rate": 20_000, "output": str(tmp_path)}
+    job = cluster.submit(load_job("examples.wordcount:build", params))
+    co = cluster.coordinator
+    time.sleep(0.5)
+    records = []
+    # Rebalance: half of count-0's key groups to count-1.
+    records.append(
+        cluster.call(
+            co.reconfigure(job.id, move_groups(job.layout, list(range(32)), "count-0", "count-1"))
+        )
+    )
+    # Scale count (and its forward sink) out to 3, on worker w1.
+    lay = job.layout
+    a, p, w = dict(lay.assignment), dict(lay.placement), dict(lay.weights)
+    a["count-2"] = tuple(range(100, 128))
+    a["count-1"] = tuple(g for g in a["count-1"] if g < 100)
+    p["count-2"] = p["sink-2"] = "w1"
+    w["sink-2"] = 1.0
+    records.append(
+        cluster.call(co.reconfigure(job.id, lay.replace(assignment=a, placement=p, weights=w)))
+    )
+    # Migrate count-1 and sink-1 to the other worker.
+    lay = job.layout
+    p = dict(lay.placement)
+    other = "w1" if p["count-1"] == "w2" else "w2"
+    p["count-1"] = p["sink-1"] = other
+    records.append(cluster.call(co.reconfigure(job.id, lay.replace(placement=p))))
+    # Scale back in to 2.
+    lay = job.layout
+    a, p, w = dict(lay.assignment), dict(lay.placement), dict(lay.weights)
+    a["count-1"] = tuple(sorted(a["count-1"] + a.pop("count-2")))
+    del p["count-2"], p["sink-2"], w["sink-2"]
+    records.append(
+        cluster.call(co.reconfigure(job.id, lay.replace(assignment=a, placement=p, weights=w)))
+    )
+    for rec in records:
+        assert rec.status == "completed", rec.error
+        assert set(rec.timings_ms) == {"prepare", "sync", "update", "total"}
+        assert rec.pause_ms and set(rec.pause_ms) <= rec.affected
+    # Unaffected tasks never paused: the sources are not in any affected set.
+    assert all("sentences-0" not in rec.affected for rec in records)
+    assert cluster.wait(job, 60) == "finished", job.error
+    got = wordcount.read_results(str(tmp_path))
+    assert got == wordcount.reference(params)
+    assert sum(got.values()) == 60_000 * 8
+    assert job.summary()["sink_records"] == 60_000 * 8
+
+
+def test_sync_that_cannot_complete_aborts_and_the_job_goes_on(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    hold = tmp_path / "hold"
+    hold.touch()
+    out = tmp_path / "out"
+    records = 20_000
+    job = cluster.submit(
+        load_job(
+            "tests.e2e_jobs:held_job",
+            {"records": records, "rate": 10_000, "hold": str(hold), "output": str(out)},
+        )
+    )
+    time.sleep(0.3)
+    before = job.layout
+    rec = cluster.call(
+        cluster.coordinator.reconfigure(
+            job.id, move_groups(before, list(range(16)), "count-0", "count-1"), sync_timeout_s=1.0
+        )
+    )
+    assert rec.status == "aborted"
+    assert "sync timed out after 1s" in rec.error and "count-" in rec.error
+    assert job.status == "running"
+    assert job.layout == before
+    hold.unlink()
+    assert cluster.wait(job, 60) == "finished", job.error
+    assert final_counts(out) == counting_reference(records)
+
+
+def test_a_second_reconfiguration_waits_or_is_refused(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    hold = tmp_path / "hold"
+    hold.touch()
+    out = tmp_path / "out"
+    records = 20_000
+    job = cluster.submit(
+        load_job(
+            "tests.e2e_jobs:held_job",
+            {"records": records, "rate": 10_000, "hold": str(hold), "output": str(out)},
+        )
+    )
+    co = cluster.coordinator
+    time.sleep(0.3)
+    first = move_groups(job.layout, list(range(16)), "count-0", "count-1")
+    second = move_groups(job.layout, list(range(64, 80)), "count-1", "count-0")
+
+    async def race() -> tuple:
+        a = asyncio.create_task(co.reconfigure(job.id, first, sync_timeout_s=1.5))
+        await asyncio.sleep(0.2)
+        try:
+            await co.reconfigure(job.id, second, wait=False)
+            refused = None
+        except ReconfigurationBusy as exc:
+            refused = str(exc)
+        b = asyncio.create_task(co.reconfigure(job.id, second, sync_timeout_s=10))
+        ra = await a
+        started_b_after = time.monotonic()
+        rb = await b
+        return refused, ra, rb, started_b_after
+
+    async def release() -> None:
+        await asyncio.sleep(2.5)
+        hold.unlink()
+
+    async def both() -> tuple:
+        r, _ = await asyncio.gather(race(), release())
+        return r
+
+    refused, ra, rb, _ = cluster.call(both())
+    assert refused is not None and "being reconfigured" in refused
+    assert ra.status == "aborted"
+    assert rb.status == "completed", rb.error
+    assert ra.ended_at is not None and rb.created_at >= ra.created_at
+    assert cluster.wait(job, 60) == "finished", job.error
+    assert final_counts(out) == counting_reference(records)
