@@ -140,6 +140,8 @@ class JobRuntime:
         self.start_time = 0.0
         self.pending: _Pending | None = None
         self.aborted_barriers: set[int] = set()
+        self.savepoint_id: int | None = None
+        self.restore: dict[str, dict] = dict(msg.get("restore") or {})
 
     @property
     def me(self) -> str:
@@ -230,11 +232,9 @@ class JobRuntime:
         logic = layout.logic_of(op, tid)
         if logic is not op.logic:
             op = _with_logic(op, logic)
-        parallelism = len(layout.tasks_of(op.name))
         task: BaseTask
         if op.kind == "source":
             task = SourceTask(tid, op, index, outputs, metrics, self.worker)
-            task.parallelism = parallelism  # type: ignore[attr-defined]
         else:
             state = KeyedState(tid, layout.assignment.get(tid, ())) if op.keyed else None
             processor = make_processor(tid, op, index, outputs, metrics, state)
@@ -253,11 +253,44 @@ class JobRuntime:
             gates[tid] = gate
         for tid in local:
             self.tasks[tid] = await self._make_task(tid, self.layout, gates[tid])
+        for tid, entry in self.restore.items():  # a restart from a snapshot
+            task = self.tasks[tid]
+            groups = dict(entry.get("groups") or {})
+            if (
+                groups
+                and isinstance(task, StreamTask)
+                and isinstance(task.processor, KeyedProcessor)
+            ):
+                for g, data in groups.items():
+                    task.processor.state.import_group(int(g), data)
 
     def start(self, start_time: float) -> None:
         self.start_time = start_time
-        for task in self.tasks.values():
-            _start(task, start_time)
+        for tid, task in self.tasks.items():
+            position = self.restore.get(tid, {}).get("position")
+            if isinstance(task, SourceTask):
+                task.start(start_time, position, len(self.layout.tasks_of(task.op.name)))
+            else:
+                task.start(start_time)
+        self.restore = {}
+
+    def savepoint(self, barrier_id: int) -> None:
+        """Stop-and-restart baseline, step 1: snapshot every task at ``barrier_id`` and halt."""
+        self.savepoint_id = barrier_id
+        self.inject(Barrier(BarrierKind.CHECKPOINT, barrier_id))
+
+    def snapshot_and_halt(self, task: BaseTask) -> None:
+        """Send ``task``'s whole state to the coordinator; the task then stays paused."""
+        msg: dict[str, Any] = {"type": "snapshot", "job_id": self.job_id, "task": task.task_id}
+        if isinstance(task, SourceTask) and task.reader is not None:
+            msg["position"] = task.reader.position()
+        elif isinstance(task, StreamTask) and isinstance(task.processor, KeyedProcessor):
+            state = task.processor.state
+            msg["groups"] = {g: state.export_group(g) for g in state.owned()}
+        elif isinstance(task, StreamTask) and isinstance(task.processor, SinkProcessor):
+            task.processor.close()
+        msg["metrics"] = task.snapshot_metrics()  # its last counts: the task stops here
+        self.worker.send(msg)
 
     def inject(self, barrier: Barrier) -> None:
         for task in self.tasks.values():
@@ -536,13 +569,6 @@ class JobRuntime:
             else:
                 state.groups()[g] = data
         return None
-
-
-def _start(task: BaseTask, start_time: float) -> None:
-    if isinstance(task, SourceTask):
-        task.start(start_time, None, getattr(task, "parallelism", None))
-    else:
-        task.start(start_time)
 
 
 def _with_logic(op: OperatorSpec, logic: Any) -> OperatorSpec:

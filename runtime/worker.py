@@ -105,6 +105,9 @@ class Worker:
         job = self.jobs.get(task.job_id)  # type: ignore[attr-defined]
         if barrier.kind is BarrierKind.RECONFIG:
             return job is not None and job.barrier_aligned(task, barrier)
+        if job is not None and barrier.id == job.savepoint_id:
+            job.snapshot_and_halt(task)
+            return True
         self.send(
             {
                 "type": "barrier_ack",
@@ -203,6 +206,10 @@ class Worker:
                 job = self.jobs.get(msg["job_id"])
                 if job is not None:
                     job.inject(Barrier(BarrierKind(msg["kind"]), int(msg["id"])))
+            elif kind == "savepoint":
+                job = self.jobs.get(msg["job_id"])
+                if job is not None:
+                    job.savepoint(int(msg["id"]))
             elif kind == "prepare":
                 await self._prepare(msg)
             elif kind == "update":

@@ -169,3 +169,29 @@ def test_a_second_reconfiguration_waits_or_is_refused(
     assert ra.ended_at is not None and rb.created_at >= ra.created_at
     assert cluster.wait(job, 60) == "finished", job.error
     assert final_counts(out) == counting_reference(records)
+
+
+def test_stop_and_restart_baseline_is_exact(cluster: BackgroundCluster, tmp_path: Path) -> None:
+    params = {"records": 40_000, "rate": 20_000, "output": str(tmp_path)}
+    job = cluster.submit(load_job("examples.wordcount:build", params))
+    time.sleep(0.5)
+    lay = job.layout
+    a, p, w = dict(lay.assignment), dict(lay.placement), dict(lay.weights)
+    a["count-0"], a["count-1"], a["count-2"] = (
+        tuple(range(40)),
+        tuple(range(40, 90)),
+        tuple(range(90, 128)),
+    )
+    p["count-2"] = p["sink-2"] = "w2"
+    w["sink-2"] = 1.0
+    rec = cluster.call(
+        cluster.coordinator.restart_with(job.id, lay.replace(assignment=a, placement=p, weights=w))
+    )
+    assert rec.status == "completed", rec.error
+    assert set(rec.timings_ms) == {"snapshot", "redeploy", "total"}
+    assert job.layout.tasks_of("count") == ["count-0", "count-1", "count-2"]
+    assert cluster.wait(job, 60) == "finished", job.error
+    got = wordcount.read_results(str(tmp_path))
+    assert got == wordcount.reference(params)
+    assert job.summary()["source_records"] == 40_000
+    assert job.summary()["sink_records"] == 40_000 * 8

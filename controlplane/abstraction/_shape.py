@@ -30,7 +30,9 @@ def json_type(value: object) -> str:
     return type(value).__name__
 
 
-def obj(value: Any, path: str, required: Collection[str], optional: Collection[str] = ()) -> Mapping:
+def obj(
+    value: Any, path: str, required: Collection[str], optional: Collection[str] = ()
+) -> Mapping:
     """``value`` as an object holding every ``required`` field and nothing unexpected."""
     if not isinstance(value, Mapping):
         raise SchemaError(f"{path}: expected an object, got {json_type(value)}")

@@ -100,7 +100,9 @@ class Logic:
     @classmethod
     def from_dict(cls, data: Any, path: str = "logic") -> Logic:
         d = shape.obj(data, path, ("ref", "version"))
-        return cls(shape.string(d["ref"], f"{path}.ref"), shape.integer(d["version"], f"{path}.version", 1))
+        return cls(
+            shape.string(d["ref"], f"{path}.ref"), shape.integer(d["version"], f"{path}.version", 1)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +143,11 @@ class Workload:
         if "weight" in d:
             return cls(weight=shape.number(d["weight"], f"{path}.weight"))
         groups = shape.array(d["key_groups"], f"{path}.key_groups")
-        return cls(key_groups=tuple(shape.integer(g, f"{path}.key_groups[{i}]") for i, g in enumerate(groups)))
+        return cls(
+            key_groups=tuple(
+                shape.integer(g, f"{path}.key_groups[{i}]") for i, g in enumerate(groups)
+            )
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +160,12 @@ class Resources:
     memory_mb: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"worker": self.worker, "host": self.host, "cpus": self.cpus, "memory_mb": self.memory_mb}
+        return {
+            "worker": self.worker,
+            "host": self.host,
+            "cpus": self.cpus,
+            "memory_mb": self.memory_mb,
+        }
 
     @classmethod
     def from_dict(cls, data: Any, path: str = "resources") -> Resources:
@@ -228,7 +239,9 @@ class Input:
         d = shape.obj(data, path, ("upstream", "partitioning"))
         part = shape.string(d["partitioning"], f"{path}.partitioning")
         if part not in PARTITIONINGS:
-            raise SchemaError(f"{path}.partitioning: {part!r} is not one of {', '.join(PARTITIONINGS)}")
+            raise SchemaError(
+                f"{path}.partitioning: {part!r} is not one of {', '.join(PARTITIONINGS)}"
+            )
         return cls(shape.string(d["upstream"], f"{path}.upstream"), part)
 
 
@@ -252,7 +265,9 @@ class Operator:
     def __post_init__(self) -> None:
         where = f"operator {self.name!r}"
         if self.kind not in DESIGN_KINDS:
-            raise SchemaError(f"{where}: unknown kind {self.kind!r}; one of {', '.join(DESIGN_KINDS)}")
+            raise SchemaError(
+                f"{where}: unknown kind {self.kind!r}; one of {', '.join(DESIGN_KINDS)}"
+            )
         if self.keyed != isinstance(self.max_parallelism, int):
             raise SchemaError(f"{where}: max_parallelism must be an int for keyed operators only")
         indexed = []
@@ -303,7 +318,9 @@ class Operator:
 
     @classmethod
     def from_dict(cls, data: Any, path: str = "operator") -> Operator:
-        d = shape.obj(data, path, ("name", "kind", "transform", "max_parallelism", "inputs", "tasks"))
+        d = shape.obj(
+            data, path, ("name", "kind", "transform", "max_parallelism", "inputs", "tasks")
+        )
         kind = shape.string(d["transform"], f"{path}.transform")
         if DESIGN_KINDS.get(kind, d["kind"]) != d["kind"]:
             raise SchemaError(f"{path}.kind: {d['kind']!r} does not match transform {kind!r}")
@@ -312,8 +329,14 @@ class Operator:
                 shape.string(d["name"], f"{path}.name"),
                 kind,
                 shape.opt_integer(d["max_parallelism"], f"{path}.max_parallelism", 1),
-                tuple(Input.from_dict(x, f"{path}.inputs[{i}]") for i, x in enumerate(shape.array(d["inputs"], f"{path}.inputs"))),
-                tuple(Task.from_dict(x, f"{path}.tasks[{i}]") for i, x in enumerate(shape.array(d["tasks"], f"{path}.tasks"))),
+                tuple(
+                    Input.from_dict(x, f"{path}.inputs[{i}]")
+                    for i, x in enumerate(shape.array(d["inputs"], f"{path}.inputs"))
+                ),
+                tuple(
+                    Task.from_dict(x, f"{path}.tasks[{i}]")
+                    for i, x in enumerate(shape.array(d["tasks"], f"{path}.tasks"))
+                ),
             )
         except SchemaError as exc:
             if str(exc).startswith(path):
@@ -369,7 +392,9 @@ class Worker:
 
     @classmethod
     def from_dict(cls, data: Any, path: str = "worker") -> Worker:
-        d = shape.obj(data, path, ("id", "host", "cpus", "memory_mb", "backend", "status"), ("slots",))
+        d = shape.obj(
+            data, path, ("id", "host", "cpus", "memory_mb", "backend", "status"), ("slots",)
+        )
         return cls(
             shape.string(d["id"], f"{path}.id"),
             _host(d["host"], f"{path}.host"),
@@ -420,7 +445,9 @@ class Abstraction:
             return self._ops[name]
         except (KeyError, TypeError):
             known = ", ".join(self._ops)
-            raise UnknownOperator(f"job {self.job_id!r} has no operator {name!r} (operators: {known})") from None
+            raise UnknownOperator(
+                f"job {self.job_id!r} has no operator {name!r} (operators: {known})"
+            ) from None
 
     def task(self, task_id: str) -> Task:
         try:
@@ -433,7 +460,9 @@ class Abstraction:
             return self._workers[worker_id]
         except (KeyError, TypeError):
             known = ", ".join(self._workers) or "none"
-            raise UnknownWorker(f"job {self.job_id!r} has no worker {worker_id!r} (workers: {known})") from None
+            raise UnknownWorker(
+                f"job {self.job_id!r} has no worker {worker_id!r} (workers: {known})"
+            ) from None
 
     def has_task(self, task_id: str) -> bool:
         return task_id in self._tasks
@@ -479,7 +508,12 @@ class Abstraction:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "job": {"id": self.job_id, "name": self.name, "version": self.version, "status": self.status},
+            "job": {
+                "id": self.job_id,
+                "name": self.name,
+                "version": self.version,
+                "status": self.status,
+            },
             "operators": [op.to_dict() for op in self.operators],
             "workers": [w.to_dict() for w in self.workers],
         }
@@ -518,7 +552,9 @@ def from_graph(
     its key groups or weight from ``placement`` and its worker's resources. Raises
     :class:`UnknownTask` or :class:`UnknownWorker` when ``placement`` does not match.
     """
-    infos = tuple(w if isinstance(w, Worker) else Worker.from_info(w, backend=backend) for w in workers)
+    infos = tuple(
+        w if isinstance(w, Worker) else Worker.from_info(w, backend=backend) for w in workers
+    )
     by_id = {w.id: w for w in infos}
     operators = []
     for spec in graph.operators:
@@ -529,7 +565,9 @@ def from_graph(
                 raise UnknownTask(f"placement has no worker for task {tid!r}")
             worker = by_id.get(placement.tasks[tid])
             if worker is None:
-                raise UnknownWorker(f"task {tid!r} is placed on unknown worker {placement.tasks[tid]!r}")
+                raise UnknownWorker(
+                    f"task {tid!r} is placed on unknown worker {placement.tasks[tid]!r}"
+                )
             if spec.keyed:
                 workload = Workload(key_groups=tuple(placement.assignment[spec.name][i]))
             else:

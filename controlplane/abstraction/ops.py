@@ -65,17 +65,23 @@ class AssignWorkload:
             _name(task, "assignWorkload: task id")
             if isinstance(value, int | float) and not isinstance(value, bool):
                 if not math.isfinite(value) or value < 0:
-                    raise InvalidPlan(f"{where}: weight must be a finite number >= 0, got {value!r}")
+                    raise InvalidPlan(
+                        f"{where}: weight must be a finite number >= 0, got {value!r}"
+                    )
                 normalized[task] = float(value)
                 continue
             if not isinstance(value, list | tuple | set | frozenset | range):
-                raise InvalidPlan(f"{where}: expected key groups (a list of ints) or a weight, got {value!r}")
+                raise InvalidPlan(
+                    f"{where}: expected key groups (a list of ints) or a weight, got {value!r}"
+                )
             for g in value:
                 if not isinstance(g, int) or isinstance(g, bool):
                     raise InvalidPlan(f"{where}: key group {g!r} is not an int")
                 if g in owner:
                     other = "twice" if owner[g] == task else f"for tasks {owner[g]!r} and {task!r}"
-                    raise KeyGroupConflict(f"assignWorkload on {self.operator!r}: key group {g} is listed {other}")
+                    raise KeyGroupConflict(
+                        f"assignWorkload on {self.operator!r}: key group {g} is listed {other}"
+                    )
                 owner[g] = task
             normalized[task] = tuple(sorted(value))
         if len({isinstance(v, tuple) for v in normalized.values()}) > 1:
@@ -97,7 +103,9 @@ class AssignWorkload:
         return {
             "op": "assignWorkload",
             "operator": self.operator,
-            "workload": {t: list(v) if isinstance(v, tuple) else v for t, v in self.workload.items()},
+            "workload": {
+                t: list(v) if isinstance(v, tuple) else v for t, v in self.workload.items()
+            },
         }
 
     @classmethod
@@ -138,7 +146,12 @@ class AssignResource:
         return f"assignResource {self.task!r} {where}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"op": "assignResource", "operator": self.operator, "task": self.task, "worker": self.worker}
+        return {
+            "op": "assignResource",
+            "operator": self.operator,
+            "task": self.task,
+            "worker": self.worker,
+        }
 
     @classmethod
     def from_dict(cls, data: Any, path: str = "op") -> AssignResource:
@@ -166,10 +179,14 @@ class AssignLogic:
         if self.tasks == "all":
             return
         if isinstance(self.tasks, str) or not isinstance(self.tasks, list | tuple):
-            raise InvalidPlan(f"assignLogic on {self.operator!r}: tasks must be a list of task ids or 'all'")
+            raise InvalidPlan(
+                f"assignLogic on {self.operator!r}: tasks must be a list of task ids or 'all'"
+            )
         tasks = tuple(_name(t, f"assignLogic on {self.operator!r}: task id") for t in self.tasks)
         if not tasks:
-            raise InvalidPlan(f"assignLogic on {self.operator!r}: no tasks listed (use 'all' for every task)")
+            raise InvalidPlan(
+                f"assignLogic on {self.operator!r}: no tasks listed (use 'all' for every task)"
+            )
         if len(set(tasks)) != len(tasks):
             raise InvalidPlan(f"assignLogic on {self.operator!r}: a task is listed twice")
         object.__setattr__(self, "tasks", tasks)
@@ -186,8 +203,15 @@ class AssignLogic:
         d = shape.obj(data, path, ("op", "operator", "tasks", "ref"))
         tasks = d["tasks"]
         if tasks != "all":
-            tasks = tuple(shape.string(t, f"{path}.tasks[{i}]") for i, t in enumerate(shape.array(tasks, f"{path}.tasks")))
-        return cls(shape.string(d["operator"], f"{path}.operator"), tasks, shape.string(d["ref"], f"{path}.ref"))
+            tasks = tuple(
+                shape.string(t, f"{path}.tasks[{i}]")
+                for i, t in enumerate(shape.array(tasks, f"{path}.tasks"))
+            )
+        return cls(
+            shape.string(d["operator"], f"{path}.operator"),
+            tasks,
+            shape.string(d["ref"], f"{path}.ref"),
+        )
 
 
 Op = AssignWorkload | AssignResource | AssignLogic
@@ -225,7 +249,11 @@ class Plan:
     batch_size: int | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.base_version, int) or isinstance(self.base_version, bool) or self.base_version < 1:
+        if (
+            not isinstance(self.base_version, int)
+            or isinstance(self.base_version, bool)
+            or self.base_version < 1
+        ):
             raise InvalidPlan(f"base_version must be an int >= 1, got {self.base_version!r}")
         if not isinstance(self.ops, list | tuple):
             raise InvalidPlan(f"ops must be a list of operations, got {type(self.ops).__name__}")
@@ -235,10 +263,18 @@ class Plan:
         if self.mode not in MODES:
             raise InvalidPlan(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.batch_size is not None:
-            if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) or self.batch_size < 1:
-                raise InvalidPlan(f"batch_size must be an int >= 1 or null, got {self.batch_size!r}")
+            if (
+                not isinstance(self.batch_size, int)
+                or isinstance(self.batch_size, bool)
+                or self.batch_size < 1
+            ):
+                raise InvalidPlan(
+                    f"batch_size must be an int >= 1 or null, got {self.batch_size!r}"
+                )
             if self.mode != "fluid":
-                raise InvalidPlan("batch_size applies to mode 'fluid' only (pause mode moves everything at once)")
+                raise InvalidPlan(
+                    "batch_size applies to mode 'fluid' only (pause mode moves everything at once)"
+                )
         object.__setattr__(self, "ops", tuple(self.ops))
 
     def __len__(self) -> int:

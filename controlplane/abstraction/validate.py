@@ -137,7 +137,9 @@ class _Draft:
 
     def __init__(self, base: Abstraction) -> None:
         self.base = base
-        self.tasks: dict[str, dict[str, Task]] = {op.name: {t.id: t for t in op.tasks} for op in base.operators}
+        self.tasks: dict[str, dict[str, Task]] = {
+            op.name: {t.id: t for t in op.tasks} for op in base.operators
+        }
         self.workers: dict[str, Worker] = {w.id: w for w in base.workers}
 
     def task(self, op: Operator, task_id: str) -> Task:
@@ -175,7 +177,9 @@ class _Draft:
         operators = tuple(
             replace(op, tasks=tuple(self.tasks[op.name].values())) for op in self.base.operators
         )
-        return replace(self.base, version=self.base.version + 1, operators=operators, workers=workers)
+        return replace(
+            self.base, version=self.base.version + 1, operators=operators, workers=workers
+        )
 
 
 def _apply(draft: _Draft, op: Op, resolve_logic: Resolver) -> None:
@@ -204,7 +208,9 @@ def _assign_workload(draft: _Draft, operator: Operator, op: AssignWorkload) -> N
             "so it has no workload to assign"
         )
     if operator.keyed and not op.keyed:
-        raise InvalidPlan(f"operator {name!r} is keyed: assign it key groups ({{task: [groups]}}), not weights")
+        raise InvalidPlan(
+            f"operator {name!r} is keyed: assign it key groups ({{task: [groups]}}), not weights"
+        )
     if not operator.keyed and op.keyed:
         raise InvalidPlan(
             f"operator {name!r} is not keyed ({operator.kind}): assign it weights "
@@ -244,7 +250,9 @@ def _assign_resource(draft: _Draft, operator: Operator, op: AssignResource) -> N
                 "assignWorkload earlier in the plan, then remove it"
             )
         if len(tasks) == 1:
-            raise InvalidPlan(f"task {task.id!r} is the last task of operator {name!r}; it cannot be removed")
+            raise InvalidPlan(
+                f"task {task.id!r} is the last task of operator {name!r}; it cannot be removed"
+            )
         del tasks[op.task]
         return
     if op.task not in tasks:
@@ -262,7 +270,9 @@ def _assign_resource(draft: _Draft, operator: Operator, op: AssignResource) -> N
     tasks[op.task] = Task(op.task, current_logic(tasks.values()), empty, worker.resources())
 
 
-def _assign_logic(draft: _Draft, operator: Operator, op: AssignLogic, resolve_logic: Resolver) -> None:
+def _assign_logic(
+    draft: _Draft, operator: Operator, op: AssignLogic, resolve_logic: Resolver
+) -> None:
     name = operator.name
     if operator.kind in ("source", "sink"):
         raise InvalidPlan(

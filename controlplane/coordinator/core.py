@@ -97,6 +97,7 @@ class Job:
         self.layout = layout
         self.reconfigurations: list = []  # Reconfiguration records, oldest first
         self.lock = asyncio.Lock()  # one reconfiguration at a time
+        self._snapshot: Any = None  # a stop-and-restart in progress collects snapshots here
         self.status = "starting"  # starting | running | finished | failed | stopped
         self.error: str | None = None
         self.started_at: float | None = None
@@ -240,19 +241,48 @@ class Coordinator:
         layout = Layout.initial(graph, ids)
         job = Job(f"job-{next(self._job_ids)}", graph, layout)
         self.jobs[job.id] = job
+        error = await self._deploy(job, layout)
+        if error:
+            await self._fail(job, error)
+            return job
+        if job.done:
+            return job
+        # Step 4. Start with a common clock origin.
+        job.started_at = time.time()
+        job.status = "running"
+        self._start(job)
+        logger.info("job %s running on %s", job.id, ", ".join(layout.workers_used()))
+        return job
+
+    async def _deploy(
+        self, job: Job, layout: Layout, restore: dict[str, dict] | None = None
+    ) -> str | None:
+        """Steps 2-3: deploy ``layout`` on its workers; returns an error, or None when deployed.
+
+        ``restore`` (task -> {"groups": {key group: bytes}, "position": source position})
+        seeds tasks with state, for a restart from a snapshot.
+        """
         used = layout.workers_used()
-        msg = {
+        missing = [w for w in used if w not in self._conns]
+        if missing:
+            return f"workers {missing} are not connected"
+        base = {
             "type": "deploy",
             "job_id": job.id,
-            "graph": pickle.dumps(graph),
+            "graph": pickle.dumps(job.graph),
             "layout": layout.to_wire(),
             "workers": {w.id: [w.data_host, w.data_port] for w in self.alive_workers()},
             "config": self.config.to_dict(),
         }
         loop = asyncio.get_running_loop()
+        job._deploy_replies = {}
         # Step 2. Deploy everywhere.
         for wid in used:
             job._deploy_replies[wid] = loop.create_future()
+            msg = base
+            if restore:
+                mine = {t: r for t, r in restore.items() if layout.placement.get(t) == wid}
+                msg = {**base, "restore": mine}
             self._conns[wid].send(msg)
         # Step 3. Wait for every worker's answer.
         try:
@@ -260,24 +290,19 @@ class Coordinator:
                 asyncio.gather(*job._deploy_replies.values()), DEPLOY_TIMEOUT_S
             )
         except TimeoutError:
-            await self._fail(job, f"deploy timed out after {DEPLOY_TIMEOUT_S:.0f}s")
-            return job
-        except CoordinatorError as exc:
-            await self._fail(job, str(exc))
-            return job
+            return f"deploy timed out after {DEPLOY_TIMEOUT_S:.0f}s"
         errors = [r for r in replies if r]
-        if errors:
-            await self._fail(job, "; ".join(errors))
-            return job
-        if job.done:
-            return job
-        # Step 4. Start with a common clock origin.
-        job.started_at = time.time()
-        job.status = "running"
-        for wid in used:
-            self._conns[wid].send({"type": "start", "job_id": job.id, "start_time": job.started_at})
-        logger.info("job %s running on %s", job.id, ", ".join(used))
-        return job
+        return "; ".join(errors) if errors else None
+
+    def _start(self, job: Job) -> None:
+        for wid in job.layout.workers_used():
+            self._send(wid, {"type": "start", "job_id": job.id, "start_time": job.started_at})
+
+    async def restart_with(self, job_id: str, layout: Layout) -> Any:
+        """The stop-and-restart baseline (see :mod:`.restart`); returns the record."""
+        from .restart import restart_with
+
+        return await restart_with(self, self._job(job_id), layout)
 
     async def stop_job(self, job_id: str) -> Job:
         job = self._job(job_id)
@@ -497,6 +522,12 @@ class Coordinator:
         elif kind == "worker_error":
             if job._end("failed", msg["error"]):
                 self._stop_everywhere(job)
+        elif kind == "snapshot":
+            if "metrics" in msg:
+                job.metrics.add(time.time(), msg["task"], msg["metrics"])
+            snap = job._snapshot
+            if snap is not None:
+                snap.add(msg["task"], msg)
         elif kind == "barrier_ack":
             self._check_barriers(job, msg["task"], int(msg["id"]))
         elif kind in ("prepared", "prepare_failed", "paused", "updated", "update_failed"):

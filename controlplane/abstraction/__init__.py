@@ -1,0 +1,122 @@
+"""The task-centric abstraction of a job, its plans, their validation and diff (pure).
+
+DESIGN sections 2 and 3 (step 1). No I/O, no asyncio: frozen dataclasses and plain
+functions, shared by the StreamManager, the coordinator and the controllers::
+
+    a1 = from_graph(job_id, graph, placement, workers)       # version 1
+    plan = scale(a1, "count", 4)                              # or Plan(a1.version, ops)
+    a2 = apply_plan(a1, plan)                                 # version 2, or a PlanError
+    d = diff(a1, a2)                                          # moves, affected tasks
+
+- :mod:`.model`: :class:`Abstraction` and its parts, JSON round trip, :func:`from_graph`.
+- :mod:`.ops`: :class:`AssignWorkload`, :class:`AssignResource`, :class:`AssignLogic`,
+  :class:`Plan`.
+- :mod:`.validate`: :func:`apply_plan`, :func:`check_abstraction`.
+- :mod:`.diff`: :func:`diff`, :class:`Diff`.
+- :mod:`.helpers`: :func:`scale`, :func:`rebalance`, :func:`migrate`, :func:`update_logic`
+  (on the algorithms of :mod:`.balance`).
+
+Exception tree::
+
+    AbstractionError (ValueError)   anything raised by this package
+    ├── SchemaError                 a JSON document of the wrong shape (names the field path)
+    └── PlanError                   a plan refused by validation (.op_index: the culprit op)
+        ├── StaleVersion            base_version is not current (HTTP 409)
+        ├── UnknownOperator
+        ├── UnknownTask
+        ├── UnknownWorker
+        ├── KeyGroupConflict        a key group owned twice, by nobody, or out of range
+        ├── WorkerOverCapacity      more tasks than the worker's slots
+        ├── TaskStillOwnsWork       a task removed while it owns key groups or weight
+        ├── BadLogic                a logic ref that does not resolve to a callable
+        └── InvalidPlan             everything else (empty plan, wrong kind of op, ...)
+            └── NoChange            a valid plan whose result equals the current version
+
+Every PlanError but StaleVersion maps to HTTP 422; the mapping lives in the REST layer.
+"""
+
+from .balance import even_split, greedy_balance, imbalance, inverse_weights
+from .diff import Diff, OperatorDiff, diff
+from .errors import (
+    AbstractionError,
+    BadLogic,
+    InvalidPlan,
+    KeyGroupConflict,
+    NoChange,
+    PlanError,
+    SchemaError,
+    StaleVersion,
+    TaskStillOwnsWork,
+    UnknownOperator,
+    UnknownTask,
+    UnknownWorker,
+    WorkerOverCapacity,
+)
+from .helpers import migrate, rebalance, scale, update_logic
+from .model import (
+    DEFAULT_SLOTS,
+    NEW_WORKER,
+    PLACEABLE_STATUSES,
+    PLACEHOLDER_STATUS,
+    Abstraction,
+    Input,
+    Logic,
+    Operator,
+    Resources,
+    Task,
+    Worker,
+    Workload,
+    from_graph,
+)
+from .ops import AssignLogic, AssignResource, AssignWorkload, Op, Plan, op_from_dict
+from .validate import Resolver, apply_plan, check_abstraction, resolve_importable
+
+__all__ = [
+    "DEFAULT_SLOTS",
+    "NEW_WORKER",
+    "PLACEABLE_STATUSES",
+    "PLACEHOLDER_STATUS",
+    "Abstraction",
+    "AbstractionError",
+    "AssignLogic",
+    "AssignResource",
+    "AssignWorkload",
+    "BadLogic",
+    "Diff",
+    "Input",
+    "InvalidPlan",
+    "KeyGroupConflict",
+    "Logic",
+    "NoChange",
+    "Op",
+    "Operator",
+    "OperatorDiff",
+    "Plan",
+    "PlanError",
+    "Resolver",
+    "Resources",
+    "SchemaError",
+    "StaleVersion",
+    "Task",
+    "TaskStillOwnsWork",
+    "UnknownOperator",
+    "UnknownTask",
+    "UnknownWorker",
+    "Worker",
+    "WorkerOverCapacity",
+    "Workload",
+    "apply_plan",
+    "check_abstraction",
+    "diff",
+    "even_split",
+    "from_graph",
+    "greedy_balance",
+    "imbalance",
+    "inverse_weights",
+    "migrate",
+    "op_from_dict",
+    "rebalance",
+    "resolve_importable",
+    "scale",
+    "update_logic",
+]
