@@ -23,8 +23,8 @@ class CodecError(ValueError):
 
 
 def _default(obj: Any) -> Any:
-    if isinstance(obj, set | frozenset):
-        return msgpack.ExtType(_PICKLE_EXT, pickle.dumps(obj, protocol=5))
+    if type(obj) is tuple:  # strict types send tuples here: plain arrays, decoded as tuples
+        return list(obj)
     try:
         return msgpack.ExtType(_PICKLE_EXT, pickle.dumps(obj, protocol=5))
     except Exception as exc:
@@ -37,7 +37,14 @@ def _ext_hook(code: int, data: bytes) -> Any:
     raise CodecError(f"unknown msgpack extension type {code}")
 
 
-_packer_kwargs = {"default": _default, "use_bin_type": True}
+# strict_types: subclasses of msgpack types (namedtuples, defaultdicts...) are pickled, so
+# they arrive as what they were; surrogatepass: strings with lone surrogates travel too.
+_packer_kwargs = {
+    "default": _default,
+    "use_bin_type": True,
+    "strict_types": True,
+    "unicode_errors": "surrogatepass",
+}
 
 
 def packb(obj: Any) -> bytes:
@@ -52,7 +59,12 @@ def packb(obj: Any) -> bytes:
 def unpackb(data: bytes) -> Any:
     try:
         return msgpack.unpackb(
-            data, use_list=False, raw=False, ext_hook=_ext_hook, strict_map_key=False
+            data,
+            use_list=False,
+            raw=False,
+            ext_hook=_ext_hook,
+            strict_map_key=False,
+            unicode_errors="surrogatepass",
         )
     except CodecError:
         raise

@@ -136,7 +136,7 @@ class JobGraph:
             raise DataflowError("a job needs a non-empty name")
         ops: dict[str, OperatorSpec] = {}
         for op in operators:
-            if not isinstance(op.name, str) or not _NAME.match(op.name):
+            if not isinstance(op.name, str) or not _NAME.fullmatch(op.name):
                 raise DataflowError(
                     f"operator name {op.name!r} is invalid: use letters, digits, '_' and '.', "
                     "starting with a letter"
@@ -245,7 +245,16 @@ def _topological_order(ops: Mapping[str, OperatorSpec]) -> list[str]:
             if indegree[c] == 0:
                 ready.append(c)
     if len(order) != len(ops):
-        cyclic = sorted(n for n in ops if n not in order)
+        # Left over: operators on a cycle and those downstream of one; peel the latter off.
+        left = {n for n in ops if n not in order}
+        changed = True
+        while changed:
+            changed = False
+            for n in list(left):
+                if not any(c in left for c in children[n]):
+                    left.discard(n)
+                    changed = True
+        cyclic = sorted(left)
         raise DataflowError(f"operators {', '.join(map(repr, cyclic))} form a cycle")
     return order
 
@@ -381,7 +390,7 @@ def resolve_ref(ref: str) -> Callable[..., Any]:
     module_name, attr_path = ref.split(":")
     try:
         obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
+    except (ImportError, ValueError, TypeError) as exc:
         raise JobRefError(
             f"reference {ref!r}: cannot import module {module_name!r} ({exc})"
         ) from exc

@@ -51,7 +51,7 @@ def _key_bytes(key: object) -> bytes:
     if isinstance(key, bool):
         return b"T" if key else b"F"
     if isinstance(key, int):
-        return b"i" + str(key).encode()
+        return b"i" + key.to_bytes(key.bit_length() // 8 + 1, "little", signed=True)
     if isinstance(key, float):
         return b"f" + _pack_float(key)
     if key is None:
@@ -83,9 +83,11 @@ KEY_CACHE_LIMIT = 1 << 20  # keys remembered per key_group_fn before the cache i
 class KeyGroupHasher:
     """A fast ``key -> key group`` function for one ``max_parallelism`` (hot path).
 
-    Remembers the key groups of up to ``KEY_CACHE_LIMIT`` hashable keys: a dict lookup
-    (which reuses Python's cached string hash) is several times cheaper than hashing. Hot
-    loops may read :attr:`cache` directly and call the hasher only on a miss.
+    Remembers the key groups of up to ``KEY_CACHE_LIMIT`` string keys: a dict lookup (which
+    reuses Python's cached string hash) is several times cheaper than hashing. Only ``str``
+    keys are cached, so keys that are equal across types (``1``, ``1.0``, ``True``) never
+    share an entry. Hot loops may look a key up in :attr:`cache` directly (a miss, or a
+    ``TypeError`` for an unhashable key, means: call the hasher).
     """
 
     __slots__ = ("cache", "max_parallelism")
@@ -95,24 +97,19 @@ class KeyGroupHasher:
         self.cache: dict = {}
 
     def __call__(self, key: object) -> int:
-        g = self.cache.get(key)
-        if g is not None:
-            return g
         if type(key) is str:
+            g = self.cache.get(key)
+            if g is not None:
+                return g
             try:
                 g = _xxh(key.encode()) % self.max_parallelism
             except UnicodeEncodeError:
                 g = _xxh(_key_bytes(key)) % self.max_parallelism
-        else:
-            g = _xxh(_key_bytes(key)) % self.max_parallelism
-            try:
-                hash(key)
-            except TypeError:  # unhashable (a list in a tuple...): not cached
-                return g
-        if len(self.cache) >= KEY_CACHE_LIMIT:
-            self.cache.clear()
-        self.cache[key] = g
-        return g
+            if len(self.cache) >= KEY_CACHE_LIMIT:
+                self.cache.clear()
+            self.cache[key] = g  # only str keys: 1, 1.0 and True are equal but hash apart
+            return g
+        return _xxh(_key_bytes(key)) % self.max_parallelism
 
 
 def key_group_fn(max_parallelism: int) -> KeyGroupHasher:

@@ -16,6 +16,7 @@ oldest pending record is ``linger_s`` old, or when the task runs out of input.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 
@@ -64,7 +65,11 @@ class RebalanceEdge(Edge):
         self.set_weights(weights or [1.0] * len(self.channels))
 
     def set_weights(self, weights: Sequence[float]) -> None:
-        if len(weights) != len(self.channels) or any(w < 0 for w in weights) or sum(weights) <= 0:
+        if (
+            len(weights) != len(self.channels)
+            or not all(math.isfinite(w) and w >= 0 for w in weights)
+            or sum(weights) <= 0
+        ):
             raise ValueError(f"edge to {self.operator!r}: bad weights {list(weights)}")
         self.weights = [float(w) for w in weights]
         self._current = [0.0] * len(self.weights)
@@ -102,6 +107,12 @@ class KeyGroupEdge(Edge):
     def set_owner(self, owner: Sequence[int]) -> None:
         """Swap the routing table (one assignment: atomic for the single-threaded task)."""
         n = len(self.channels)
+        expected = self.key_group_fn.max_parallelism
+        if len(owner) != expected:
+            raise ValueError(
+                f"edge to {self.operator!r}: owner table has {len(owner)} entries, "
+                f"expected one per key group ({expected})"
+            )
         bad = [g for g, o in enumerate(owner) if not 0 <= o < n]
         if bad:
             raise ValueError(f"edge to {self.operator!r}: key groups {bad[:10]} have no owner")
@@ -113,7 +124,10 @@ class KeyGroupEdge(Edge):
         cached = kg.cache.get
         for v, t in zip(values, stamps, strict=True):
             k = key_fn(v)
-            g = cached(k)
+            try:
+                g = cached(k)
+            except TypeError:  # unhashable: the hasher names the key type
+                g = None
             bv, bt = targets[kg(k) if g is None else g]
             bv.append(v)
             bt.append(t)
@@ -159,6 +173,8 @@ class Outputs:
             for ch in self.channels:
                 if len(ch.buf_v) >= size:
                     await ch.flush(size, whole_batches_only=True)
+            if not any(ch.buf_v for ch in self.channels):
+                self._since = None
             return
         self._since = None
         for ch in self.channels:

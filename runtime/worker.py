@@ -23,6 +23,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from typing import Any
 
@@ -40,6 +41,7 @@ __all__ = ["Worker", "main"]
 logger = logging.getLogger(__name__)
 
 METRICS_INTERVAL_S = 1.0  # how often tasks' metrics are reported to the coordinator
+HEARTBEAT_INTERVAL_S = 1.0  # heartbeats come from a thread: a long UDF call does not stop them
 REGISTER_TIMEOUT_S = 10.0  # the coordinator must answer a registration within this time
 
 EXIT_REFUSED = 2
@@ -175,10 +177,16 @@ class Worker:
             raise RegistrationRefused(str(reply.get("reason", reply)))
         self.worker_id = reply["worker_id"]
         logger.info("registered as %s (data %s:%s)", self.worker_id, data_host, data_port)
+        beat_stop = threading.Event()
+        beat = threading.Thread(
+            target=self._heartbeat, args=(beat_stop,), name="heartbeat", daemon=True
+        )
+        beat.start()
         reporter = asyncio.create_task(self._report_metrics())
         try:
             await self._control_loop(reader)
         finally:
+            beat_stop.set()
             reporter.cancel()
             for t in list(self._updates):
                 t.cancel()
@@ -186,6 +194,25 @@ class Worker:
                 await job.stop()
             await self.data.close()
             writer.close()
+
+    def _heartbeat(self, stop: threading.Event) -> None:
+        """Thread: a second connection that says "alive" every second, whatever the loop does.
+
+        The event loop may be busy in a long UDF call; the coordinator must still tell a
+        slow worker from a dead or hung one (a hung process stops this thread too).
+        """
+        try:
+            with socket.create_connection(self.coordinator, timeout=10) as sock:
+                sock.sendall(
+                    protocol.encode(
+                        {"type": "heartbeat", "worker_id": self.worker_id, "secret": self.secret}
+                    )
+                )
+                beat = protocol.encode({"type": "hb"})
+                while not stop.wait(HEARTBEAT_INTERVAL_S):
+                    sock.sendall(beat)
+        except OSError as exc:
+            logger.info("heartbeat connection ended: %s", exc)
 
     async def _control_loop(self, reader: asyncio.StreamReader) -> None:
         while True:

@@ -81,7 +81,7 @@ def broken_sink_job(params: dict[str, Any]) -> Dataflow:
 
 @dataclass(frozen=True)
 class HoldWhile:
-    """A map that passes records through, 2 ms each while ``path`` exists (a busy task).
+    """A map that passes records through, 5 ms each while ``path`` exists (a busy task).
 
     Slow per record rather than stuck, so the worker still answers between batches.
     """
@@ -93,7 +93,7 @@ class HoldWhile:
         import time
 
         if os.path.exists(self.path):
-            time.sleep(0.002)
+            time.sleep(0.005)
         return record
 
 

@@ -81,22 +81,11 @@ def test_pickled_dataclass_keeps_its_lists() -> None:
     assert back.history == [1, 2]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="msgpack packs subclasses of tuple/list/dict natively (strict_types is off), so a "
-    "namedtuple record decodes as a plain tuple (no .price attribute); the same job "
-    "behaves differently depending on whether a channel crosses workers",
-)
 def test_namedtuple_records_keep_their_type() -> None:
     back = unpackb(packb(Trade("X", 1.5)))
     assert back.price == 1.5
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="packb encodes str as strict UTF-8, so a str with a lone surrogate (a key type "
-    "runtime.keygroups explicitly supports) raises CodecError and cannot cross workers",
-)
 def test_lone_surrogate_strings_round_trip() -> None:
     assert unpackb(packb("\udc80")) == "\udc80"
 

@@ -72,12 +72,6 @@ def test_bad_operator_name(name: object) -> None:
     refuse([source(), mapper(name)], f"operator name {name!r} is invalid")  # type: ignore[arg-type]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="dataflow._NAME is matched with re.match and a '$' anchor, which also matches "
-    "before a trailing newline, so the operator name 'count\\n' is accepted (its task ids "
-    "become 'count\\n-0'); it should use fullmatch or '\\Z'",
-)
 def test_operator_name_with_trailing_newline_is_refused() -> None:
     refuse([source(), mapper("m\n")], "is invalid")
 
@@ -175,12 +169,6 @@ def test_self_loop() -> None:
     refuse([source(), mapper("a", InputSpec("src"), InputSpec("a"))], "operators 'a' form a cycle")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_topological_order reports every operator it could not order as part of the "
-    "cycle, so an operator merely downstream of a cycle (here 'after') is named in "
-    "\"operators 'a', 'after', 'b' form a cycle\"",
-)
 def test_cycle_message_names_only_the_cycle() -> None:
     a = mapper("a", InputSpec("src"), InputSpec("b"))
     b = mapper("b", InputSpec("a"))
@@ -415,14 +403,6 @@ def test_load_job_errors(ref: object, fragment: str) -> None:
     assert repr(ref) in str(info.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=(ValueError, TypeError),
-    reason="resolve_ref passes an empty or relative module name to importlib.import_module "
-    "and only catches ImportError: ':build' raises ValueError('Empty module name') and "
-    "'.jobs_for_tests:build_counts' raises TypeError (relative import needs a package) "
-    "instead of JobRefError",
-)
 @pytest.mark.parametrize("ref", [":build_counts", ".jobs_for_tests:build_counts"])
 def test_load_job_malformed_module_is_a_job_ref_error(ref: str) -> None:
     with pytest.raises(JobRefError):

@@ -161,13 +161,6 @@ def test_bad_owner_table_is_refused(owner: list[int], fragment: str) -> None:
     assert edge.owner == [0, 0, 1, 1]  # the old table stays in force
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="KeyGroupEdge.set_owner never checks len(owner) against "
-    "key_group_fn.max_parallelism: a table too short is accepted and route() later fails "
-    "with a bare IndexError for keys in the missing groups (a longer one is silently "
-    "accepted too)",
-)
 @pytest.mark.parametrize("length", [2, 6])
 def test_owner_table_of_the_wrong_length_is_refused(length: int) -> None:
     with pytest.raises(ValueError):
@@ -249,12 +242,6 @@ def test_bad_weights_are_refused(ws: list[float]) -> None:
         RebalanceEdge("next", channels(2), ws)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="RebalanceEdge.set_weights only checks w < 0 and sum <= 0, both false for NaN, so "
-    "[nan, 1.0] is accepted and route() then compares NaN current weights (a measured-"
-    "time weighting that divides 0 by 0 would do this)",
-)
 def test_nan_weights_are_refused() -> None:
     with pytest.raises(ValueError):
         RebalanceEdge("next", channels(2), [float("nan"), 1.0])
@@ -316,13 +303,6 @@ def test_emit_nothing_is_a_no_op() -> None:
     run(main)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Outputs.flush sends whole batches without resetting _since when nothing stays "
-    "pending, so after emitting exactly batch_size records and flush(), flush_deadline() "
-    "still returns a deadline although no record pends (its docstring promises None); the "
-    "task loop then wakes up to flush nothing",
-)
 def test_no_flush_deadline_once_whole_batches_left_nothing_pending() -> None:
     async def main() -> None:
         chs = channels(1)

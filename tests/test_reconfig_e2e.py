@@ -141,7 +141,7 @@ def test_a_second_reconfiguration_waits_or_is_refused(
     second = move_groups(job.layout, list(range(64, 80)), "count-1", "count-0")
 
     async def race() -> tuple:
-        a = asyncio.create_task(co.reconfigure(job.id, first, sync_timeout_s=1.5))
+        a = asyncio.create_task(co.reconfigure(job.id, first, sync_timeout_s=20))
         await asyncio.sleep(0.2)
         try:
             await co.reconfigure(job.id, second, wait=False)
@@ -155,7 +155,7 @@ def test_a_second_reconfiguration_waits_or_is_refused(
         return refused, ra, rb, started_b_after
 
     async def release() -> None:
-        await asyncio.sleep(2.5)
+        await asyncio.sleep(1.5)
         hold.unlink()
 
     async def both() -> tuple:
@@ -164,9 +164,10 @@ def test_a_second_reconfiguration_waits_or_is_refused(
 
     refused, ra, rb, _ = cluster.call(both())
     assert refused is not None and "being reconfigured" in refused
-    assert ra.status == "aborted"
+    assert ra.status == "completed", ra.error
     assert rb.status == "completed", rb.error
-    assert ra.ended_at is not None and rb.created_at >= ra.created_at
+    # The waiting one started only once the first had ended: they never interleave.
+    assert ra.ended_at is not None and rb.created_at >= ra.ended_at
     assert cluster.wait(job, 60) == "finished", job.error
     assert final_counts(out) == counting_reference(records)
 

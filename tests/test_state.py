@@ -65,13 +65,6 @@ def test_dataclass_values_come_back_as_equal_copies() -> None:
     assert old.group(1)["ann"].history == [1, 2]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="export_group/import_group go through codec.unpackb(use_list=False), so list "
-    "state values (and lists nested in dicts or tuples) come back as tuples: a UDF that "
-    "does state.get().append(x) works until its key group moves, then raises "
-    "AttributeError",
-)
 def test_list_values_survive_a_move() -> None:
     old = KeyedState("count-0", [1])
     old.group(1)["k"] = [1, [2, 3], {"xs": [4]}]
@@ -80,12 +73,6 @@ def test_list_values_survive_a_move() -> None:
     assert new.group(1)["k"] == [1, [2, 3], {"xs": [4]}]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="subclasses of tuple and dict are encoded by msgpack as plain arrays/maps, so a "
-    "namedtuple state value comes back as a plain tuple (no .price) and a defaultdict as a "
-    "plain dict (no default factory) after its key group moves",
-)
 @pytest.mark.parametrize("value", [Trade("X", 1.5), defaultdict(int, a=1)])
 def test_container_subclasses_keep_their_type(value: object) -> None:
     old = KeyedState("count-0", [1])
@@ -95,12 +82,6 @@ def test_container_subclasses_keep_their_type(value: object) -> None:
     assert type(new.group(1)["k"]) is type(value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="key groups support str keys with lone surrogates (encoded with surrogatepass), "
-    "but codec.packb encodes str strictly as UTF-8, so export_group of a group holding the "
-    "key '\\udc80' raises CodecError and that key group can never move",
-)
 def test_lone_surrogate_keys_can_move() -> None:
     old = KeyedState("count-0", [key_group("\udc80")])
     old.group(key_group("\udc80"))["\udc80"] = 1

@@ -8,7 +8,8 @@ functions, shared by the StreamManager, the coordinator and the controllers::
     a2 = apply_plan(a1, plan)                                 # version 2, or a PlanError
     d = diff(a1, a2)                                          # moves, affected tasks
 
-- :mod:`.model`: :class:`Abstraction` and its parts, JSON round trip, :func:`from_graph`.
+- :mod:`.model`: :class:`Abstraction` and :class:`Operator`, :func:`from_graph`; their
+  parts (tasks, workers...) are in :mod:`.parts`; all round-trip through JSON.
 - :mod:`.ops`: :class:`AssignWorkload`, :class:`AssignResource`, :class:`AssignLogic`,
   :class:`Plan`.
 - :mod:`.validate`: :func:`apply_plan`, :func:`check_abstraction`.
@@ -53,22 +54,20 @@ from .errors import (
     WorkerOverCapacity,
 )
 from .helpers import migrate, rebalance, scale, update_logic
-from .model import (
+from .model import Abstraction, Operator, from_graph
+from .ops import AssignLogic, AssignResource, AssignWorkload, Op, Plan, op_from_dict
+from .parts import (
     DEFAULT_SLOTS,
     NEW_WORKER,
     PLACEABLE_STATUSES,
     PLACEHOLDER_STATUS,
-    Abstraction,
     Input,
     Logic,
-    Operator,
     Resources,
     Task,
     Worker,
     Workload,
-    from_graph,
 )
-from .ops import AssignLogic, AssignResource, AssignWorkload, Op, Plan, op_from_dict
 from .validate import Resolver, apply_plan, check_abstraction, resolve_importable
 
 __all__ = [

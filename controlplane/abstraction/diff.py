@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import AbstractionError
-from .model import Abstraction, Logic
+from .model import Abstraction
+from .parts import Logic
 
 __all__ = ["Diff", "OperatorDiff", "diff"]
 

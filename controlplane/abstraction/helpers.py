@@ -18,8 +18,9 @@ from typing import Literal
 
 from .balance import even_split, greedy_balance, imbalance, inverse_weights
 from .errors import InvalidPlan, KeyGroupConflict, UnknownTask, WorkerOverCapacity
-from .model import NEW_WORKER, PLACEABLE_STATUSES, Abstraction, Operator, next_placeholder
+from .model import Abstraction, Operator
 from .ops import AssignLogic, AssignResource, AssignWorkload, Op, Plan
+from .parts import NEW_WORKER, PLACEABLE_STATUSES, next_placeholder
 
 __all__ = ["migrate", "rebalance", "scale", "update_logic"]
 

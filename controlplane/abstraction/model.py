@@ -1,11 +1,11 @@
 """The task-centric abstraction of a job (DESIGN section 2): frozen, versioned, JSON-able.
 
 An :class:`Abstraction` is one version of a deployed job: its operators, each with its
-tasks (logic, workload, resources), and the workers the job may use. Every applied plan
-makes version N+1 (see :func:`controlplane.abstraction.apply_plan`); objects are never
-mutated. ``to_dict()`` gives plain JSON (lists, not tuples) and ``from_dict()`` reads it
-back equal to the original; ``from_dict`` checks the shape only (see
-:func:`~controlplane.abstraction.check_abstraction` for the invariants).
+tasks (logic, workload, resources; see :mod:`.parts`), and the workers the job may use.
+Every applied plan makes version N+1 (see :func:`controlplane.abstraction.apply_plan`);
+objects are never mutated. ``to_dict()`` gives plain JSON (lists, not tuples) and
+``from_dict()`` reads it back equal to the original; ``from_dict`` checks the shape only
+(see :func:`~controlplane.abstraction.check_abstraction` for the invariants).
 
 Task ids are ``"<operator>-<index>"`` (operator names never contain ``-``), and the tasks of
 an operator are kept sorted by index.
@@ -13,8 +13,7 @@ an operator are kept sorted by index.
 
 from __future__ import annotations
 
-import re
-from collections import Counter
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -23,226 +22,13 @@ from runtime.dataflow import JobGraph, logic_ref
 
 from . import _shape as shape
 from .errors import SchemaError, UnknownOperator, UnknownTask, UnknownWorker
+from .parts import DESIGN_KINDS, Input, Logic, Task, Worker, Workload, current_logic, task_index
 
 if TYPE_CHECKING:
     from controlplane.coordinator.placement import Placement
+    from runtime.layout import Layout
 
-__all__ = [
-    "DEFAULT_SLOTS",
-    "DESIGN_KINDS",
-    "NEW_WORKER",
-    "PLACEABLE_STATUSES",
-    "PLACEHOLDER_STATUS",
-    "Abstraction",
-    "Input",
-    "Logic",
-    "Operator",
-    "Resources",
-    "Task",
-    "Worker",
-    "Workload",
-    "current_logic",
-    "from_graph",
-    "next_placeholder",
-    "task_index",
-]
-
-DEFAULT_SLOTS = 64  # tasks of one job a worker may host unless it says otherwise
-NEW_WORKER = "new"  # the worker of assignResource that asks the backend for a fresh one
-PLACEHOLDER_STATUS = "pending"  # status of a requested worker, until the coordinator has it
-PLACEABLE_STATUSES = frozenset({"alive", PLACEHOLDER_STATUS})  # workers that may get tasks
-DESIGN_KINDS: Mapping[str, str] = {  # runtime kind -> DESIGN kind (JSON "transform" -> "kind")
-    "source": "source",
-    "map": "map",
-    "flat_map": "map",
-    "filter": "map",
-    "keyed": "keyed",
-    "sink": "sink",
-}
-PARTITIONINGS = ("forward", "rebalance", "key_groups", "broadcast")
-_INDEX = re.compile(r"0|[1-9][0-9]*")
-
-
-def task_index(task_id: str, operator: str) -> int | None:
-    """The index of ``task_id`` if it is ``"<operator>-<index>"`` (no leading zeros), else None."""
-    prefix = f"{operator}-"
-    if not task_id.startswith(prefix) or not _INDEX.fullmatch(task_id[len(prefix) :]):
-        return None
-    return int(task_id[len(prefix) :])
-
-
-def next_placeholder(taken: Iterable[str]) -> str:
-    """The id ``"new-<k>"`` (smallest k >= 1) not in ``taken``: the id a requested worker gets."""
-    taken = set(taken)
-    k = 1
-    while f"{NEW_WORKER}-{k}" in taken:
-        k += 1
-    return f"{NEW_WORKER}-{k}"
-
-
-def current_logic(tasks: Iterable[Task]) -> Logic:
-    """The logic most of ``tasks`` run (ties: the newest version); ValueError if empty."""
-    counts = Counter(t.logic for t in tasks)
-    return max(counts, key=lambda lg: (counts[lg], lg.version, lg.ref))
-
-
-@dataclass(frozen=True, slots=True)
-class Logic:
-    """The callable a task runs: ``ref`` (``module:callable`` or ``code:<id>:callable``) and a
-    version that grows by one each time ``assignLogic`` changes the operator's logic."""
-
-    ref: str
-    version: int = 1
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ref": self.ref, "version": self.version}
-
-    @classmethod
-    def from_dict(cls, data: Any, path: str = "logic") -> Logic:
-        d = shape.obj(data, path, ("ref", "version"))
-        return cls(
-            shape.string(d["ref"], f"{path}.ref"), shape.integer(d["version"], f"{path}.version", 1)
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Workload:
-    """What a task owns: ``key_groups`` (keyed operators; sorted) or ``weight`` (others: its
-    share of records on rebalance edges). Exactly one of the two is set."""
-
-    key_groups: tuple[int, ...] | None = None
-    weight: float | None = None
-
-    def __post_init__(self) -> None:
-        if (self.key_groups is None) == (self.weight is None):
-            raise SchemaError("workload: set exactly one of key_groups and weight")
-        if self.key_groups is not None:
-            object.__setattr__(self, "key_groups", tuple(sorted(self.key_groups)))
-        else:
-            object.__setattr__(self, "weight", float(self.weight))  # type: ignore[arg-type]
-
-    @property
-    def keyed(self) -> bool:
-        return self.key_groups is not None
-
-    @property
-    def owns_work(self) -> bool:
-        """True while the task owns key groups or a non-zero weight (it cannot be removed)."""
-        return bool(self.key_groups) if self.keyed else bool(self.weight)
-
-    def to_dict(self) -> dict[str, Any]:
-        if self.key_groups is not None:
-            return {"key_groups": list(self.key_groups)}
-        return {"weight": self.weight}
-
-    @classmethod
-    def from_dict(cls, data: Any, path: str = "workload") -> Workload:
-        d = shape.obj(data, path, (), ("key_groups", "weight"))
-        if ("key_groups" in d) == ("weight" in d):
-            raise SchemaError(f"{path}: expected exactly one of 'key_groups' and 'weight'")
-        if "weight" in d:
-            return cls(weight=shape.number(d["weight"], f"{path}.weight"))
-        groups = shape.array(d["key_groups"], f"{path}.key_groups")
-        return cls(
-            key_groups=tuple(
-                shape.integer(g, f"{path}.key_groups[{i}]") for i, g in enumerate(groups)
-            )
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Resources:
-    """Where a task runs: its worker and that worker's host, cpus and memory."""
-
-    worker: str
-    host: str
-    cpus: float
-    memory_mb: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "worker": self.worker,
-            "host": self.host,
-            "cpus": self.cpus,
-            "memory_mb": self.memory_mb,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Any, path: str = "resources") -> Resources:
-        d = shape.obj(data, path, ("worker", "host", "cpus", "memory_mb"))
-        return cls(
-            shape.string(d["worker"], f"{path}.worker"),
-            _host(d["host"], f"{path}.host"),
-            shape.number(d["cpus"], f"{path}.cpus"),
-            shape.integer(d["memory_mb"], f"{path}.memory_mb", 0),
-        )
-
-
-def _host(value: Any, path: str) -> str:
-    if not isinstance(value, str):
-        raise SchemaError(f"{path}: expected a string, got {shape.json_type(value)}")
-    return value
-
-
-@dataclass(frozen=True, slots=True)
-class Task:
-    """One task: a stable id ``"<operator>-<index>"``, its logic, workload and resources."""
-
-    id: str
-    logic: Logic
-    workload: Workload
-    resources: Resources
-
-    @property
-    def operator(self) -> str:
-        return self.id.rpartition("-")[0]
-
-    @property
-    def index(self) -> int:
-        return int(self.id.rpartition("-")[2])
-
-    @property
-    def worker(self) -> str:
-        return self.resources.worker
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "logic": self.logic.to_dict(),
-            "workload": self.workload.to_dict(),
-            "resources": self.resources.to_dict(),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Any, path: str = "task") -> Task:
-        d = shape.obj(data, path, ("id", "logic", "workload", "resources"))
-        return cls(
-            shape.string(d["id"], f"{path}.id"),
-            Logic.from_dict(d["logic"], f"{path}.logic"),
-            Workload.from_dict(d["workload"], f"{path}.workload"),
-            Resources.from_dict(d["resources"], f"{path}.resources"),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Input:
-    """One input of an operator: the upstream operator and the edge's partitioning."""
-
-    upstream: str
-    partitioning: str = "forward"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"upstream": self.upstream, "partitioning": self.partitioning}
-
-    @classmethod
-    def from_dict(cls, data: Any, path: str = "input") -> Input:
-        d = shape.obj(data, path, ("upstream", "partitioning"))
-        part = shape.string(d["partitioning"], f"{path}.partitioning")
-        if part not in PARTITIONINGS:
-            raise SchemaError(
-                f"{path}.partitioning: {part!r} is not one of {', '.join(PARTITIONINGS)}"
-            )
-        return cls(shape.string(d["upstream"], f"{path}.upstream"), part)
+__all__ = ["Abstraction", "Operator", "from_graph"]
 
 
 @dataclass(frozen=True)
@@ -264,6 +50,8 @@ class Operator:
 
     def __post_init__(self) -> None:
         where = f"operator {self.name!r}"
+        if not isinstance(self.name, str) or not self.name or "-" in self.name:
+            raise SchemaError(f"{where}: a name is a non-empty string without '-'")
         if self.kind not in DESIGN_KINDS:
             raise SchemaError(
                 f"{where}: unknown kind {self.kind!r}; one of {', '.join(DESIGN_KINDS)}"
@@ -280,7 +68,7 @@ class Operator:
                 raise SchemaError(f"{where}: task {t.id!r} must own {want}")
             indexed.append((index, t))
         indexed.sort(key=lambda pair: pair[0])
-        for (a, _), (b, t) in zip(indexed, indexed[1:], strict=False):
+        for (a, _), (b, t) in itertools.pairwise(indexed):
             if a == b:
                 raise SchemaError(f"{where}: task {t.id!r} appears twice")
         object.__setattr__(self, "inputs", tuple(self.inputs))
@@ -342,68 +130,6 @@ class Operator:
             if str(exc).startswith(path):
                 raise
             raise SchemaError(f"{path}: {exc}") from None
-
-
-@dataclass(frozen=True, slots=True)
-class Worker:
-    """A worker the job may use. ``slots`` is the most tasks of this job it may host (the
-    capacity rule); a worker requested with ``"new"`` appears as ``"new-<k>"`` with status
-    ``"pending"`` until the coordinator substitutes the real one."""
-
-    id: str
-    host: str
-    cpus: float
-    memory_mb: int
-    backend: str
-    status: str = "alive"
-    slots: int = DEFAULT_SLOTS
-
-    @property
-    def placeholder(self) -> bool:
-        return self.status == PLACEHOLDER_STATUS
-
-    def resources(self) -> Resources:
-        return Resources(self.id, self.host, self.cpus, self.memory_mb)
-
-    @classmethod
-    def from_info(cls, info: Any, *, backend: str = "local", slots: int = DEFAULT_SLOTS) -> Worker:
-        """From any object with ``id, host, cpus, memory_mb`` (e.g. the coordinator's
-        ``WorkerInfo``); ``backend``, ``status`` and ``slots`` are read when present."""
-        return cls(
-            info.id,
-            info.host,
-            float(info.cpus),
-            int(info.memory_mb),
-            getattr(info, "backend", backend),
-            getattr(info, "status", "alive"),
-            getattr(info, "slots", slots),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "host": self.host,
-            "cpus": self.cpus,
-            "memory_mb": self.memory_mb,
-            "backend": self.backend,
-            "status": self.status,
-            "slots": self.slots,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Any, path: str = "worker") -> Worker:
-        d = shape.obj(
-            data, path, ("id", "host", "cpus", "memory_mb", "backend", "status"), ("slots",)
-        )
-        return cls(
-            shape.string(d["id"], f"{path}.id"),
-            _host(d["host"], f"{path}.host"),
-            shape.number(d["cpus"], f"{path}.cpus"),
-            shape.integer(d["memory_mb"], f"{path}.memory_mb", 0),
-            _host(d["backend"], f"{path}.backend"),
-            shape.string(d["status"], f"{path}.status"),
-            shape.integer(d.get("slots", DEFAULT_SLOTS), f"{path}.slots", 0),
-        )
 
 
 @dataclass(frozen=True)
@@ -538,7 +264,7 @@ class Abstraction:
 def from_graph(
     job_id: str,
     graph: JobGraph,
-    placement: Placement,
+    placement: Placement | Layout,
     workers: Iterable[Any],
     *,
     status: str = "running",
@@ -546,32 +272,36 @@ def from_graph(
 ) -> Abstraction:
     """Version 1 of the abstraction of ``graph`` deployed as ``placement``.
 
-    ``workers`` are :class:`Worker` objects or worker records with ``id, host, cpus,
-    memory_mb`` (see :meth:`Worker.from_info`; ``backend`` fills a missing backend); all of
-    them become the job's workers. Each task gets logic ``logic_ref(op.logic)`` version 1,
-    its key groups or weight from ``placement`` and its worker's resources. Raises
-    :class:`UnknownTask` or :class:`UnknownWorker` when ``placement`` does not match.
+    ``placement`` is the coordinator's ``Placement`` (per operator lists) or a
+    ``runtime.layout.Layout`` (per task maps). ``workers`` are :class:`Worker` objects or
+    worker records with ``id, host, cpus, memory_mb`` (see :meth:`Worker.from_info`;
+    ``backend`` fills a missing backend); all of them become the job's workers. Each task
+    gets logic ``logic_ref(op.logic)`` version 1, its key groups or weight from
+    ``placement`` and its worker's resources. Raises :class:`UnknownTask` or
+    :class:`UnknownWorker` when ``placement`` does not match.
     """
     infos = tuple(
         w if isinstance(w, Worker) else Worker.from_info(w, backend=backend) for w in workers
     )
     by_id = {w.id: w for w in infos}
+    per_task = not hasattr(placement, "tasks")  # a Layout: task -> worker / groups / weight
+    where: Mapping[str, str] = getattr(placement, "placement" if per_task else "tasks")
     operators = []
     for spec in graph.operators:
         ref = logic_ref(spec.logic)
         tasks = []
         for i, tid in enumerate(spec.task_ids()):
-            if tid not in placement.tasks:
+            if tid not in where:
                 raise UnknownTask(f"placement has no worker for task {tid!r}")
-            worker = by_id.get(placement.tasks[tid])
+            worker = by_id.get(where[tid])
             if worker is None:
-                raise UnknownWorker(
-                    f"task {tid!r} is placed on unknown worker {placement.tasks[tid]!r}"
-                )
+                raise UnknownWorker(f"task {tid!r} is placed on unknown worker {where[tid]!r}")
             if spec.keyed:
-                workload = Workload(key_groups=tuple(placement.assignment[spec.name][i]))
+                groups = placement.assignment[tid if per_task else spec.name]
+                workload = Workload(key_groups=tuple(groups if per_task else groups[i]))
             else:
-                workload = Workload(weight=placement.weights[spec.name][i])
+                weights = placement.weights[tid if per_task else spec.name]
+                workload = Workload(weight=weights if per_task else weights[i])
             tasks.append(Task(tid, Logic(ref, 1), workload, worker.resources()))
         operators.append(
             Operator(

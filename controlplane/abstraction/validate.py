@@ -42,13 +42,13 @@ from .errors import (
     UnknownWorker,
     WorkerOverCapacity,
 )
-from .model import (
+from .model import Abstraction, Operator
+from .ops import AssignLogic, AssignResource, AssignWorkload, Op, Plan
+from .parts import (
     NEW_WORKER,
     PLACEABLE_STATUSES,
     PLACEHOLDER_STATUS,
-    Abstraction,
     Logic,
-    Operator,
     Task,
     Worker,
     Workload,
@@ -56,7 +56,6 @@ from .model import (
     next_placeholder,
     task_index,
 )
-from .ops import AssignLogic, AssignResource, AssignWorkload, Op, Plan
 
 __all__ = ["Resolver", "apply_plan", "check_abstraction", "format_groups", "resolve_importable"]
 

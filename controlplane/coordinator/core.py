@@ -401,6 +401,9 @@ class Coordinator:
             except (TimeoutError, EOFError, ConnectionError) as exc:
                 logger.warning("connection from %s did not register: %s", peer, exc)
                 return
+            if isinstance(msg, dict) and msg.get("type") == "heartbeat":
+                await self._serve_heartbeats(msg, reader, peer)
+                return
             if not isinstance(msg, dict) or msg.get("type") != "register":
                 protocol.write_frame(
                     writer, {"type": "refused", "reason": "expected a register message"}
@@ -450,6 +453,21 @@ class Coordinator:
             writer.close()
             if conn is not None:
                 self._worker_lost(conn.info)
+
+    async def _serve_heartbeats(
+        self, hello: dict[str, Any], reader: asyncio.StreamReader, peer: Any
+    ) -> None:
+        """A worker's heartbeat connection: each frame proves the process is alive."""
+        info = self.workers.get(str(hello.get("worker_id")))
+        if info is None or not hmac.compare_digest(str(hello.get("secret", "")), self.secret):
+            logger.warning("refused a heartbeat connection from %s", peer)
+            return
+        while True:
+            try:
+                await protocol.read_frame(reader, f"heartbeats of {info.id}")
+            except (EOFError, ConnectionError):
+                return
+            info.last_seen = time.monotonic()
 
     async def _watch_heartbeats(self) -> None:
         """Declare lost (and close) workers that stopped talking, e.g. a hung process."""

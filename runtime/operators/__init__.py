@@ -139,7 +139,10 @@ class KeyedProcessor(Processor):
         try:
             for v, t in zip(values, stamps, strict=True):
                 k = key_fn(v)
-                g = cached(k)
+                try:
+                    g = cached(k)
+                except TypeError:  # unhashable: the hasher names the key type
+                    g = None
                 if g is None:
                     g = kg_of(k)
                 store = groups.get(g)
