@@ -51,6 +51,7 @@ class LocalCluster:
     async def __aenter__(self) -> LocalCluster:
         address = await self.coordinator.start()
         self.backend = LocalBackend(address, self.secret, log_level=self.log_level)
+        self.coordinator.backend = self.backend
         try:
             await self.backend.start_workers(self.n)
             await self.coordinator.wait_for_workers(self.n, WORKERS_REGISTER_TIMEOUT_S)

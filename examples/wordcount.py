@@ -14,6 +14,8 @@
 - ``parallelism`` (int, 2): tasks per operator.
 - ``max_parallelism`` (int, 128): key groups of the count operator.
 - ``output`` (str, ""): directory for final counts (``part-N.jsonl``); empty = discard.
+- ``state_bytes`` (int, 0): extra bytes of state kept per word (to study state moves:
+  10,000 words x 10 KB = 100 MB over the count tasks).
 
 Final results (``read_results(output)``) map each word to its count; they are equal to
 :func:`reference` for the same params, whatever the parallelism.
@@ -31,7 +33,17 @@ from runtime.params import parse_params
 from runtime.sinks import Collect, Null, read_parts
 from runtime.sources import Generator
 
-__all__ = ["Params", "Sentences", "build", "count_word", "read_results", "reference", "split_words"]
+__all__ = [
+    "PaddedCount",
+    "Params",
+    "Sentences",
+    "build",
+    "count_word",
+    "count_word_v2",
+    "read_results",
+    "reference",
+    "split_words",
+]
 
 
 @dataclass(frozen=True)
@@ -47,11 +59,14 @@ class Params:
     parallelism: int = 2
     max_parallelism: int = 128
     output: str = ""
+    state_bytes: int = 0
 
     def __post_init__(self) -> None:
         for name in ("words", "keys", "parallelism", "max_parallelism"):
             if getattr(self, name) < 1:
                 raise ValueError(f"param {name!r} must be >= 1, got {getattr(self, name)}")
+        if self.state_bytes < 0:
+            raise ValueError(f"param 'state_bytes' must be >= 0, got {self.state_bytes}")
         if self.records < 0:
             raise ValueError(f"param 'records' must be >= 0 (0 = unbounded), got {self.records}")
 
@@ -89,6 +104,34 @@ def count_word(word: str, _value: str, state: Any) -> tuple[tuple[str, int]]:
     return ((word, n),)
 
 
+@dataclass(frozen=True)
+class PaddedCount:
+    """``count_word`` that also keeps ``pad`` bytes of state per word (``version`` is only
+    there so that a new instance is a new piece of logic for change-of-logic tests)."""
+
+    pad: int
+    version: int = 1
+
+    def __call__(self, word: str, _value: str, state: Any) -> tuple[tuple[str, int]]:
+        entry = state.get()
+        n = 1 if entry is None else entry[0] + 1
+        state.set((n, entry[1] if entry is not None else bytes(self.pad)))
+        return ((word, n),)
+
+
+def count_word_v2(word: str, _value: str, state: Any) -> tuple[tuple[str, int]]:
+    """The same count, as a new piece of logic (for change-of-logic runs); it also takes
+    over the state of :class:`PaddedCount` (``(count, padding)``) and keeps its padding."""
+    entry = state.get(0)
+    if isinstance(entry, tuple):
+        n = entry[0] + 1
+        state.set((n, entry[1]))
+    else:
+        n = entry + 1
+        state.set(n)
+    return ((word, n),)
+
+
 def result_key(record: Any) -> str:
     return record[0]
 
@@ -111,7 +154,8 @@ def build(params: dict[str, Any] | None = None) -> Dataflow:
     flow = Dataflow("wordcount")
     sentences = flow.source("sentences", source_of(p), parallelism=p.parallelism)
     words = sentences.flat_map("split", split_words)
-    counts = words.key_by(word_key).process("count", count_word, max_parallelism=p.max_parallelism)
+    logic = PaddedCount(p.state_bytes) if p.state_bytes else count_word
+    counts = words.key_by(word_key).process("count", logic, max_parallelism=p.max_parallelism)
     counts.sink("sink", Collect(p.output, mode="last", key=result_key) if p.output else Null())
     return flow
 

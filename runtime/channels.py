@@ -57,20 +57,25 @@ class ChannelError(ConnectionError):
 class InputChannel:
     """The receiving end of one channel: a bounded FIFO of items read by one task."""
 
-    __slots__ = ("closed", "gate", "items", "key", "key_fn", "queued", "return_credit", "upstream")
+    __slots__ = ("closed", "gate", "items", "key", "key_fn", "queued", "upstream")
 
     def __init__(self, key: str, upstream: str, key_fn: Callable | None = None) -> None:
         self.key = key
         self.upstream = upstream
         self.key_fn = key_fn
-        self.items: deque[Any] = deque()
+        self.items: deque[tuple[Any, Callable[[int], None] | None]] = deque()  # (item, credit to)
         self.queued = 0  # records waiting
         self.gate: InputGate | None = None
-        self.return_credit: Callable[[int], None] | None = None
         self.closed = False
 
-    def push(self, item: Any) -> None:
-        self.items.append(item)
+    def push(self, item: Any, credit_to: Callable[[int], None] | None = None) -> None:
+        """Queue ``item``; ``credit_to(1)`` is called when the task takes it.
+
+        Credits go back to the sender of each item, so a channel whose sender moved to
+        another worker (or came back) credits the right one even while older items of
+        the previous sender are still queued.
+        """
+        self.items.append((item, credit_to))
         if type(item) is Batch:
             self.queued += len(item.values)
         if self.gate is not None:
@@ -145,15 +150,15 @@ class InputGate:
                     if ch.key in self._blocked or ch.gate is not self:
                         self._in_ready.discard(ch.key)
                         continue
-                    item = ch.items.popleft()
+                    item, credit_to = ch.items.popleft()
                     if ch.items:
                         ready.append(ch)
                     else:
                         self._in_ready.discard(ch.key)
                     if type(item) is Batch:
                         ch.queued -= len(item.values)
-                    if ch.return_credit is not None:
-                        ch.return_credit(1)
+                    if credit_to is not None:
+                        credit_to(1)
                     return ch, item
                 if deadline is not None:
                     loop = asyncio.get_running_loop()
@@ -240,7 +245,6 @@ class LocalOutputChannel(OutputChannel):
     def __init__(self, key: str, target: str, credits: int, receiver: InputChannel) -> None:
         super().__init__(key, target, credits)
         self.receiver = receiver
-        receiver.return_credit = self.grant
         self._batches = 0
         self._bytes_per_record = 0.0
 
@@ -254,10 +258,10 @@ class LocalOutputChannel(OutputChannel):
                 self._bytes_per_record = 0.0
         self._batches += 1
         self.bytes_sent += self._bytes_per_record * len(values)
-        self.receiver.push(Batch(values, stamps))
+        self.receiver.push(Batch(values, stamps), self.grant)
 
     def _deliver_control(self, item: Barrier | EndOfStream) -> None:
-        self.receiver.push(item)
+        self.receiver.push(item, self.grant)
 
 
 class RemoteOutputChannel(OutputChannel):
@@ -379,13 +383,15 @@ class DataServer:
         self,
         secret: str,
         inputs: dict[str, InputChannel],
-        on_error: Callable[[str], None] | None = None,
+        on_error: Callable[[str, set[str] | None], None] | None = None,
         on_state: Callable[[tuple], None] | None = None,
+        has_job: Callable[[str], bool] | None = None,
     ) -> None:
         self.secret = secret
         self.inputs = inputs
         self.on_error = on_error
         self.on_state = on_state
+        self.has_job = has_job
         self.server: asyncio.Server | None = None
         self._conns: set[asyncio.Task] = set()
 
@@ -420,6 +426,7 @@ class DataServer:
             inputs = self.inputs
 
             credits = _CreditReturn(writer)
+            givers: dict[str, Callable[[int], None]] = {}
 
             while True:
                 frame = await protocol.read_frame(reader, peer)
@@ -429,20 +436,23 @@ class DataServer:
                         raise ChannelError(f"{peer} sent state, which this worker cannot take")
                     self.on_state(frame)
                     continue
-                ch = seen.get(key)
+                # Looked up per frame: a reconfiguration may have replaced the channel.
+                ch = inputs.get(key)
                 if ch is None:
-                    ch = inputs.get(key)
-                    if ch is None:
-                        raise ChannelError(f"{peer} sent data for unknown channel {key!r}")
-                    ch.return_credit = credits.for_channel(key)
-                    seen[key] = ch
+                    if self.has_job is not None and not self.has_job(key.partition("/")[0]):
+                        continue  # a job stopped here while the peer still sends: drop
+                    raise ChannelError(f"{peer} sent data for unknown channel {key!r}")
+                give = givers.get(key)
+                if give is None:
+                    give = givers[key] = credits.for_channel(key)
+                seen[key] = ch
                 if tag == protocol.DATA:
-                    ch.push(Batch(frame[2], frame[3]))
+                    ch.push(Batch(frame[2], frame[3]), give)
                 elif tag == protocol.BARRIER:
-                    ch.push(Barrier(BarrierKind(frame[2]), frame[3]))
+                    ch.push(Barrier(BarrierKind(frame[2]), frame[3]), give)
                 elif tag == protocol.END:
                     ch.closed = True
-                    ch.push(EndOfStream())
+                    ch.push(EndOfStream(), give)
                 else:
                     raise ChannelError(f"{peer} sent an unknown frame tag {tag!r}")
         except EOFError:
@@ -458,7 +468,8 @@ class DataServer:
                     )
             logger.warning("data connection from %s failed: %s", peer, exc)
             if self.on_error is not None:
-                self.on_error(str(exc))
+                # The jobs this connection carried, or every job if it never got that far.
+                self.on_error(str(exc), {key.partition("/")[0] for key in seen} or None)
         except asyncio.CancelledError:
             pass
         finally:

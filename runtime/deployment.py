@@ -153,7 +153,7 @@ class JobRuntime:
     # -- building ----------------------------------------------------------------------------
 
     def _register_input(self, upstream: str, task: str, key_fn: Callable | None) -> InputChannel:
-        key = protocol.channel_key(upstream, task)
+        key = protocol.channel_key(self.job_id, upstream, task)
         ch = self.inputs.get(key)
         if ch is None:
             ch = InputChannel(key, upstream, key_fn)
@@ -169,7 +169,7 @@ class JobRuntime:
     def _input_keys(self, task: str, layout: Layout) -> list[tuple[str, str, Callable | None]]:
         op = self.graph.operator(split_task_id(task)[0])
         return [
-            (protocol.channel_key(u, task), u, inp.key)
+            (protocol.channel_key(self.job_id, u, task), u, inp.key)
             for inp in op.inputs
             for u in layout.upstream_tasks(self.graph, task, inp)
         ]
@@ -192,7 +192,7 @@ class JobRuntime:
             same_place = isinstance(old, LocalOutputChannel) == (target_worker == self.me)
             if same_place and (target_worker == self.me or old.link.peer == target_worker):  # type: ignore[attr-defined]
                 return old
-        key = protocol.channel_key(src, dst)
+        key = protocol.channel_key(self.job_id, src, dst)
         if target_worker == self.me:
             receiver = self.inputs.get(key)
             if receiver is None:

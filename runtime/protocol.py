@@ -33,7 +33,7 @@ frame is ``[HELLO, worker_id, secret]``; then ``[DATA, channel, values, timestam
 in one event-loop iteration travel together). During a reconfiguration, state moves on
 the same links: ``[STATE, rid, task, part, seq, total, raw, chunk]`` (a key group's
 exported state, or a source position, in chunks). ``channel`` is
-``"<upstream task>><downstream task>"``.
+``"<job>/<upstream task>><downstream task>"`` (see :func:`channel_key`).
 """
 
 from __future__ import annotations
@@ -70,8 +70,9 @@ class FrameError(ConnectionError):
     """A frame that is too long or does not decode; the connection cannot go on."""
 
 
-def channel_key(upstream_task: str, downstream_task: str) -> str:
-    return f"{upstream_task}>{downstream_task}"
+def channel_key(job_id: str, upstream_task: str, downstream_task: str) -> str:
+    """A channel's name on the wire and in a worker's registry: unique across jobs."""
+    return f"{job_id}/{upstream_task}>{downstream_task}"
 
 
 def encode(obj: Any) -> bytes:

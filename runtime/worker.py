@@ -75,7 +75,11 @@ class Worker:
         self.jobs: dict[str, JobRuntime] = {}
         self.state = StateInbox()
         self.data = DataServer(
-            secret, self.inputs, on_error=self.data_failed, on_state=self.state.put_frame
+            secret,
+            self.inputs,
+            on_error=self.data_failed,
+            on_state=self.state.put_frame,
+            has_job=self.jobs.__contains__,
         )
         self._updates: set[asyncio.Task] = set()
         self._writer: asyncio.StreamWriter | None = None
@@ -130,9 +134,11 @@ class Worker:
             }
         )
 
-    def data_failed(self, error: str) -> None:
-        """A data connection broke the protocol: every job here fails, naming the cause."""
+    def data_failed(self, error: str, job_ids: set[str] | None) -> None:
+        """A data connection broke the protocol: its jobs (all, if unknown) fail with the cause."""
         for job in self.jobs.values():
+            if job_ids is not None and job.job_id not in job_ids:
+                continue
             self.send(
                 {
                     "type": "worker_error",

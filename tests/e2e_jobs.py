@@ -111,3 +111,23 @@ def held_job(params: dict[str, Any]) -> Dataflow:
     counts = held.key_by(key_of).process("count", count, parallelism=2)
     counts.sink("out", Collect(params["output"], mode="last", key=first))
     return flow
+
+
+def tag(record: str) -> str:
+    return record
+
+
+def enriched_job(params: dict[str, Any]) -> Dataflow:
+    """keys -(rebalance)-> enrich (stateless, 2 tasks) -(key_by)-> count -> out."""
+    flow = Dataflow("enriched")
+    src = flow.source(
+        "keys",
+        Generator(
+            records=int(params["records"]), rate=float(params["rate"]), keys=100, zipf=1.0, seed=3
+        ),
+        parallelism=1,
+    )
+    enriched = src.rebalance().map("enrich", tag, parallelism=2)
+    counts = enriched.key_by(key_of).process("count", count, parallelism=2)
+    counts.sink("out", Collect(params["output"], mode="last", key=first))
+    return flow

@@ -217,7 +217,7 @@ def random_step(draw: Any, a: Abstraction) -> tuple[str, Plan, dict[str, Any]]:
                 else st.sampled_from(op.task_ids)
             )
             values = st.floats(0.5, 100) if op.keyed else st.floats(0.01, 10)
-            loads = draw(st.dictionaries(keys, st.just(0.0) | values, min_size=2, max_size=40))
+            loads = draw(st.dictionaries(keys, st.just(0.0) | values, min_size=1, max_size=40))
         plan = rebalance(a, op.name, loads, threshold=threshold)
         return action, plan, {"operator": op.name, "loads": loads, "threshold": threshold}
     if action == "logic":

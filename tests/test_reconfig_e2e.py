@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.coordinator.reconfig import ReconfigurationBusy
+from controlplane.coordinator.reconfig import ReconfigurationBusy, ReconfigurationError
 from controlplane.testing import BackgroundCluster
 from examples import wordcount
 from runtime.dataflow import load_job
@@ -196,3 +196,110 @@ def test_stop_and_restart_baseline_is_exact(cluster: BackgroundCluster, tmp_path
     assert got == wordcount.reference(params)
     assert job.summary()["source_records"] == 40_000
     assert job.summary()["sink_records"] == 40_000 * 8
+
+
+def random_plan(rng, a):
+    from controlplane.abstraction import Plan, migrate, rebalance, scale, update_logic
+
+    workers = [w.id for w in a.workers if w.status == "alive"]
+    count = a.operator("count")
+    kind = rng.choice(["rebalance", "scale", "migrate", "logic", "combined"])
+    if kind == "rebalance":
+        loads = {g: rng.random() for t in count.tasks for g in t.workload.key_groups}
+        return kind, rebalance(a, "count", loads)
+    if kind == "scale":
+        return kind, scale(
+            a, "count", rng.choice([n for n in (1, 2, 3, 4) if n != len(count.tasks)])
+        )
+    if kind == "migrate":
+        task = rng.choice(count.tasks)
+        others = [w for w in workers if w != task.resources.worker]
+        return kind, migrate(a, task.id, rng.choice(others))
+    if kind == "logic":
+        ref = rng.choice(["examples.wordcount:count_word_v2", "examples.wordcount:count_word"])
+        if all(t.logic.ref == ref for t in count.tasks):
+            ref = (
+                "examples.wordcount:count_word_v2"
+                if ref.endswith(":count_word")
+                else "examples.wordcount:count_word"
+            )
+        return kind, update_logic(a, "count", ref)
+    # Combined: a rebalance and a migration of a split task in one plan.
+    loads = {g: rng.random() for t in count.tasks for g in t.workload.key_groups}
+    first = rebalance(a, "count", loads)
+    split = rng.choice(a.operator("split").tasks)
+    others = [w for w in workers if w != split.resources.worker]
+    second = migrate(a, split.id, rng.choice(others))
+    return kind, Plan(a.version, tuple(first.ops) + tuple(second.ops))
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_plans_while_records_flow_keep_results_exact(
+    cluster: BackgroundCluster, tmp_path: Path, seed: int
+) -> None:
+    import random
+
+    rng = random.Random(seed)
+    params = {"records": 120_000, "rate": 20_000, "output": str(tmp_path)}
+    job = cluster.submit(load_job("examples.wordcount:build", params))
+    co = cluster.coordinator
+    done = []
+    time.sleep(0.3)
+    for _ in range(6):
+        if job.done:
+            break
+        kind, plan = random_plan(rng, job.abstraction)
+        if not plan.ops:
+            continue
+        try:
+            rec = cluster.call(co.apply_plan(job.id, plan))
+        except ReconfigurationError as exc:
+            assert "finished" in str(exc) or "draining" in str(exc), exc
+            break  # the bounded job is ending: nothing left to change
+        if rec.status != "completed" and (job.done or "finished" in (rec.error or "")):
+            break
+        assert rec.status == "completed", f"{kind}: {rec.error}"
+        assert rec.version == job.abstraction.version
+        done.append(kind)
+        time.sleep(0.2)
+    assert len(done) >= 4, done
+    assert cluster.wait(job, 60) == "finished", job.error
+    got = wordcount.read_results(str(tmp_path))
+    assert got == wordcount.reference(params)
+    assert sum(got.values()) == 120_000 * 8
+    versions = [v.version for v in job.versions]
+    assert versions == list(range(1, len(done) + 2))
+
+
+def test_stateless_operator_rebalances_by_weight_and_scales(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    from controlplane.abstraction import rebalance, scale
+
+    records = 40_000
+    job = cluster.submit(
+        load_job(
+            "tests.e2e_jobs:enriched_job",
+            {"records": records, "rate": 20_000, "output": str(tmp_path)},
+        )
+    )
+    co = cluster.coordinator
+    time.sleep(0.3)
+    rec = cluster.call(
+        co.apply_plan(
+            job.id, rebalance(job.abstraction, "enrich", {"enrich-0": 3.0, "enrich-1": 1.0})
+        )
+    )
+    assert rec.status == "completed", rec.error
+    weights = {t.id: t.workload.weight for t in job.abstraction.operator("enrich").tasks}
+    assert weights["enrich-0"] < weights["enrich-1"]
+    assert "keys-0" in rec.affected  # its routing weights changed
+    rec = cluster.call(co.apply_plan(job.id, scale(job.abstraction, "enrich", 3)))
+    assert rec.status == "completed", rec.error
+    assert [t.id for t in job.abstraction.operator("enrich").tasks] == [
+        "enrich-0",
+        "enrich-1",
+        "enrich-2",
+    ]
+    assert cluster.wait(job, 60) == "finished", job.error
+    assert final_counts(tmp_path) == counting_reference(records)

@@ -96,6 +96,8 @@ class Job:
         self.graph = graph
         self.layout = layout
         self.reconfigurations: list = []  # Reconfiguration records, oldest first
+        self.abstraction: Any = None  # the current version (controlplane.abstraction)
+        self.versions: list = []  # every version, oldest first
         self.lock = asyncio.Lock()  # one reconfiguration at a time
         self._snapshot: Any = None  # a stop-and-restart in progress collects snapshots here
         self.status = "starting"  # starting | running | finished | failed | stopped
@@ -183,6 +185,7 @@ class Coordinator:
         self._registered = asyncio.Condition()
         self._readers: set[asyncio.Task] = set()
         self._active: dict[str, Any] = {}  # job id -> running Reconfiguration
+        self.backend: Any = None  # a WorkerBackend, to start workers a plan asks for
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self._monitor: asyncio.Task | None = None
 
@@ -247,6 +250,10 @@ class Coordinator:
             return job
         if job.done:
             return job
+        from .plans import abstraction_of
+
+        job.abstraction = abstraction_of(job, self.alive_workers())
+        job.versions.append(job.abstraction)
         # Step 4. Start with a common clock origin.
         job.started_at = time.time()
         job.status = "running"
@@ -349,16 +356,20 @@ class Coordinator:
         plan: Any = None,
     ) -> Any:
         """Change the running job to ``layout`` live (see :mod:`.reconfig`); returns the record."""
-        from .reconfig import SYNC_TIMEOUT_S, reconfigure
+        from .reconfig import reconfigure
 
         return await reconfigure(
-            self,
-            self._job(job_id),
-            layout,
-            wait=wait,
-            plan=plan,
-            sync_timeout_s=SYNC_TIMEOUT_S if sync_timeout_s is None else sync_timeout_s,
+            self, self._job(job_id), layout, wait=wait, plan=plan, sync_timeout_s=sync_timeout_s
         )
+
+    async def apply_plan(
+        self, job_id: str, plan: Any, *, wait: bool = True, sync_timeout_s: float | None = None
+    ) -> Any:
+        """Validate ``plan`` (a :class:`controlplane.abstraction.Plan`) and carry it out live;
+        see :func:`.plans.apply`."""
+        from .plans import apply
+
+        return await apply(self, self._job(job_id), plan, wait=wait, sync_timeout_s=sync_timeout_s)
 
     def _next_barrier_id(self) -> int:
         return next(self._barrier_ids)
@@ -528,6 +539,9 @@ class Coordinator:
             if "metrics" in msg:
                 job.metrics.add(time.time(), msg["task"], msg["metrics"])
             job.finished_tasks.add(msg["task"])
+            active = self._active.get(job.id)
+            if active is not None:
+                active.on_task_finished(msg["task"])
             self._check_barriers(job, msg["task"], None)
             if len(job.finished_tasks) == len(job.layout.placement) and job._end("finished"):
                 logger.info("job %s finished", job.id)

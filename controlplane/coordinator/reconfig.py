@@ -44,6 +44,7 @@ __all__ = [
     "ReconfigurationBusy",
     "ReconfigurationError",
     "reconfigure",
+    "run_locked",
 ]
 
 logger = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class Reconfiguration:
     created_at: float = field(default_factory=time.time)
     ended_at: float | None = None
     barrier_id: int | None = None
+    version: int | None = None  # the abstraction version it made (or left) current
     # Protocol state (filled by the coordinator's message handler).
     _prepared: dict[str, asyncio.Future] = field(default_factory=dict, repr=False)
     _to_pause: set[str] = field(default_factory=set, repr=False)
@@ -117,6 +119,11 @@ class Reconfiguration:
         if not self._to_update:
             self._updated.set()
 
+    def on_task_finished(self, task: str) -> None:
+        """A task ended (its inputs ended) before pausing: the barrier cannot reach it."""
+        if task in self._to_pause:
+            self.on_failed(f"task {task} finished before it reached the barrier")
+
     def on_failed(self, error: str) -> None:
         self._failure = self._failure or error
         for fut in self._prepared.values():
@@ -131,6 +138,7 @@ class Reconfiguration:
             "job_id": self.job_id,
             "status": self.status,
             "error": self.error,
+            "version": self.version,
             "affected_tasks": sorted(self.affected),
             "timings_ms": dict(self.timings_ms),
             "pause_ms": dict(sorted(self.pause_ms.items())),
@@ -145,7 +153,7 @@ async def reconfigure(
     new: Layout,
     *,
     wait: bool = True,
-    sync_timeout_s: float = SYNC_TIMEOUT_S,
+    sync_timeout_s: float | None = None,
     plan: Any = None,
 ) -> Reconfiguration:
     """Change ``job`` to ``new`` live; returns the record (completed, aborted or failed).
@@ -157,33 +165,42 @@ async def reconfigure(
     if job.lock.locked() and not wait:
         raise ReconfigurationBusy(f"job {job.id} is being reconfigured; try again when it is done")
     async with job.lock:
-        if job.status != "running":
-            raise ReconfigurationError(f"job {job.id} is {job.status}, not running")
-        _check_layout(coordinator, job, new)
-        rec = Reconfiguration(
-            next(_ids),
-            job.id,
-            job.layout,
-            new,
-            affected_tasks(job.graph, job.layout, new),
-            plan=plan,
-        )
-        job.reconfigurations.append(rec)
-        if not rec.affected:
-            rec.status = "completed"
-            rec.timings_ms = {"prepare": 0.0, "sync": 0.0, "update": 0.0, "total": 0.0}
-            rec.ended_at = time.time()
-            return rec
-        job.status = "reconfiguring"
-        coordinator._active[job.id] = rec
-        try:
-            await _run(coordinator, job, rec, sync_timeout_s)
-        finally:
-            coordinator._active.pop(job.id, None)
-            if job.status == "reconfiguring":
-                job.status = "running"
-            rec.ended_at = time.time()
+        return await run_locked(coordinator, job, new, plan=plan, sync_timeout_s=sync_timeout_s)
+
+
+async def run_locked(
+    coordinator: Coordinator,
+    job: Job,
+    new: Layout,
+    *,
+    plan: Any = None,
+    sync_timeout_s: float | None = None,
+) -> Reconfiguration:
+    """:func:`reconfigure` for a caller that already holds ``job.lock``."""
+    if job.status != "running":
+        raise ReconfigurationError(f"job {job.id} is {job.status}, not running")
+    _check_layout(coordinator, job, new)
+    rec = Reconfiguration(
+        next(_ids), job.id, job.layout, new, affected_tasks(job.graph, job.layout, new), plan=plan
+    )
+    job.reconfigurations.append(rec)
+    if not rec.affected:
+        rec.status = "completed"
+        rec.timings_ms = {"prepare": 0.0, "sync": 0.0, "update": 0.0, "total": 0.0}
+        rec.ended_at = time.time()
         return rec
+    job.status = "reconfiguring"
+    coordinator._active[job.id] = rec
+    try:
+        await _run(
+            coordinator, job, rec, SYNC_TIMEOUT_S if sync_timeout_s is None else sync_timeout_s
+        )
+    finally:
+        coordinator._active.pop(job.id, None)
+        if job.status == "reconfiguring":
+            job.status = "running"
+        rec.ended_at = time.time()
+    return rec
 
 
 def _check_layout(coordinator: Coordinator, job: Job, new: Layout) -> None:
@@ -200,9 +217,14 @@ def _check_layout(coordinator: Coordinator, job: Job, new: Layout) -> None:
                 new.owner_table(op, tasks)
             except ValueError as exc:
                 raise ReconfigurationError(str(exc)) from None
-    for tid in job.layout.placement.keys() & new.placement.keys():
-        if tid in job.finished_tasks:
-            raise ReconfigurationError(f"task {tid} has finished; a finishing job cannot change")
+    finished = sorted(affected_tasks(job.graph, job.layout, new) & job.finished_tasks)
+    if finished:
+        raise ReconfigurationError(
+            f"tasks {finished[:10]} have finished; finished tasks cannot change"
+        )
+    sources = {t for op in job.graph.sources() for t in job.layout.tasks_of(op.name)}
+    if sources <= job.finished_tasks:
+        raise ReconfigurationError(f"job {job.id} is draining (every source has finished)")
 
 
 async def _run(
@@ -272,8 +294,8 @@ async def _run(
             "aborted",
         )
         return
-    if rec._failure:
-        await _abort(coordinator, rec, workers, rec._failure, "failed")
+    if rec._failure:  # nothing changed yet: the job goes on unchanged unless it ended
+        await _abort(coordinator, rec, workers, rec._failure, "failed" if job.done else "aborted")
         return
     t_synced = time.perf_counter()
     rec.timings_ms["sync"] = _ms(t_prepared, t_synced)

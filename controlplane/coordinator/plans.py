@@ -1,0 +1,168 @@
+"""Plans on running jobs: validate against the abstraction, turn the result into a layout,
+reconfigure live, then make the new abstraction version current.
+
+This is where the pure abstraction (:mod:`controlplane.abstraction`) meets the runtime's
+:class:`~runtime.layout.Layout`: a task's worker, key groups and weight map one to one;
+its logic becomes a per-task override (the pickled callable its ref names) whenever it
+differs from the job graph's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+from typing import TYPE_CHECKING, Any
+
+from controlplane.abstraction import (
+    NEW_WORKER,
+    Abstraction,
+    Plan,
+    Worker,
+    apply_plan,
+    from_graph,
+    resolve_importable,
+)
+from runtime.dataflow import JobGraph, logic_ref
+from runtime.layout import Layout
+
+from .reconfig import Reconfiguration, ReconfigurationBusy, ReconfigurationError, run_locked
+
+if TYPE_CHECKING:
+    from .core import Coordinator, Job
+
+__all__ = ["NEW_WORKER_TIMEOUT_S", "abstraction_of", "apply", "layout_of", "refresh_workers"]
+
+NEW_WORKER_TIMEOUT_S = 30.0  # a worker asked of the backend registers within this
+
+
+def abstraction_of(job: Job, workers: list[Any]) -> Abstraction:
+    """Version 1 of a freshly deployed job's abstraction."""
+    return from_graph(job.id, job.graph, job.layout, workers)
+
+
+def refresh_workers(a: Abstraction, workers: list[Any], backend: str) -> Abstraction:
+    """The same version with the coordinator's current workers (new ones added, lost ones
+    marked ``lost``): workers are resources the job may use, not its configuration."""
+    known = {w.id: w for w in a.workers}
+    fresh = {w.id: Worker.from_info(w, backend=backend) for w in workers}
+    merged = [fresh.get(wid) or _lost(w) for wid, w in known.items()]
+    merged += [w for wid, w in fresh.items() if wid not in known]
+    return a.replace(workers=tuple(merged))
+
+
+def _lost(w: Worker) -> Worker:
+    return Worker(w.id, w.host, w.cpus, w.memory_mb, w.backend, "lost", w.slots)
+
+
+def layout_of(new: Abstraction, graph: JobGraph, old: Abstraction, current: Layout) -> Layout:
+    """The layout that runs ``new``; logic overrides are kept, copied or built from refs."""
+    placement: dict[str, str] = {}
+    assignment: dict[str, tuple[int, ...]] = {}
+    weights: dict[str, float] = {}
+    logic: dict[str, bytes] = {}
+    for op in new.operators:
+        spec = graph.operator(op.name)
+        base = logic_ref(spec.logic)
+        donors = (
+            {t.logic: t.id for t in old.operator(op.name).tasks} if _has_op(old, op.name) else {}
+        )
+        for t in op.tasks:
+            placement[t.id] = t.resources.worker
+            if spec.keyed:
+                assignment[t.id] = tuple(t.workload.key_groups or ())
+            else:
+                weights[t.id] = float(t.workload.weight or 0.0)
+            donor = donors.get(t.logic)
+            if donor is not None:
+                if donor in current.logic:
+                    logic[t.id] = current.logic[donor]
+            elif not (t.logic.version == 1 and t.logic.ref == base):
+                logic[t.id] = pickle.dumps(resolve_importable(t.logic.ref))
+    return Layout(placement, assignment, weights, logic)
+
+
+def _has_op(a: Abstraction, name: str) -> bool:
+    return any(op.name == name for op in a.operators)
+
+
+async def apply(
+    coordinator: Coordinator,
+    job: Job,
+    plan: Plan,
+    *,
+    wait: bool = True,
+    sync_timeout_s: float | None = None,
+) -> Reconfiguration:
+    """Validate ``plan`` against the job's current abstraction and carry it out live.
+
+    Raises the abstraction's :class:`~controlplane.abstraction.PlanError` subclasses for a
+    refused plan (nothing is changed), :class:`ReconfigurationBusy` when ``wait`` is false
+    and another reconfiguration runs, :class:`ReconfigurationError` when the job cannot
+    change now. Returns the record; on ``completed`` the job's abstraction is the new
+    version.
+    """
+    if job.lock.locked() and not wait:
+        raise ReconfigurationBusy(f"job {job.id} is being reconfigured; try again when it is done")
+    async with job.lock:
+        backend = coordinator.backend.name if coordinator.backend is not None else "local"
+        current = refresh_workers(job.abstraction, coordinator.alive_workers(), backend)
+        new = apply_plan(current, plan)
+        new = await _substitute_new_workers(coordinator, new)
+        layout = layout_of(new, job.graph, current, job.layout)
+        rec = await run_locked(coordinator, job, layout, plan=plan, sync_timeout_s=sync_timeout_s)
+        rec.version = new.version if rec.status == "completed" else current.version
+        if rec.status == "completed":
+            job.abstraction = new
+            job.versions.append(new)
+        return rec
+
+
+async def _substitute_new_workers(coordinator: Coordinator, a: Abstraction) -> Abstraction:
+    """Start one worker per ``new-<k>`` placeholder and put its real id in its place."""
+    placeholders = [w.id for w in a.workers if w.placeholder and w.id.startswith(f"{NEW_WORKER}-")]
+    used = {t.resources.worker for op in a.operators for t in op.tasks}
+    placeholders = [p for p in placeholders if p in used]
+    if not placeholders:
+        return a
+    if coordinator.backend is None:
+        raise ReconfigurationError("the plan asks for a new worker but no backend can start one")
+    before = {w.id for w in coordinator.workers.values()}
+    await coordinator.backend.start_workers(len(placeholders))
+    try:
+        await asyncio.wait_for(
+            _registered(coordinator, before, len(placeholders)), NEW_WORKER_TIMEOUT_S
+        )
+    except TimeoutError:
+        raise ReconfigurationError(
+            f"{len(placeholders)} new worker(s) did not register within {NEW_WORKER_TIMEOUT_S:.0f}s"
+        ) from None
+    fresh = sorted(
+        (w for w in coordinator.workers.values() if w.id not in before),
+        key=lambda w: w.registered_at,
+    )
+    mapping = {p: fresh[i] for i, p in enumerate(placeholders)}
+    data = a.to_dict()
+    data["workers"] = [
+        Worker.from_info(mapping[w["id"]], backend=w["backend"]).to_dict()
+        if w["id"] in mapping
+        else w
+        for w in data["workers"]
+    ]
+    for op in data["operators"]:
+        for t in op["tasks"]:
+            info = mapping.get(t["resources"]["worker"])
+            if info is not None:
+                t["resources"] = {
+                    "worker": info.id,
+                    "host": info.host,
+                    "cpus": info.cpus,
+                    "memory_mb": info.memory_mb,
+                }
+    return Abstraction.from_dict(data)
+
+
+async def _registered(coordinator: Coordinator, before: set[str], n: int) -> None:
+    async with coordinator._registered:
+        await coordinator._registered.wait_for(
+            lambda: len([w for w in coordinator.alive_workers() if w.id not in before]) >= n
+        )
