@@ -85,7 +85,7 @@ async def latency_at(
 ) -> dict:
     rate = words_per_s / WORDS
     params = {"records": 0, "rate": rate, "parallelism": workers, "zipf": 1.0, "keys": 10_000}
-    warmup = 2.0
+    warmup = 3.0
     result = await run_local(
         load_job("examples.wordcount:build", params),
         workers=workers,

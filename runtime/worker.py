@@ -268,6 +268,11 @@ class Worker:
         job = self.jobs.get(msg["job_id"])
         reply = {"job_id": msg["job_id"], "rid": msg["rid"]}
         try:
+            if job is None and "graph" in msg:
+                # This worker joins the job: it hosts none of its tasks yet.
+                job = JobRuntime(self, {**msg, "layout": msg["current_layout"]})
+                job.start_time = float(msg["start_time"])
+                self.jobs[job.job_id] = job
             if job is None:
                 raise RuntimeError(f"job {msg['job_id']} does not run here")
             peers = {w: (a[0], int(a[1])) for w, a in msg.get("workers", {}).items()}

@@ -37,9 +37,10 @@ from controlplane.abstraction import (
     rebalance,
     scale,
 )
-from controlplane.coordinator import WorkerInfo, initial_placement
+from controlplane.coordinator import WorkerInfo
 from examples import stock_exchange, wordcount
 from runtime.dataflow import Dataflow, JobGraph, load_job
+from runtime.layout import Layout
 from runtime.sinks import Null
 from runtime.sources import Generator
 
@@ -50,7 +51,7 @@ def workers(n: int, slots: int = 64) -> list[Worker]:
 
 def deploy(graph: JobGraph, n_workers: int = 2, slots: int = 64) -> Abstraction:
     ws = workers(n_workers, slots)
-    return from_graph("job-1", graph, initial_placement(graph, [w.id for w in ws]), ws)
+    return from_graph("job-1", graph, Layout.initial(graph, [w.id for w in ws]), ws)
 
 
 def wordcount_abs(parallelism: int = 2, max_parallelism: int = 16, **kw: int) -> Abstraction:
@@ -113,19 +114,10 @@ def test_from_graph_wordcount() -> None:
     assert a.operator_of("sink-1").name == "sink"
 
 
-def test_from_graph_takes_a_runtime_layout_too() -> None:
-    from runtime.layout import Layout
-
-    g = load_job("examples.wordcount:build", {"parallelism": 3, "max_parallelism": 16})
-    ws = workers(2)
-    by_layout = from_graph("job-1", g, Layout.initial(g, ["w0", "w1"]), ws)
-    assert by_layout == from_graph("job-1", g, initial_placement(g, ["w0", "w1"]), ws)
-
-
 def test_from_graph_stock_exchange_and_worker_info() -> None:
     graph = stock_exchange.build({"parallelism": 3, "max_parallelism": 32}).compile()
     infos = [WorkerInfo(f"w{i}", "h", 7, 2.0, 512, "h", 9000 + i, f"w{i}") for i in range(2)]
-    a = from_graph("se", graph, initial_placement(graph, ["w0", "w1"]), infos)
+    a = from_graph("se", graph, Layout.initial(graph, ["w0", "w1"]), infos)
     check_abstraction(a)
     assert a.workers[0].to_dict() == {
         "id": "w0",

@@ -36,9 +36,9 @@ from controlplane.abstraction import (
     scale,
     update_logic,
 )
-from controlplane.coordinator import initial_placement
 from examples import wordcount
 from runtime.dataflow import Dataflow, JobGraph, load_job
+from runtime.layout import Layout
 from runtime.sinks import Null
 from runtime.sources import Generator
 
@@ -77,7 +77,7 @@ def deployments(draw: Any) -> Abstraction:
     n = draw(st.integers(1, 4))
     slots = draw(st.sampled_from([6, 12, 64]))
     ws = [Worker(f"w{i}", f"h{i}", 1.0, 1024, "local", "alive", slots) for i in range(n)]
-    a = from_graph("job", g, initial_placement(g, [w.id for w in ws]), ws)
+    a = from_graph("job", g, Layout.initial(g, [w.id for w in ws]), ws)
     assume(all(len(a.tasks_on(w.id)) <= slots for w in ws))
     return a
 
@@ -292,7 +292,7 @@ def test_random_helper_plans_keep_every_invariant(a: Abstraction, data: st.DataO
 def test_scale_moves_exactly_the_minimum(n: int) -> None:
     g = graph("wordcount", 3, 8)
     ws = [Worker(f"w{i}", "h", 1.0, 1, "local") for i in range(3)]
-    a = from_graph("job", g, initial_placement(g, ["w0", "w1", "w2"]), ws)  # 2, 3, 3 groups
+    a = from_graph("job", g, Layout.initial(g, ["w0", "w1", "w2"]), ws)  # 2, 3, 3 groups
     b = apply_plan(a, scale(a, "count", n)) if n != 3 else a
     moved = len(diff(a, b).operator("count").key_group_moves)
     need = {1: 6, 2: 3, 3: 0, 5: 2, 7: 4, 8: 5}[n]  # sum of max(0, owned - target)

@@ -303,3 +303,45 @@ def test_stateless_operator_rebalances_by_weight_and_scales(
     ]
     assert cluster.wait(job, 60) == "finished", job.error
     assert final_counts(tmp_path) == counting_reference(records)
+
+
+def test_migrate_to_a_new_worker_started_for_it(
+    tmp_path: Path, no_leftover_processes: None
+) -> None:
+    from controlplane.abstraction import migrate
+    from controlplane.runner import LocalCluster
+
+    params = {"records": 40_000, "rate": 20_000, "output": str(tmp_path)}
+
+    async def main() -> tuple:
+        async with LocalCluster(2) as c:
+            co = c.coordinator
+            job = await co.submit(load_job("examples.wordcount:build", params))
+            await asyncio.sleep(0.5)
+            rec = await co.apply_plan(job.id, migrate(job.abstraction, "count-1", "new"))
+            status = await job.wait(60)
+            return rec, status, job.abstraction, sorted(co.workers)
+
+    rec, status, abstraction, workers = asyncio.run(main())
+    assert rec.status == "completed", rec.error
+    assert workers == ["w1", "w2", "w3"]
+    assert abstraction.task("count-1").resources.worker == "w3"
+    assert abstraction.worker("w3").status == "alive"
+    assert status == "finished"
+    assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
+
+
+def test_a_worker_without_tasks_of_the_job_joins_it(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    from controlplane.abstraction import scale
+
+    params = {"records": 40_000, "rate": 20_000, "parallelism": 1, "output": str(tmp_path)}
+    job = cluster.submit(load_job("examples.wordcount:build", params))
+    assert job.layout.workers_used() == ["w1"]
+    time.sleep(0.3)
+    rec = cluster.call(cluster.coordinator.apply_plan(job.id, scale(job.abstraction, "count", 2)))
+    assert rec.status == "completed", rec.error
+    assert job.layout.placement["count-1"] == "w2"
+    assert cluster.wait(job, 60) == "finished", job.error
+    assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)

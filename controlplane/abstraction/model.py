@@ -25,7 +25,6 @@ from .errors import SchemaError, UnknownOperator, UnknownTask, UnknownWorker
 from .parts import DESIGN_KINDS, Input, Logic, Task, Worker, Workload, current_logic, task_index
 
 if TYPE_CHECKING:
-    from controlplane.coordinator.placement import Placement
     from runtime.layout import Layout
 
 __all__ = ["Abstraction", "Operator", "from_graph"]
@@ -264,44 +263,41 @@ class Abstraction:
 def from_graph(
     job_id: str,
     graph: JobGraph,
-    placement: Placement | Layout,
+    layout: Layout,
     workers: Iterable[Any],
     *,
     status: str = "running",
     backend: str = "local",
 ) -> Abstraction:
-    """Version 1 of the abstraction of ``graph`` deployed as ``placement``.
+    """Version 1 of the abstraction of ``graph`` deployed as ``layout``.
 
-    ``placement`` is the coordinator's ``Placement`` (per operator lists) or a
-    ``runtime.layout.Layout`` (per task maps). ``workers`` are :class:`Worker` objects or
+    ``layout`` is the :class:`runtime.layout.Layout` the job was deployed with (task ->
+    worker, key groups, weight). ``workers`` are :class:`Worker` objects or
     worker records with ``id, host, cpus, memory_mb`` (see :meth:`Worker.from_info`;
     ``backend`` fills a missing backend); all of them become the job's workers. Each task
-    gets logic ``logic_ref(op.logic)`` version 1, its key groups or weight from
-    ``placement`` and its worker's resources. Raises :class:`UnknownTask` or
-    :class:`UnknownWorker` when ``placement`` does not match.
+    gets logic ``logic_ref(op.logic)`` version 1, its key groups or weight from ``layout``
+    and its worker's resources. Raises :class:`UnknownTask` or :class:`UnknownWorker` when
+    ``layout`` does not match.
     """
     infos = tuple(
         w if isinstance(w, Worker) else Worker.from_info(w, backend=backend) for w in workers
     )
     by_id = {w.id: w for w in infos}
-    per_task = not hasattr(placement, "tasks")  # a Layout: task -> worker / groups / weight
-    where: Mapping[str, str] = getattr(placement, "placement" if per_task else "tasks")
+    where: Mapping[str, str] = layout.placement
     operators = []
     for spec in graph.operators:
         ref = logic_ref(spec.logic)
         tasks = []
-        for i, tid in enumerate(spec.task_ids()):
+        for tid in spec.task_ids():
             if tid not in where:
-                raise UnknownTask(f"placement has no worker for task {tid!r}")
+                raise UnknownTask(f"layout has no worker for task {tid!r}")
             worker = by_id.get(where[tid])
             if worker is None:
                 raise UnknownWorker(f"task {tid!r} is placed on unknown worker {where[tid]!r}")
             if spec.keyed:
-                groups = placement.assignment[tid if per_task else spec.name]
-                workload = Workload(key_groups=tuple(groups if per_task else groups[i]))
+                workload = Workload(key_groups=tuple(layout.assignment[tid]))
             else:
-                weights = placement.weights[tid if per_task else spec.name]
-                workload = Workload(weight=weights if per_task else weights[i])
+                workload = Workload(weight=layout.weights[tid])
             tasks.append(Task(tid, Logic(ref, 1), workload, worker.resources()))
         operators.append(
             Operator(

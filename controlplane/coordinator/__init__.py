@@ -6,14 +6,11 @@ Exception tree::
 """
 
 from .core import Coordinator, CoordinatorError, Job, RuntimeConfig, WorkerInfo
-from .placement import Placement, initial_placement
 
 __all__ = [
     "Coordinator",
     "CoordinatorError",
     "Job",
-    "Placement",
     "RuntimeConfig",
     "WorkerInfo",
-    "initial_placement",
 ]

@@ -363,13 +363,21 @@ class Coordinator:
         )
 
     async def apply_plan(
-        self, job_id: str, plan: Any, *, wait: bool = True, sync_timeout_s: float | None = None
+        self,
+        job_id: str,
+        plan: Any,
+        *,
+        wait: bool = True,
+        sync_timeout_s: float | None = None,
+        restart: bool = False,
     ) -> Any:
-        """Validate ``plan`` (a :class:`controlplane.abstraction.Plan`) and carry it out live;
-        see :func:`.plans.apply`."""
+        """Validate ``plan`` (a :class:`controlplane.abstraction.Plan`) and carry it out live
+        (or, with ``restart``, by the stop-and-restart baseline); see :func:`.plans.apply`."""
         from .plans import apply
 
-        return await apply(self, self._job(job_id), plan, wait=wait, sync_timeout_s=sync_timeout_s)
+        return await apply(
+            self, self._job(job_id), plan, wait=wait, sync_timeout_s=sync_timeout_s, restart=restart
+        )
 
     def _next_barrier_id(self) -> int:
         return next(self._barrier_ids)

@@ -26,6 +26,7 @@ from runtime.dataflow import JobGraph, logic_ref
 from runtime.layout import Layout
 
 from .reconfig import Reconfiguration, ReconfigurationBusy, ReconfigurationError, run_locked
+from .restart import restart_locked
 
 if TYPE_CHECKING:
     from .core import Coordinator, Job
@@ -92,6 +93,7 @@ async def apply(
     *,
     wait: bool = True,
     sync_timeout_s: float | None = None,
+    restart: bool = False,
 ) -> Reconfiguration:
     """Validate ``plan`` against the job's current abstraction and carry it out live.
 
@@ -99,7 +101,8 @@ async def apply(
     refused plan (nothing is changed), :class:`ReconfigurationBusy` when ``wait`` is false
     and another reconfiguration runs, :class:`ReconfigurationError` when the job cannot
     change now. Returns the record; on ``completed`` the job's abstraction is the new
-    version.
+    version. With ``restart``, the plan is carried out by the stop-and-restart baseline
+    (:mod:`.restart`) instead, for comparison.
     """
     if job.lock.locked() and not wait:
         raise ReconfigurationBusy(f"job {job.id} is being reconfigured; try again when it is done")
@@ -109,7 +112,13 @@ async def apply(
         new = apply_plan(current, plan)
         new = await _substitute_new_workers(coordinator, new)
         layout = layout_of(new, job.graph, current, job.layout)
-        rec = await run_locked(coordinator, job, layout, plan=plan, sync_timeout_s=sync_timeout_s)
+        if restart:
+            rec = await restart_locked(coordinator, job, layout)
+            rec.plan = plan
+        else:
+            rec = await run_locked(
+                coordinator, job, layout, plan=plan, sync_timeout_s=sync_timeout_s
+            )
         rec.version = new.version if rec.status == "completed" else current.version
         if rec.status == "completed":
             job.abstraction = new

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import pickle
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -246,9 +247,16 @@ async def _run(
         "affected": sorted(rec.affected),
         "workers": peers,
     }
+    joining = {  # what a worker that hosts none of the job's tasks yet needs to take some
+        "graph": pickle.dumps(job.graph),
+        "current_layout": rec.old.to_wire(),
+        "config": coordinator.config.to_dict(),
+        "start_time": job.started_at,
+    }
+    hosting = set(rec.old.workers_used())
     for wid in workers:
         rec._prepared[wid] = loop.create_future()
-        coordinator._send(wid, msg)
+        coordinator._send(wid, msg if wid in hosting else {**msg, **joining})
     try:
         errors = await asyncio.wait_for(asyncio.gather(*rec._prepared.values()), PREPARE_TIMEOUT_S)
         failure = "; ".join(e for e in errors if e)

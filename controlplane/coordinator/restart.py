@@ -24,7 +24,7 @@ from .reconfig import Reconfiguration, ReconfigurationError, _ids, _ms
 if TYPE_CHECKING:
     from .core import Coordinator, Job
 
-__all__ = ["SNAPSHOT_TIMEOUT_S", "restart_with"]
+__all__ = ["SNAPSHOT_TIMEOUT_S", "restart_locked", "restart_with"]
 
 SNAPSHOT_TIMEOUT_S = 60.0  # every task sends its state within this (100 MB through the coordinator)
 
@@ -50,75 +50,79 @@ class _Snapshot:
 async def restart_with(coordinator: Coordinator, job: Job, new: Layout) -> Reconfiguration:
     """Stop ``job`` with a snapshot, redeploy it as ``new`` with that state, start it again."""
     async with job.lock:
-        if job.status != "running":
-            raise ReconfigurationError(f"job {job.id} is {job.status}, not running")
-        sources = {t for op in job.graph.sources() for t in job.layout.tasks_of(op.name)}
-        if sources - new.placement.keys():
-            raise ReconfigurationError("the baseline keeps every source task")
-        rec = Reconfiguration(
-            next(_ids), job.id, job.layout, new, affected_tasks(job.graph, job.layout, new)
-        )
-        rec.affected = set(job.layout.placement) | set(new.placement)
-        job.reconfigurations.append(rec)
-        job.status = "reconfiguring"
-        t0 = time.perf_counter()
+        return await restart_locked(coordinator, job, new)
+
+
+async def restart_locked(coordinator: Coordinator, job: Job, new: Layout) -> Reconfiguration:
+    """:func:`restart_with` for a caller that holds ``job.lock``."""
+    if job.status != "running":
+        raise ReconfigurationError(f"job {job.id} is {job.status}, not running")
+    sources = {t for op in job.graph.sources() for t in job.layout.tasks_of(op.name)}
+    if sources - new.placement.keys():
+        raise ReconfigurationError("the baseline keeps every source task")
+    rec = Reconfiguration(
+        next(_ids), job.id, job.layout, new, affected_tasks(job.graph, job.layout, new)
+    )
+    rec.affected = set(job.layout.placement) | set(new.placement)
+    job.reconfigurations.append(rec)
+    job.status = "reconfiguring"
+    t0 = time.perf_counter()
+    try:
+        # Step 1. Snapshot at a savepoint barrier.
+        rec.status = "syncing"
+        snap = _Snapshot(set(job.layout.placement))
+        job._snapshot = snap
+        bid = coordinator._next_barrier_id()
+        for wid in job.layout.workers_used():
+            coordinator._send(wid, {"type": "savepoint", "job_id": job.id, "id": bid})
         try:
-            # Step 1. Snapshot at a savepoint barrier.
-            rec.status = "syncing"
-            snap = _Snapshot(set(job.layout.placement))
-            job._snapshot = snap
-            bid = coordinator._next_barrier_id()
-            for wid in job.layout.workers_used():
-                coordinator._send(wid, {"type": "savepoint", "job_id": job.id, "id": bid})
-            try:
-                await asyncio.wait_for(snap.done.wait(), SNAPSHOT_TIMEOUT_S)
-            except TimeoutError:
-                raise ReconfigurationError(
-                    f"snapshot incomplete after {SNAPSHOT_TIMEOUT_S:.0f}s: "
-                    f"{sorted(snap.waiting)[:10]}"
-                ) from None
-            t1 = time.perf_counter()
-            # Step 2. Stop everywhere (workers handle it before the deploy that follows).
-            coordinator._stop_everywhere(job)
-            # Step 3. Redeploy with the state, then start.
-            rec.status = "updating"
-            restore: dict[str, dict] = {}
-            for op in job.graph.operators:
-                for tid in new.tasks_of(op.name):
-                    entry: dict[str, Any] = {}
-                    if op.keyed:
-                        groups = snap.groups.get(op.name, {})
-                        entry["groups"] = {
-                            g: groups[g] for g in new.assignment.get(tid, ()) if g in groups
-                        }
-                    if tid in snap.positions:
-                        entry["position"] = snap.positions[tid]
-                    if entry:
-                        restore[tid] = entry
-            job.finished_tasks.clear()
-            error = await coordinator._deploy(job, new, restore)
-            if error:
-                await coordinator._fail(job, f"restart failed: {error}")
-                raise ReconfigurationError(error)
-            job.layout = new
-            job.metrics.track_tasks({t: t.rpartition("-")[0] for t in new.placement})
+            await asyncio.wait_for(snap.done.wait(), SNAPSHOT_TIMEOUT_S)
+        except TimeoutError:
+            raise ReconfigurationError(
+                f"snapshot incomplete after {SNAPSHOT_TIMEOUT_S:.0f}s: {sorted(snap.waiting)[:10]}"
+            ) from None
+        t1 = time.perf_counter()
+        # Step 2. Stop everywhere (workers handle it before the deploy that follows).
+        coordinator._stop_everywhere(job)
+        # Step 3. Redeploy with the state, then start.
+        rec.status = "updating"
+        restore: dict[str, dict] = {}
+        for op in job.graph.operators:
+            for tid in new.tasks_of(op.name):
+                entry: dict[str, Any] = {}
+                if op.keyed:
+                    groups = snap.groups.get(op.name, {})
+                    entry["groups"] = {
+                        g: groups[g] for g in new.assignment.get(tid, ()) if g in groups
+                    }
+                if tid in snap.positions:
+                    entry["position"] = snap.positions[tid]
+                if entry:
+                    restore[tid] = entry
+        job.finished_tasks.clear()
+        error = await coordinator._deploy(job, new, restore)
+        if error:
+            await coordinator._fail(job, f"restart failed: {error}")
+            raise ReconfigurationError(error)
+        job.layout = new
+        job.metrics.track_tasks({t: t.rpartition("-")[0] for t in new.placement})
+        job.status = "running"
+        coordinator._start(job)
+        t2 = time.perf_counter()
+        rec.timings_ms = {
+            "snapshot": _ms(t0, t1),
+            "redeploy": _ms(t1, t2),
+            "total": _ms(t0, t2),
+        }
+        rec.pause_ms = dict.fromkeys(sorted(new.placement), rec.timings_ms["total"])
+        rec.status = "completed"
+    except ReconfigurationError as exc:
+        rec.status = "failed"
+        rec.error = str(exc)
+        raise
+    finally:
+        job._snapshot = None
+        if job.status == "reconfiguring":
             job.status = "running"
-            coordinator._start(job)
-            t2 = time.perf_counter()
-            rec.timings_ms = {
-                "snapshot": _ms(t0, t1),
-                "redeploy": _ms(t1, t2),
-                "total": _ms(t0, t2),
-            }
-            rec.pause_ms = dict.fromkeys(sorted(new.placement), rec.timings_ms["total"])
-            rec.status = "completed"
-        except ReconfigurationError as exc:
-            rec.status = "failed"
-            rec.error = str(exc)
-            raise
-        finally:
-            job._snapshot = None
-            if job.status == "reconfiguring":
-                job.status = "running"
-            rec.ended_at = time.time()
-        return rec
+        rec.ended_at = time.time()
+    return rec

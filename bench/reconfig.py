@@ -1,0 +1,260 @@
+"""Live reconfiguration against stop-and-restart, on the word count (issue: live reconfiguration).
+
+For each per-task state size (``--state-mb``, default 1, 10, 100), a word count runs
+unbounded at ``--rate`` words/s (default: half the maximum measured by
+``bench/throughput.py``, else 250,000) on 2 local workers, with every word carrying
+``state_bytes`` of padding so that each count task holds about the given size. After a
+warm-up, each change is made live, then the same change (or its mirror, which moves as
+much) with the stop-and-restart baseline, a few seconds apart:
+
+- rebalance moving half the key groups (each count task gives half of its groups away);
+- scale out 2 -> 4 and back in 4 -> 2 (count and its forward sink);
+- migrate two count tasks (each to the other's worker, so each worker keeps one);
+- swap the count logic.
+
+For each: completion time and its phases, the longest pause, p99 and max latency of the
+seconds after the change against the seconds before it, and the throughput dip. Then the
+sync time against the number of upstream tasks (1, 2, 4, 8) on a nearly idle pipeline.
+Writes JSON to ``bench/results/reconfig.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.throughput import machine
+from controlplane.abstraction import AssignWorkload, Plan, migrate, scale, update_logic
+from controlplane.coordinator import Job
+from controlplane.runner import LocalCluster
+from runtime.dataflow import load_job
+from runtime.metrics import LatencyHistogram, summarize_latency
+
+WORDS = 8
+KEYS = 10_000
+WARMUP_S = 6.0
+AFTER_S = 3.0  # the "after" window: the seconds following a change
+RECOVER_S = 20.0  # at most this long to wait for latency to come back to steady state
+
+
+def half_rate_default() -> float:
+    path = Path(__file__).parent / "results" / "throughput.json"
+    try:
+        return 0.5 * json.loads(path.read_text())["max_throughput"]["steady_words_per_s"]
+    except (OSError, KeyError, ValueError, TypeError):
+        return 250_000.0
+
+
+def window(job: Job, start: float, end: float) -> dict:
+    """Latency and sink throughput of the per-second reports in (start, end]."""
+    hist = LatencyHistogram()
+    per_second: dict[int, int] = {}
+    for t, task, snap in job.metrics.samples:
+        if not start < t <= end:
+            continue
+        if "latency" in snap:
+            hist.merge(LatencyHistogram.from_dict(snap["latency"]))
+        if job.metrics.operator_of.get(task) == "sink":
+            per_second[int(t)] = per_second.get(int(t), 0) + snap.get("records_in", 0)
+    rates = [per_second[s] for s in sorted(per_second)]
+    return {"latency": summarize_latency(hist), "sink_rates": rates}
+
+
+def halves(job: Job) -> Plan:
+    """Each count task gives the second half of its key groups to the next task."""
+    a = job.abstraction
+    tasks = a.operator("count").tasks
+    keep = {t.id: list(t.workload.key_groups[: len(t.workload.key_groups) // 2]) for t in tasks}
+    give = {t.id: list(t.workload.key_groups[len(t.workload.key_groups) // 2 :]) for t in tasks}
+    ids = [t.id for t in tasks]
+    new = {tid: keep[tid] + give[ids[i - 1]] for i, tid in enumerate(ids)}
+    return Plan(a.version, (AssignWorkload("count", new),))
+
+
+def steps() -> list[tuple[str, str, object]]:
+    """(change, how, plan builder) in order; each builder sees the abstraction of its moment."""
+
+    def swap_workers(j: Job) -> Plan:
+        """Migrate count-0 and count-1 to each other's worker (one task per worker stays)."""
+        a = j.abstraction
+        w0, w1 = a.task("count-0").resources.worker, a.task("count-1").resources.worker
+        first, second = migrate(a, "count-0", w1), migrate(a, "count-1", w0)
+        return Plan(a.version, tuple(first.ops) + tuple(second.ops))
+
+    def logic(j: Job) -> Plan:
+        a = j.abstraction
+        current = a.operator("count").tasks[0].logic.ref
+        ref = "examples.wordcount:count_word_v2"
+        return update_logic(
+            a, "count", ref if current != ref else "examples.wordcount:count_word_v3"
+        )
+
+    def to(n: int):
+        return lambda j: scale(j.abstraction, "count", n)
+
+    return [
+        ("rebalance half the key groups", "live", halves),
+        ("rebalance half the key groups", "restart", halves),
+        ("scale out 2 -> 4", "live", to(4)),
+        ("scale in 4 -> 2", "live", to(2)),
+        ("scale out 2 -> 4", "restart", to(4)),
+        ("scale in 4 -> 2", "restart", to(2)),
+        ("migrate two tasks (swap workers)", "live", swap_workers),
+        ("migrate two tasks (swap workers)", "restart", swap_workers),
+        ("swap logic", "live", logic),
+        ("swap logic", "restart", logic),
+    ]
+
+
+async def run_state_size(state_mb: float, rate_words: float) -> dict:
+    pad = int(state_mb * 2**20 / (KEYS / 2))  # two count tasks share the 10,000 words
+    params = {
+        "records": 0,
+        "rate": rate_words / WORDS,
+        "keys": KEYS,
+        "zipf": 1.0,
+        "parallelism": 2,
+        "state_bytes": pad,
+    }
+    entries: dict[str, dict] = {}
+    async with LocalCluster(2) as cluster:
+        co = cluster.coordinator
+        job = await co.submit(load_job("examples.wordcount:build", params))
+        await asyncio.sleep(WARMUP_S)
+        steady_p99 = window(job, time.time() - 3.0, time.time())["latency"]["p99_ms"]
+        for name, how, build in steps():
+            entry = entries.setdefault(name, {"change": name})
+            before = window(job, time.time() - 4.0, time.time())
+            t0 = time.time()
+            rec = await co.apply_plan(job.id, build(job), restart=(how == "restart"))
+            await asyncio.sleep(AFTER_S + 0.5)
+            after = window(job, t0, t0 + AFTER_S)
+            recovered = await recover(job, steady_p99)
+            steady_rate = statistics.median(before["sink_rates"]) if before["sink_rates"] else 0
+            entry[how] = {
+                "status": rec.status,
+                "error": rec.error,
+                "timings_ms": rec.timings_ms,
+                "max_pause_ms": max(rec.pause_ms.values(), default=0.0),
+                "affected_tasks": len(rec.affected),
+                "latency_before_ms": before["latency"],
+                "latency_after_ms": after["latency"],
+                "p99_ratio": _ratio(after["latency"]["p99_ms"], before["latency"]["p99_ms"]),
+                "throughput_dip": _ratio(min(after["sink_rates"], default=0), steady_rate),
+                "recovered_after_s": recovered,
+            }
+            print(
+                f"  {state_mb:>5} MB  {name:<30} {how:<8} {rec.status:<9} "
+                f"total {rec.timings_ms.get('total', 0):8.1f} ms  "
+                f"p99 {before['latency']['p99_ms']:.1f} -> {after['latency']['p99_ms']:.1f} ms  "
+                f"max {after['latency']['max_ms']:.1f} ms",
+                flush=True,
+            )
+        summary = job.summary()
+        await co.stop_job(job.id)
+    for entry in entries.values():
+        live, base = entry["live"], entry["restart"]
+        entry["restart_over_live"] = {
+            "completion": _ratio(
+                base["timings_ms"].get("total", 0), live["timings_ms"].get("total", 0)
+            ),
+            "peak_latency": _ratio(
+                base["latency_after_ms"]["max_ms"], live["latency_after_ms"]["max_ms"]
+            ),
+        }
+    return {
+        "state_mb_per_task": state_mb,
+        "pad_bytes_per_word": pad,
+        "rate_words_per_s": rate_words,
+        "changes": list(entries.values()),
+        "job": summary,
+    }
+
+
+async def recover(job: Job, steady_p99: float) -> float | None:
+    """Wait until a whole second's p99 is back within 2x of steady (or RECOVER_S passed);
+    returns how long after now that took, or None if it did not recover."""
+    t0 = time.time()
+    while time.time() - t0 < RECOVER_S:
+        await asyncio.sleep(1.0)
+        last = window(job, time.time() - 1.05, time.time())["latency"]
+        if last["count"] and last["p99_ms"] <= 2 * max(steady_p99, 5.0):
+            return round(time.time() - t0, 1)
+    return None
+
+
+async def sync_vs_upstream(counts: list[int]) -> list[dict]:
+    """Sync time of a small rebalance with 1..8 upstream (split) tasks, nearly idle pipeline."""
+    out = []
+    for n in counts:
+        params = {"records": 0, "rate": 2_000, "keys": 1_000, "zipf": 1.0, "parallelism": n}
+        async with LocalCluster(2) as cluster:
+            co = cluster.coordinator
+            job = await co.submit(load_job("examples.wordcount:build", params))
+            if n != 2:  # parallelism n for sources and split; count and sink back to 2
+                rec = await co.apply_plan(job.id, scale(job.abstraction, "count", 2))
+                if rec.status != "completed":
+                    raise RuntimeError(f"scaling count to 2 failed: {rec.error}")
+            await asyncio.sleep(2.0)
+            syncs = []
+            for _ in range(7):
+                rec = await co.apply_plan(job.id, halves(job))
+                syncs.append(rec.timings_ms["sync"])
+                await asyncio.sleep(0.3)
+            await co.stop_job(job.id)
+        out.append(
+            {
+                "upstream_tasks": n,
+                "sync_ms_median": round(statistics.median(syncs), 3),
+                "sync_ms_max": round(max(syncs), 3),
+                "sync_ms": syncs,
+            }
+        )
+        print(
+            f"  upstream {n}: sync median {statistics.median(syncs):.2f} ms, max {max(syncs):.2f} ms",
+            flush=True,
+        )
+    return out
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 2) if b else None
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, default=None, help="words/s (default: half the max)")
+    parser.add_argument("--state-mb", type=float, nargs="+", default=[1, 10, 100])
+    parser.add_argument("--upstream", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "reconfig.json"))
+    args = parser.parse_args()
+    rate = args.rate or half_rate_default()
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    sizes = []
+    for mb in args.state_mb:
+        sizes.append(await run_state_size(mb, rate))
+    sync = await sync_vs_upstream(args.upstream)
+    report = {
+        "benchmark": "reconfig",
+        "date": started,
+        "machine": machine(),
+        "command": "python bench/reconfig.py " + " ".join(sys.argv[1:]),
+        "linger_ms": 5.0,
+        "state_sizes": sizes,
+        "sync_vs_upstream": sync,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
