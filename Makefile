@@ -25,6 +25,8 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/throughput.py
+	$(BIN)/python bench/reconfig.py
+	$(BIN)/python bench/report.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -13,7 +13,8 @@ much) with the stop-and-restart baseline, a few seconds apart:
 - swap the count logic.
 
 For each: completion time and its phases, the longest pause, p99 and max latency of the
-seconds after the change against the seconds before it, and the throughput dip. Then the
+seconds from the change to 3 s after its end against the seconds before it, and the
+throughput dip. Then the
 sync time against the number of upstream tasks (1, 2, 4, 8) on a nearly idle pipeline.
 Writes JSON to ``bench/results/reconfig.json``.
 """
@@ -41,6 +42,7 @@ WORDS = 8
 KEYS = 10_000
 WARMUP_S = 6.0
 AFTER_S = 3.0  # the "after" window: the seconds following a change
+BEFORE_S = 4.0  # the "before" window: steady seconds right before a change
 RECOVER_S = 20.0  # at most this long to wait for latency to come back to steady state
 
 
@@ -131,12 +133,14 @@ async def run_state_size(state_mb: float, rate_words: float) -> dict:
         steady_p99 = window(job, time.time() - 3.0, time.time())["latency"]["p99_ms"]
         for name, how, build in steps():
             entry = entries.setdefault(name, {"change": name})
-            before = window(job, time.time() - 4.0, time.time())
+            before = window(job, time.time() - BEFORE_S, time.time())
             t0 = time.time()
             rec = await co.apply_plan(job.id, build(job), restart=(how == "restart"))
-            await asyncio.sleep(AFTER_S + 0.5)
-            after = window(job, t0, t0 + AFTER_S)
+            t1 = time.time()  # the change is complete: the window runs AFTER_S past it
+            await asyncio.sleep(AFTER_S + 1.1)
+            after = window(job, t0, t1 + AFTER_S)
             recovered = await recover(job, steady_p99)
+            await asyncio.sleep(BEFORE_S)  # so the next change's "before" window is steady
             steady_rate = statistics.median(before["sink_rates"]) if before["sink_rates"] else 0
             entry[how] = {
                 "status": rec.status,

@@ -345,3 +345,75 @@ def test_a_worker_without_tasks_of_the_job_joins_it(
     assert job.layout.placement["count-1"] == "w2"
     assert cluster.wait(job, 60) == "finished", job.error
     assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
+
+
+def random_stock_plan(rng, a):  # noqa: ANN001, ANN201
+    from controlplane.abstraction import Plan, migrate, rebalance, scale
+
+    workers = [w.id for w in a.workers if w.status == "alive"]
+    op = rng.choice(["match", "stats"])
+    tasks = a.operator(op).tasks
+    kind = rng.choice(["rebalance", "scale", "migrate", "both operators"])
+    if kind == "rebalance":
+        return kind, rebalance(
+            a, op, {g: rng.random() for t in tasks for g in t.workload.key_groups}
+        )
+    if kind == "scale":
+        return kind, scale(a, op, rng.choice([n for n in (1, 2, 3) if n != len(tasks)]))
+    if kind == "migrate":
+        task = rng.choice(tasks)
+        return kind, migrate(
+            a, task.id, rng.choice([w for w in workers if w != task.resources.worker])
+        )
+    plans = [
+        rebalance(
+            a,
+            name,
+            {g: rng.random() for t in a.operator(name).tasks for g in t.workload.key_groups},
+        )
+        for name in ("match", "stats")
+    ]
+    return kind, Plan(a.version, tuple(plans[0].ops) + tuple(plans[1].ops))
+
+
+def test_stock_exchange_under_random_plans_keeps_trades_and_stats_exact(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    import random
+
+    from examples import stock_exchange
+
+    rng = random.Random(7)
+    params = {
+        "records": 80_000,
+        "rate": 16_000,
+        "sources": 1,
+        "parallelism": 2,
+        "output": str(tmp_path),
+    }
+    job = cluster.submit(load_job("examples.stock_exchange:build", params))
+    co = cluster.coordinator
+    kinds = []
+    time.sleep(0.3)
+    for _ in range(6):
+        kind, plan = random_stock_plan(rng, job.abstraction)
+        if not plan.ops:
+            continue
+        try:
+            rec = cluster.call(co.apply_plan(job.id, plan))
+        except ReconfigurationError as exc:
+            assert "finished" in str(exc) or "draining" in str(exc), exc
+            break
+        if rec.status != "completed" and (job.done or "finished" in (rec.error or "")):
+            break
+        assert rec.status == "completed", f"{kind}: {rec.error}"
+        kinds.append(kind)
+        time.sleep(0.25)
+    assert len(kinds) >= 4, kinds
+    assert cluster.wait(job, 60) == "finished", job.error
+    got = stock_exchange.read_results(tmp_path)
+    want = stock_exchange.reference(params)
+    assert got["trades"] == want["trades"]
+    assert got["stats"] == want["stats"]
+    assert got["alerts"] == want["alerts"]
+    assert len(got["trades"]) > 1000
