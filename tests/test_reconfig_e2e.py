@@ -347,7 +347,7 @@ def test_a_worker_without_tasks_of_the_job_joins_it(
     assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
 
 
-def random_stock_plan(rng, a):  # noqa: ANN001, ANN201
+def random_stock_plan(rng, a):
     from controlplane.abstraction import Plan, migrate, rebalance, scale
 
     workers = [w.id for w in a.workers if w.status == "alive"]
