@@ -131,3 +131,10 @@ def enriched_job(params: dict[str, Any]) -> Dataflow:
     counts = enriched.key_by(key_of).process("count", count, parallelism=2)
     counts.sink("out", Collect(params["output"], mode="last", key=first))
     return flow
+
+
+def count_tagged(key: str, value: Any, state: Any) -> tuple:
+    """``count`` that marks its outputs, to see which tasks run it after a logic swap."""
+    n = state.get(0) + 1
+    state.set(n)
+    return ((key, n, "v2"),)

@@ -223,7 +223,10 @@ def random_plan(rng, a):
                 if ref.endswith(":count_word")
                 else "examples.wordcount:count_word"
             )
-        return kind, update_logic(a, "count", ref)
+        some = None
+        if len(count.tasks) > 1 and rng.random() < 0.5:  # some of the tasks, not all
+            some = [t.id for t in rng.sample(list(count.tasks), len(count.tasks) - 1)]
+        return kind, update_logic(a, "count", ref, some)
     # Combined: a rebalance and a migration of a split task in one plan.
     loads = {g: rng.random() for t in count.tasks for g in t.workload.key_groups}
     first = rebalance(a, "count", loads)
@@ -417,3 +420,41 @@ def test_stock_exchange_under_random_plans_keeps_trades_and_stats_exact(
     assert got["stats"] == want["stats"]
     assert got["alerts"] == want["alerts"]
     assert len(got["trades"]) > 1000
+
+
+def test_logic_swap_of_some_tasks_only(cluster: BackgroundCluster, tmp_path: Path) -> None:
+    from controlplane.abstraction import update_logic
+    from runtime.keygroups import key_group
+
+    records = 40_000
+    job = cluster.submit(
+        load_job(
+            "tests.e2e_jobs:counting_job",
+            {"records": records, "rate": 20_000, "output": str(tmp_path)},
+        )
+    )
+    time.sleep(0.3)
+    plan = update_logic(job.abstraction, "count", "tests.e2e_jobs:count_tagged", ["count-1"])
+    rec = cluster.call(cluster.coordinator.apply_plan(job.id, plan))
+    assert rec.status == "completed", rec.error
+    assert rec.affected == {"count-1"}  # nothing else pauses for a logic swap
+    a = job.abstraction
+    assert a.task("count-0").logic.ref == "tests.e2e_jobs:count"
+    assert (a.task("count-1").logic.ref, a.task("count-1").logic.version) == (
+        "tests.e2e_jobs:count_tagged",
+        2,
+    )
+    assert cluster.wait(job, 60) == "finished", job.error
+    parts = read_parts(tmp_path)
+    tagged = {r[0] for r in parts if len(r) == 3}
+    owned_by_1 = set(a.task("count-1").workload.key_groups)
+    assert tagged and all(key_group(k, 128) in owned_by_1 for k in tagged)
+    assert not any(len(r) == 3 and key_group(r[0], 128) not in owned_by_1 for r in parts)
+    assert final_counts_any(parts) == counting_reference(records)
+
+
+def final_counts_any(parts: list) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for key, n, *_ in parts:
+        out[key] = max(n, out.get(key, 0))
+    return out
