@@ -10,6 +10,26 @@ from runtime.sinks import Collect, Null
 from runtime.sources import Generator
 
 
+def counting_reference(records: int) -> dict[str, int]:
+    """What ``counting_job`` counts for ``records`` records, computed in this process."""
+    reader = Generator(records=records, keys=100, zipf=1.0, seed=3).open(0, 1, 0.0)
+    counts: dict[str, int] = {}
+    while (polled := reader.poll(float("inf"), 65536)) is not None:
+        for key in polled[0]:
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def final_counts(path: Any) -> dict[str, int]:
+    """The latest count per key in a ``Collect`` output (the highest wins)."""
+    from runtime.sinks import read_parts
+
+    out: dict[str, int] = {}
+    for key, n, *_ in read_parts(path):
+        out[key] = max(n, out.get(key, 0))
+    return out
+
+
 def key_of(record: str) -> str:
     return record
 

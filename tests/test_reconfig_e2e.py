@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -15,24 +14,9 @@ from examples import wordcount
 from runtime.dataflow import load_job
 from runtime.layout import Layout
 from runtime.sinks import read_parts
-from runtime.sources import Generator
+from tests.e2e_jobs import counting_reference, final_counts
 
 pytestmark = pytest.mark.slow
-
-
-def counting_reference(records: int) -> dict[str, int]:
-    reader = Generator(records=records, keys=100, zipf=1.0, seed=3).open(0, 1, 0.0)
-    counts: Counter[str] = Counter()
-    while (polled := reader.poll(float("inf"), 65536)) is not None:
-        counts.update(polled[0])
-    return dict(counts)
-
-
-def final_counts(path: Path) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for key, n in read_parts(path):
-        out[key] = max(n, out.get(key, 0))
-    return out
 
 
 def move_groups(layout: Layout, groups: list[int], frm: str, to: str) -> Layout:
@@ -93,19 +77,20 @@ def test_rebalance_scale_migrate_while_records_flow(
     assert job.summary()["sink_records"] == 60_000 * 8
 
 
-def test_sync_that_cannot_complete_aborts_and_the_job_goes_on(
-    cluster: BackgroundCluster, tmp_path: Path
-) -> None:
+def start_held_job(cluster: BackgroundCluster, tmp_path: Path, records: int) -> tuple:
+    """The held job, stalled (its hold file exists) until the test removes the file."""
     hold = tmp_path / "hold"
     hold.touch()
     out = tmp_path / "out"
+    params = {"records": records, "rate": 10_000, "hold": str(hold), "output": str(out)}
+    return cluster.submit(load_job("tests.e2e_jobs:held_job", params)), hold, out
+
+
+def test_sync_that_cannot_complete_aborts_and_the_job_goes_on(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
     records = 20_000
-    job = cluster.submit(
-        load_job(
-            "tests.e2e_jobs:held_job",
-            {"records": records, "rate": 10_000, "hold": str(hold), "output": str(out)},
-        )
-    )
+    job, hold, out = start_held_job(cluster, tmp_path, records)
     time.sleep(0.3)
     before = job.layout
     rec = cluster.call(
@@ -125,16 +110,8 @@ def test_sync_that_cannot_complete_aborts_and_the_job_goes_on(
 def test_a_second_reconfiguration_waits_or_is_refused(
     cluster: BackgroundCluster, tmp_path: Path
 ) -> None:
-    hold = tmp_path / "hold"
-    hold.touch()
-    out = tmp_path / "out"
     records = 20_000
-    job = cluster.submit(
-        load_job(
-            "tests.e2e_jobs:held_job",
-            {"records": records, "rate": 10_000, "hold": str(hold), "output": str(out)},
-        )
-    )
+    job, hold, out = start_held_job(cluster, tmp_path, records)
     co = cluster.coordinator
     time.sleep(0.3)
     first = move_groups(job.layout, list(range(16)), "count-0", "count-1")
@@ -450,11 +427,4 @@ def test_logic_swap_of_some_tasks_only(cluster: BackgroundCluster, tmp_path: Pat
     owned_by_1 = set(a.task("count-1").workload.key_groups)
     assert tagged and all(key_group(k, 128) in owned_by_1 for k in tagged)
     assert not any(len(r) == 3 and key_group(r[0], 128) not in owned_by_1 for r in parts)
-    assert final_counts_any(parts) == counting_reference(records)
-
-
-def final_counts_any(parts: list) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for key, n, *_ in parts:
-        out[key] = max(n, out.get(key, 0))
-    return out
+    assert final_counts(tmp_path) == counting_reference(records)

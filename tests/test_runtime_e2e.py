@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 
 import pytest
 
@@ -19,25 +18,9 @@ from examples import wordcount
 from runtime import protocol
 from runtime.dataflow import load_job
 from runtime.records import BarrierKind
-from runtime.sinks import read_parts
-from runtime.sources import Generator
+from tests.e2e_jobs import counting_reference, final_counts
 
 pytestmark = pytest.mark.slow
-
-
-def counting_reference(records: int) -> dict[str, int]:
-    reader = Generator(records=records, keys=100, zipf=1.0, seed=3).open(0, 1, 0.0)
-    counts: Counter[str] = Counter()
-    while (polled := reader.poll(float("inf"), 65536)) is not None:
-        counts.update(polled[0])
-    return dict(counts)
-
-
-def final_counts(path) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for key, n in read_parts(path):
-        out[key] = max(n, out.get(key, 0))
-    return out
 
 
 @pytest.mark.parametrize("parallelism", [1, 3])

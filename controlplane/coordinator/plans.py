@@ -25,7 +25,7 @@ from controlplane.abstraction import (
 from runtime.dataflow import JobGraph, logic_ref
 from runtime.layout import Layout
 
-from .reconfig import Reconfiguration, ReconfigurationBusy, ReconfigurationError, run_locked
+from .reconfig import Reconfiguration, ReconfigurationError, refuse_if_busy, run_locked
 from .restart import restart_locked
 
 if TYPE_CHECKING:
@@ -104,8 +104,7 @@ async def apply(
     version. With ``restart``, the plan is carried out by the stop-and-restart baseline
     (:mod:`.restart`) instead, for comparison.
     """
-    if job.lock.locked() and not wait:
-        raise ReconfigurationBusy(f"job {job.id} is being reconfigured; try again when it is done")
+    refuse_if_busy(job, wait)
     async with job.lock:
         backend = coordinator.backend.name if coordinator.backend is not None else "local"
         current = refresh_workers(job.abstraction, coordinator.alive_workers(), backend)

@@ -45,6 +45,7 @@ __all__ = [
     "ReconfigurationBusy",
     "ReconfigurationError",
     "reconfigure",
+    "refuse_if_busy",
     "run_locked",
 ]
 
@@ -163,10 +164,15 @@ async def reconfigure(
     of the job runs, and :class:`ReconfigurationError` if the job is not running or the
     layout names unknown workers or leaves key groups unowned.
     """
-    if job.lock.locked() and not wait:
-        raise ReconfigurationBusy(f"job {job.id} is being reconfigured; try again when it is done")
+    refuse_if_busy(job, wait)
     async with job.lock:
         return await run_locked(coordinator, job, new, plan=plan, sync_timeout_s=sync_timeout_s)
+
+
+def refuse_if_busy(job: Job, wait: bool) -> None:
+    """Raise :class:`ReconfigurationBusy` if ``job`` is changing and the caller won't wait."""
+    if job.lock.locked() and not wait:
+        raise ReconfigurationBusy(f"job {job.id} is being reconfigured; try again when it is done")
 
 
 async def run_locked(
