@@ -2,7 +2,9 @@
 
 ``streampilot run JOBREF --param k=v ... --workers N`` runs a job on local workers and
 prints a summary; ``streampilot demo`` runs the word count on a skewed, shifting key
-distribution with a live view. Errors in what the user typed (a job reference that does
+distribution with a live view. ``streampilot server`` runs the StreamManager (REST under
+``/api/v1``); ``streampilot db upgrade`` migrates its database and ``streampilot token
+create --scope admin`` prints a new bearer token. Errors in what the user typed (a job reference that does
 not resolve, a parameter of the wrong type, an invalid graph) print one clear line and
 exit with status 2; a job that fails exits with status 1.
 """
@@ -15,13 +17,16 @@ import time
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from sqlalchemy.exc import SQLAlchemyError
 
 from runtime.dataflow import DataflowError, JobGraph, JobRefError, load_job
 from runtime.params import ParamError
 
+from .config import Settings
 from .coordinator import Job, RuntimeConfig
 from .runner import RunResult, run_local
 
@@ -174,6 +179,122 @@ def demo(
     _print_summary(result)
     if result.status == "failed":
         raise typer.Exit(1)
+
+
+# -- the StreamManager: server, database, tokens ---------------------------------------------
+
+db_app = typer.Typer(help="The StreamManager's database.", no_args_is_help=True)
+token_app = typer.Typer(help="Bearer tokens for the REST API.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(token_app, name="token")
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        help="database URL (sqlite:///path.db or postgresql+psycopg://user@host/db); "
+        "default STREAMPILOT_DATABASE_URL or sqlite:///./streampilot.db",
+    ),
+]
+
+
+def _settings(**overrides: Any) -> Settings:
+    """Settings from the environment, with the options that were given on top."""
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        err.print(f"[red]error:[/red] {problems}")
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def server(
+    host: Annotated[str | None, typer.Option(help="address to bind [default: 127.0.0.1]")] = None,
+    port: Annotated[int | None, typer.Option(help="HTTP port [default: 8420]")] = None,
+    db: DbOption = None,
+    local_workers: Annotated[
+        int | None, typer.Option(help="local worker processes to start [default: 2]")
+    ] = None,
+    log_level: Annotated[str | None, typer.Option(help="log level [default: INFO]")] = None,
+) -> None:
+    """Run the StreamManager: the REST API (/api/v1, console at /docs) with a coordinator
+    and local workers. Options override STREAMPILOT_* environment variables."""
+    import uvicorn
+
+    from .app import create_app
+
+    settings = _settings(
+        host=host, port=port, database_url=db, local_workers=local_workers, log_level=log_level
+    )
+    logging.basicConfig(
+        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    err.print(
+        f"streampilot server on http://{settings.host}:{settings.port} "
+        f"(database {settings.redacted_database_url()}, {settings.local_workers} local workers)"
+    )
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        lifespan="on",
+    )
+
+
+@db_app.command("upgrade")
+def db_upgrade(
+    db: DbOption = None,
+    revision: Annotated[str, typer.Option(help="target revision")] = "head",
+) -> None:
+    """Create or upgrade the database schema (the server also does this at start)."""
+    from . import db as database
+
+    settings = _settings(database_url=db)
+    try:
+        database.upgrade(settings.database_url, revision)
+        current = database.current_revision(settings.database_url)
+    except SQLAlchemyError as exc:
+        err.print(f"[red]error:[/red] database {settings.redacted_database_url()}: {exc}")
+        raise typer.Exit(1) from None
+    console.print(f"database {settings.redacted_database_url()} is at revision {current}")
+
+
+@token_app.command("create")
+def token_create(
+    scope: Annotated[
+        str, typer.Option(help="read, operate (also reconfigure and stop) or admin (everything)")
+    ] = "read",
+    name: Annotated[str | None, typer.Option(help="what the token is for")] = None,
+    db: DbOption = None,
+) -> None:
+    """Create a bearer token and print it (only now: it is stored hashed)."""
+    from . import db as database
+    from .auth import service as auth
+    from .errors import InvalidRequest
+
+    settings = _settings(database_url=db)
+    try:
+        if settings.migrate_on_start:
+            database.upgrade(settings.database_url)
+        engine = database.make_engine(settings.database_url)
+        try:
+            with database.unit_of_work(database.session_factory(engine)) as session:
+                _, secret = auth.create_token(
+                    session=session, name=name or f"{scope} token", scopes=[scope]
+                )
+        finally:
+            engine.dispose()
+    except InvalidRequest as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    except SQLAlchemyError as exc:
+        err.print(f"[red]error:[/red] database {settings.redacted_database_url()}: {exc}")
+        raise typer.Exit(1) from None
+    print(secret)
 
 
 if __name__ == "__main__":

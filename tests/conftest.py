@@ -34,3 +34,13 @@ def no_leftover_processes() -> Iterator[None]:
     while (left := _children() - before) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not left, f"processes left behind: {sorted(left)}"
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
+def api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """A real StreamManager (uvicorn on 127.0.0.1, 2 local workers) per database backend,
+    shared by the API tests; see ``api_support.running_server``."""
+    from api_support import running_server
+
+    with running_server(request.param, str(tmp_path_factory.mktemp("api"))) as server:
+        yield server

@@ -74,6 +74,7 @@ class LocalBackend(WorkerBackend):
                     env=env,
                     stdin=asyncio.subprocess.DEVNULL,
                     preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                    start_new_session=True,  # a Ctrl+C aimed at the control plane is its to handle
                 )
             except OSError as exc:
                 raise BackendError(f"cannot start a worker with {self.python}: {exc}") from exc

@@ -1,0 +1,2 @@
+"""Bearer tokens with scopes (read < operate < admin): ``models`` (the tokens table),
+``service`` (create, authenticate, authorize), ``schemas`` and ``routes`` (/tokens)."""

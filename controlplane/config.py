@@ -1,0 +1,71 @@
+"""The control plane's settings: one frozen object, read from ``STREAMPILOT_*`` at start-up.
+
+This is the only module that reads the environment. Everything else receives a
+:class:`Settings` (``create_app(settings)``, the CLI builds one from its options layered
+over the environment). Values are validated when the object is built, so a bad
+``STREAMPILOT_PORT`` fails at start-up with pydantic's message naming the field.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+__all__ = ["DEFAULT_DATABASE_URL", "Settings"]
+
+DEFAULT_DATABASE_URL = "sqlite:///./streampilot.db"
+
+
+class Settings(BaseSettings):
+    """How the control plane runs. Environment: ``STREAMPILOT_<FIELD>`` (e.g.
+    ``STREAMPILOT_DATABASE_URL``, ``STREAMPILOT_ADMIN_TOKEN``); constructor arguments win."""
+
+    model_config = SettingsConfigDict(env_prefix="STREAMPILOT_", frozen=True, extra="ignore")
+
+    database_url: str = Field(
+        DEFAULT_DATABASE_URL,
+        description="SQLAlchemy URL: sqlite:///path.db or postgresql+psycopg://user@host/db",
+    )
+    host: str = Field("127.0.0.1", description="address the HTTP server binds")
+    port: int = Field(8420, ge=0, le=65535, description="HTTP port (0: any free port)")
+    local_workers: int = Field(2, ge=0, description="local worker processes started at start-up")
+    workers_timeout_s: float = Field(
+        30.0, gt=0, description="local workers register with the coordinator within this"
+    )
+    coordinator_host: str = Field("127.0.0.1", description="address workers dial")
+    coordinator_port: int = Field(0, ge=0, le=65535, description="coordinator port (0: any)")
+    cluster_secret: SecretStr | None = Field(
+        None, description="secret workers present to the coordinator (random when unset)"
+    )
+    admin_token: SecretStr | None = Field(
+        None, description="a bearer token with scope admin, registered at start-up"
+    )
+    migrate_on_start: bool = Field(True, description="upgrade the database schema at start-up")
+    log_level: str = Field("INFO", description="log level of the control plane")
+    worker_log_level: str = Field("WARNING", description="log level of local workers")
+
+    @field_validator("database_url")
+    @classmethod
+    def _parseable_url(cls, value: str) -> str:
+        try:
+            make_url(value)
+        except ArgumentError as exc:
+            raise ValueError(
+                f"{exc}; expected e.g. sqlite:///./streampilot.db or "
+                "postgresql+psycopg://user@127.0.0.1:5432/streampilot"
+            ) from None
+        return value
+
+    @field_validator("log_level", "worker_log_level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        level = value.upper()
+        if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise ValueError(f"{value!r} is not a log level (DEBUG, INFO, WARNING, ERROR)")
+        return level
+
+    def redacted_database_url(self) -> str:
+        """The database URL with any password hidden, for logs and messages."""
+        return make_url(self.database_url).render_as_string(hide_password=True)

@@ -1,0 +1,38 @@
+"""The ``jobs`` table: one row per submitted job, mirroring the coordinator's state."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from controlplane.db import Base, utcnow
+
+__all__ = ["JOB_STATUSES", "TERMINAL_JOB_STATUSES", "Job"]
+
+JOB_STATUSES = ("starting", "running", "reconfiguring", "finished", "failed", "stopped")
+TERMINAL_JOB_STATUSES = frozenset({"finished", "failed", "stopped"})
+
+
+class Job(Base):
+    """A job as submitted (name, job reference, params) and as last seen running.
+
+    ``runtime_id`` is the coordinator's id of the deployed job (it names the job in worker
+    and coordinator messages and in the abstraction); ``version`` is the current
+    abstraction version (None if the job never deployed).
+    """
+
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    job_ref: Mapped[str] = mapped_column(String(500))
+    params: Mapped[dict[str, Any]]
+    status: Mapped[str] = mapped_column(String(20), index=True)
+    error: Mapped[str | None] = mapped_column(Text)
+    version: Mapped[int | None]
+    runtime_id: Mapped[str | None] = mapped_column(String(64), index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

@@ -1,0 +1,52 @@
+"""``/api/v1/jobs``: submit, list, get and stop jobs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+
+from controlplane.deps import EngineDep, SessionDep, require
+from controlplane.pagination import Page, PageParams
+
+from . import service
+from .schemas import JobCreate, JobRead, JobStatus
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+
+@router.post("", status_code=201, dependencies=[Depends(require("operate"))])
+def submit_job(body: JobCreate, session: SessionDep, engine: EngineDep) -> JobRead:
+    """Build the job from its reference and params, deploy it on the workers and start it.
+    A job that fails to deploy is returned with status ``failed`` and its ``error``."""
+    job = service.submit_job(
+        session=session, engine=engine, name=body.name, ref=body.job, params=body.params
+    )
+    return JobRead.of(job)
+
+
+@router.get("", dependencies=[Depends(require("read"))])
+def list_jobs(
+    session: SessionDep,
+    engine: EngineDep,
+    page: PageParams,
+    status: Annotated[JobStatus | None, Query(description="only jobs in this status")] = None,
+) -> Page[JobRead]:
+    """Jobs, newest first, ``limit`` per page from ``offset``."""
+    jobs, total = service.list_jobs(
+        session=session, engine=engine, limit=page.limit, offset=page.offset, status=status
+    )
+    return Page(items=[JobRead.of(j) for j in jobs], total=total, **vars(page))
+
+
+@router.get("/{job_id}", dependencies=[Depends(require("read"))])
+def get_job(job_id: int, session: SessionDep, engine: EngineDep) -> JobRead:
+    return JobRead.of(service.get_job(session=session, engine=engine, job_id=job_id))
+
+
+@router.delete("/{job_id}", dependencies=[Depends(require("operate"))])
+def stop_job(job_id: int, session: SessionDep, engine: EngineDep) -> JobRead:
+    """Stop the job (its records stay); stopping a job that has ended changes nothing."""
+    return JobRead.of(service.stop_job(session=session, engine=engine, job_id=job_id))

@@ -1,0 +1,69 @@
+"""API shapes of jobs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .models import Job
+
+__all__ = ["JobCreate", "JobRead", "JobStatus"]
+
+JobStatus = Literal["starting", "running", "reconfiguring", "finished", "failed", "stopped"]
+
+
+class JobCreate(BaseModel):
+    """A job to deploy: ``job`` names a callable taking the params dict and returning a
+    ``runtime.Dataflow``."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "wordcount",
+                    "job": "examples.wordcount:build",
+                    "params": {"records": 0, "rate": 5000},
+                }
+            ]
+        },
+    )
+
+    name: str = Field(min_length=1, max_length=200)
+    job: str = Field(
+        min_length=1, max_length=500, description="package.module:callable building the job"
+    )
+    params: dict[str, Any] = Field(default_factory=dict, description="passed to the callable")
+
+
+class JobRead(BaseModel):
+    id: int
+    name: str
+    job: str
+    params: dict[str, Any]
+    status: JobStatus
+    error: str | None = Field(description="why the job failed (or was stopped), if it did")
+    version: int | None = Field(description="current abstraction version")
+    runtime_id: str | None = Field(
+        description="the coordinator's id of the deployed job (used in worker messages and "
+        "in the abstraction's job.id)"
+    )
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, job: Job) -> JobRead:
+        return cls(
+            id=job.id,
+            name=job.name,
+            job=job.job_ref,
+            params=job.params,
+            status=job.status,  # type: ignore[arg-type]
+            error=job.error,
+            version=job.version,
+            runtime_id=job.runtime_id,
+            created_at=job.created_at,
+            updated_at=job.updated_at,
+        )

@@ -1,0 +1,175 @@
+"""Jobs: submit (build the graph, deploy it, record it), list, get, stop, and keeping each
+row's status in step with the coordinator.
+
+Functions take the session as a keyword argument and never commit. A row's status is the
+coordinator's as last seen: reads refresh it, and :mod:`controlplane.tracking` mirrors it
+in the background. Rows that have reached a final status (finished, failed, stopped)
+never change again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from controlplane import db
+from controlplane.engine import Engine, JobState
+from controlplane.errors import BadJob, NotFound
+from controlplane.versions import service as versions
+from runtime.dataflow import DataflowError, JobGraph, JobRefError, load_job
+from runtime.params import ParamError
+
+from .models import JOB_STATUSES, TERMINAL_JOB_STATUSES, Job
+
+__all__ = [
+    "build_graph",
+    "get_job",
+    "get_row",
+    "list_jobs",
+    "mark_unreachable",
+    "refresh",
+    "stop_job",
+    "submit_job",
+    "sync_states",
+]
+
+logger = logging.getLogger(__name__)
+
+_LIVE = tuple(s for s in JOB_STATUSES if s not in TERMINAL_JOB_STATUSES)
+
+
+def build_graph(ref: str, params: Mapping[str, Any]) -> JobGraph:
+    """The compiled graph of job ``ref`` with ``params``; :class:`BadJob` (codes
+    bad_job_ref, bad_params, invalid_job, job_build_failed) with the reason otherwise."""
+    try:
+        return load_job(ref, dict(params))
+    except JobRefError as exc:
+        raise BadJob(str(exc), code="bad_job_ref") from None
+    except ParamError as exc:
+        raise BadJob(str(exc), code="bad_params") from None
+    except DataflowError as exc:
+        raise BadJob(f"job {ref!r} builds an invalid graph: {exc}", code="invalid_job") from None
+    except (TypeError, ValueError) as exc:
+        raise BadJob(f"job {ref!r} rejected its params: {exc}", code="bad_params") from None
+    except Exception as exc:
+        logger.info("job %r failed to build", ref, exc_info=True)
+        raise BadJob(
+            f"job {ref!r} raised {type(exc).__name__} while building: {exc}",
+            code="job_build_failed",
+        ) from None
+
+
+def submit_job(
+    *, session: Session, engine: Engine, name: str, ref: str, params: Mapping[str, Any]
+) -> Job:
+    """Build, deploy and record a job (with abstraction version 1 when it deployed). The
+    job may be recorded ``failed`` with the cause (e.g. a worker could not import it). If
+    the unit of work rolls back, the deployed job is stopped."""
+    graph = build_graph(ref, params)
+    state = engine.submit(graph)
+    db.after_rollback(session, lambda: engine.stop(state.runtime_id))
+    job = Job(
+        name=name,
+        job_ref=ref,
+        params=dict(params),
+        status=state.status,
+        error=state.error,
+        version=None,
+        runtime_id=state.runtime_id,
+    )
+    session.add(job)
+    session.flush()
+    if state.abstraction is not None:
+        versions.add_version(session=session, job=job, document=state.abstraction)
+    logger.info("job %s (%s) submitted: %s", job.id, state.runtime_id, state.status)
+    return job
+
+
+def get_row(*, session: Session, job_id: int) -> Job:
+    """The job's row as stored; :class:`NotFound` if there is none."""
+    job = session.get(Job, job_id)
+    if job is None:
+        raise NotFound(f"job {job_id} does not exist")
+    return job
+
+
+def get_job(*, session: Session, engine: Engine, job_id: int) -> Job:
+    """The job, its status refreshed from the coordinator."""
+    job = get_row(session=session, job_id=job_id)
+    if job.status not in TERMINAL_JOB_STATUSES and job.runtime_id is not None:
+        refresh(job, engine.state(job.runtime_id))
+    return job
+
+
+def list_jobs(
+    *, session: Session, engine: Engine, limit: int, offset: int, status: str | None = None
+) -> tuple[list[Job], int]:
+    """A page of jobs, newest first (optionally only those in ``status``), and the total."""
+    query = select(Job)
+    if status is not None:
+        query = query.where(Job.status == status)
+    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    jobs = list(session.scalars(query.order_by(Job.id.desc()).limit(limit).offset(offset)))
+    if any(j.status not in TERMINAL_JOB_STATUSES for j in jobs):
+        states = engine.all_states()
+        for job in jobs:
+            if job.runtime_id is not None and job.status not in TERMINAL_JOB_STATUSES:
+                refresh(job, states.get(job.runtime_id))
+    return jobs, total
+
+
+def stop_job(*, session: Session, engine: Engine, job_id: int) -> Job:
+    """Stop the job; a job that has already ended is returned as it is."""
+    job = get_row(session=session, job_id=job_id)
+    if job.status in TERMINAL_JOB_STATUSES or job.runtime_id is None:
+        return job
+    state = engine.stop(job.runtime_id)
+    if state is None:
+        mark_unreachable(job, "the job is not deployed on this control plane")
+    else:
+        refresh(job, state)
+    session.flush()
+    return job
+
+
+def refresh(job: Job, state: JobState | None) -> bool:
+    """Copy the coordinator's ``state`` into a job that has not ended; True if it changed."""
+    if state is None or job.status in TERMINAL_JOB_STATUSES:
+        return False
+    changed = False
+    if (job.status, job.error) != (state.status, state.error):
+        job.status, job.error = state.status, state.error
+        changed = True
+    if state.version is not None and (job.version or 0) < state.version:
+        job.version = state.version
+        changed = True
+    return changed
+
+
+def mark_unreachable(job: Job, reason: str) -> None:
+    """Record that a job which has not ended can no longer be followed (its workers are
+    gone): it is ``failed`` with ``reason``."""
+    if job.status not in TERMINAL_JOB_STATUSES:
+        job.status, job.error = "failed", reason
+
+
+def sync_states(
+    *, session: Session, states: Mapping[str, JobState], missing: str | None = None
+) -> int:
+    """Refresh every job that has not ended from ``states`` (by runtime id). With
+    ``missing``, a job absent from ``states`` is marked failed with that reason. Returns
+    how many rows changed."""
+    changed = 0
+    for job in session.scalars(select(Job).where(Job.status.in_(_LIVE))):
+        state = states.get(job.runtime_id) if job.runtime_id is not None else None
+        if state is not None:
+            changed += refresh(job, state)
+        elif missing is not None:
+            mark_unreachable(job, missing)
+            changed += 1
+    session.flush()
+    return changed

@@ -1,0 +1,50 @@
+"""The ``reconfigurations`` table: each plan applied (or refused on the way) to a job."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, ForeignKey, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from controlplane.db import Base, utcnow
+
+__all__ = ["RECONFIGURATION_STATUSES", "TERMINAL_RECONFIGURATION_STATUSES", "Reconfiguration"]
+
+RECONFIGURATION_STATUSES = (
+    "pending",
+    "preparing",
+    "syncing",
+    "updating",
+    "completed",
+    "failed",
+    "aborted",
+)
+TERMINAL_RECONFIGURATION_STATUSES = frozenset({"completed", "failed", "aborted"})
+
+
+class Reconfiguration(Base):
+    """One reconfiguration of a job: the plan (``base_version``, ops, mode), where it
+    came from (``origin``: plan, scale, rebalance, migrate, logic), how it went (status,
+    error, affected tasks, phase timings and per-task pauses in milliseconds) and the
+    version it made current (``result_version``, once completed). ``runtime_id`` is the
+    coordinator's id of the record, once it has one."""
+
+    __tablename__ = "reconfigurations"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    origin: Mapped[str] = mapped_column(String(20))
+    plan: Mapped[dict[str, Any]]
+    status: Mapped[str] = mapped_column(String(20), index=True)
+    affected_tasks: Mapped[list[str]] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(Text)
+    timings_ms: Mapped[dict[str, Any]]
+    pause_ms: Mapped[dict[str, Any]]
+    base_version: Mapped[int]
+    result_version: Mapped[int | None]
+    runtime_id: Mapped[int | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    ended_at: Mapped[datetime | None]

@@ -1,0 +1,121 @@
+"""``/api/v1/jobs/{job_id}/reconfigurations`` and the helpers ``/scale``, ``/rebalance``,
+``/migrate``, ``/logic``.
+
+Posting (scope operate) validates at once (422 naming the culprit, 409 for a stale
+``base_version`` or a reconfiguration under way) and answers 202 with the ``pending``
+record; poll ``GET .../reconfigurations/{id}`` until its status is completed, failed or
+aborted. Reading needs scope read.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+
+from controlplane.deps import EngineDep, SessionDep, TrackerDep, require
+from controlplane.engine import PlanBuilder
+from controlplane.pagination import Page, PageParams
+
+from . import service
+from .schemas import (
+    LogicRequest,
+    MigrateRequest,
+    PlanCreate,
+    RebalanceRequest,
+    ReconfigurationRead,
+    ScaleRequest,
+)
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/jobs/{job_id}", tags=["reconfigurations"])
+
+_operate = [Depends(require("operate"))]
+
+
+def _request(
+    session: SessionDep,
+    engine: EngineDep,
+    tracker: TrackerDep,
+    job_id: int,
+    origin: str,
+    build: PlanBuilder,
+) -> ReconfigurationRead:
+    rec = service.request_reconfiguration(
+        session=session,
+        engine=engine,
+        launch=tracker.launch,
+        job_id=job_id,
+        origin=origin,
+        build=build,
+    )
+    return ReconfigurationRead.of(rec)
+
+
+@router.post("/reconfigurations", status_code=202, dependencies=_operate)
+def post_plan(
+    job_id: int, body: PlanCreate, session: SessionDep, engine: EngineDep, tracker: TrackerDep
+) -> ReconfigurationRead:
+    """Apply a plan: ``assignWorkload`` / ``assignResource`` / ``assignLogic`` operations
+    against ``base_version`` (the current abstraction version), all in one reconfiguration."""
+    build = service.parse_plan(body.document())
+    return _request(session, engine, tracker, job_id, "plan", build)
+
+
+@router.post("/scale", status_code=202, dependencies=_operate)
+def scale(
+    job_id: int, body: ScaleRequest, session: SessionDep, engine: EngineDep, tracker: TrackerDep
+) -> ReconfigurationRead:
+    """Give an operator (and the operators forward-connected to it) ``parallelism``
+    tasks, moving as few key groups as possible."""
+    build = service.scale_plan(body.operator, body.parallelism, body.workers)
+    return _request(session, engine, tracker, job_id, "scale", build)
+
+
+@router.post("/rebalance", status_code=202, dependencies=_operate)
+def rebalance(
+    job_id: int, body: RebalanceRequest, session: SessionDep, engine: EngineDep, tracker: TrackerDep
+) -> ReconfigurationRead:
+    """Even out an operator's work over its tasks (same tasks, same workers)."""
+    build = service.rebalance_plan(body.operator, body.loads, body.threshold, body.window_s)
+    return _request(session, engine, tracker, job_id, "rebalance", build)
+
+
+@router.post("/migrate", status_code=202, dependencies=_operate)
+def migrate(
+    job_id: int, body: MigrateRequest, session: SessionDep, engine: EngineDep, tracker: TrackerDep
+) -> ReconfigurationRead:
+    """Move one task to another worker (or to a fresh one: ``"new"``) with its state."""
+    build = service.migrate_plan(body.task, body.worker)
+    return _request(session, engine, tracker, job_id, "migrate", build)
+
+
+@router.post("/logic", status_code=202, dependencies=_operate)
+def change_logic(
+    job_id: int, body: LogicRequest, session: SessionDep, engine: EngineDep, tracker: TrackerDep
+) -> ReconfigurationRead:
+    """Swap the callable of an operator's tasks (all, or ``tasks``), keeping their state."""
+    build = service.logic_plan(body.operator, body.logic, body.tasks)
+    return _request(session, engine, tracker, job_id, "logic", build)
+
+
+@router.get("/reconfigurations", dependencies=[Depends(require("read"))])
+def list_reconfigurations(
+    job_id: int, session: SessionDep, page: PageParams
+) -> Page[ReconfigurationRead]:
+    """The job's reconfigurations, newest first."""
+    rows, total = service.list_reconfigurations(
+        session=session, job_id=job_id, limit=page.limit, offset=page.offset
+    )
+    return Page(items=[ReconfigurationRead.of(r) for r in rows], total=total, **vars(page))
+
+
+@router.get("/reconfigurations/{reconfiguration_id}", dependencies=[Depends(require("read"))])
+def get_reconfiguration(
+    job_id: int, reconfiguration_id: int, session: SessionDep
+) -> ReconfigurationRead:
+    """One reconfiguration: status, operations, affected tasks, error, phase timings and
+    per-task pauses."""
+    rec = service.get_reconfiguration(
+        session=session, job_id=job_id, reconfiguration_id=reconfiguration_id
+    )
+    return ReconfigurationRead.of(rec)

@@ -1,0 +1,157 @@
+"""API shapes of reconfigurations: plans (Trisk's atomic operations), the helper
+requests that build plans, and the record of each reconfiguration."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .models import Reconfiguration
+
+__all__ = [
+    "AssignLogicOp",
+    "AssignResourceOp",
+    "AssignWorkloadOp",
+    "LogicRequest",
+    "MigrateRequest",
+    "OpBody",
+    "PlanCreate",
+    "RebalanceRequest",
+    "ReconfigurationRead",
+    "ReconfigurationStatus",
+    "ScaleRequest",
+    "Timings",
+]
+
+ReconfigurationStatus = Literal[
+    "pending", "preparing", "syncing", "updating", "completed", "failed", "aborted"
+]
+Mode = Literal["pause", "fluid"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AssignWorkloadOp(_Strict):
+    """The named tasks get exactly these key groups (keyed) or weights (others)."""
+
+    op: Literal["assignWorkload"]
+    operator: str
+    workload: dict[str, list[int] | float] = Field(
+        examples=[{"count-0": [0, 1, 2], "count-1": [3, 4, 5]}]
+    )
+
+
+class AssignResourceOp(_Strict):
+    """Place a new task, move one, remove one (``worker: null``) or ask for a fresh worker
+    (``worker: "new"``)."""
+
+    op: Literal["assignResource"]
+    operator: str
+    task: str
+    worker: str | None
+
+
+class AssignLogicOp(_Strict):
+    """Swap the logic of some tasks (or ``"all"``) to the callable ``ref``."""
+
+    op: Literal["assignLogic"]
+    operator: str
+    tasks: list[str] | Literal["all"] = "all"
+    ref: str
+
+
+OpBody = Annotated[AssignWorkloadOp | AssignResourceOp | AssignLogicOp, Field(discriminator="op")]
+
+
+class PlanCreate(_Strict):
+    """Operations against ``base_version``, validated as a whole and applied together."""
+
+    base_version: int = Field(ge=1)
+    ops: list[OpBody] = Field(min_length=1)
+    mode: Mode = "pause"
+    batch_size: int | None = Field(None, ge=1, description="fluid mode: key groups per batch")
+
+    def document(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+class ScaleRequest(_Strict):
+    operator: str
+    parallelism: int = Field(ge=1)
+    workers: list[str] | None = Field(
+        None, description='where new tasks go, in turn (ids, or "new" for a fresh worker)'
+    )
+
+
+class RebalanceRequest(_Strict):
+    operator: str
+    loads: dict[str, float] | None = Field(
+        None,
+        description="key group -> load (keyed operators) or task id -> per-record cost "
+        "(others); default for keyed operators: each key group's measured record rate over "
+        "window_s (an even split by count when nothing was measured), for others equal weights",
+    )
+    threshold: float = Field(
+        0.1, ge=0, description="do nothing unless the busiest task is this much above the mean"
+    )
+    window_s: float = Field(10.0, gt=0, le=300, description="measurement window for loads")
+
+
+class MigrateRequest(_Strict):
+    task: str
+    worker: str = Field(description='a worker id, or "new" for a fresh worker')
+
+
+class LogicRequest(_Strict):
+    operator: str
+    logic: str = Field(description="package.module:callable (or code:<id>:callable)")
+    tasks: list[str] | None = Field(None, description="default: every task of the operator")
+
+
+class Timings(BaseModel):
+    """Phase durations in milliseconds; null for a phase not reached (yet)."""
+
+    prepare: float | None = None
+    sync: float | None = None
+    update: float | None = None
+    total: float | None = None
+
+
+class ReconfigurationRead(BaseModel):
+    id: int
+    job_id: int
+    origin: str = Field(description="plan, scale, rebalance, migrate or logic")
+    status: ReconfigurationStatus
+    base_version: int
+    result_version: int | None = Field(description="the version it made current")
+    mode: Mode
+    ops: list[OpBody]
+    affected_tasks: list[str]
+    error: str | None
+    timings_ms: Timings
+    pause_ms: dict[str, float] = Field(description="per affected task, how long it paused")
+    created_at: datetime
+    ended_at: datetime | None
+
+    @classmethod
+    def of(cls, rec: Reconfiguration) -> ReconfigurationRead:
+        return cls(
+            id=rec.id,
+            job_id=rec.job_id,
+            origin=rec.origin,
+            status=rec.status,  # type: ignore[arg-type]
+            base_version=rec.base_version,
+            result_version=rec.result_version,
+            mode=rec.plan.get("mode", "pause"),
+            ops=rec.plan["ops"],
+            affected_tasks=rec.affected_tasks,
+            error=rec.error,
+            timings_ms=Timings.model_validate(rec.timings_ms),
+            pause_ms=rec.pause_ms,
+            created_at=rec.created_at,
+            ended_at=rec.ended_at,
+        )

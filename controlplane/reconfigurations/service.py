@@ -1,0 +1,270 @@
+"""Reconfigurations: turn a request (a raw plan or a helper) into a validated plan, record
+it, and have it carried out once the record is committed; list and read the records.
+
+A request is validated synchronously, in this order, and refused with nothing changed:
+unknown job (NotFound), job not running (JobNotRunning), another reconfiguration under
+way (ReconfigurationInProgress), then the plan against the current abstraction
+(StaleBaseVersion, PlanRefused naming the culprit). Accepted, it is recorded ``pending``
+and handed to the tracker after the unit of work commits; the tracker then records its
+progress (:func:`record_progress`). Functions take the session as a keyword argument and
+never commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from controlplane import db
+from controlplane.abstraction import (
+    AbstractionError,
+    Plan,
+    imbalance,
+    migrate,
+    rebalance,
+    scale,
+    update_logic,
+)
+from controlplane.engine import Engine, JobView, PlanBuilder, Progress, Reservation
+from controlplane.errors import (
+    JobNotRunning,
+    NotFound,
+    PlanRefused,
+    ReconfigurationInProgress,
+    from_abstraction_error,
+)
+from controlplane.jobs import service as jobs
+from controlplane.jobs.models import TERMINAL_JOB_STATUSES
+from controlplane.versions import service as versions
+
+from .models import TERMINAL_RECONFIGURATION_STATUSES, Reconfiguration
+
+__all__ = [
+    "Launch",
+    "fail_unfinished",
+    "get_reconfiguration",
+    "list_reconfigurations",
+    "logic_plan",
+    "migrate_plan",
+    "parse_plan",
+    "rebalance_plan",
+    "record_progress",
+    "request_reconfiguration",
+    "scale_plan",
+]
+
+logger = logging.getLogger(__name__)
+
+Launch = Callable[[int, Reservation], None]  # (reconfiguration id, reservation) -> starts it
+
+
+# -- plan builders (run on the engine's loop against the current abstraction) ------------------
+
+
+def parse_plan(document: Mapping[str, Any]) -> PlanBuilder:
+    """A builder returning the plan ``document`` describes; :class:`PlanRefused` now if
+    the document is malformed."""
+    try:
+        plan = Plan.from_dict(dict(document))
+    except AbstractionError as exc:
+        raise from_abstraction_error(exc) from None
+    return lambda _view: plan
+
+
+def scale_plan(operator: str, parallelism: int, workers: Sequence[str] | None) -> PlanBuilder:
+    def build(view: JobView) -> Plan:
+        plan = scale(view.abstraction, operator, parallelism, workers=workers)
+        if not plan.ops:
+            raise PlanRefused(
+                f"operator {operator!r} already has {parallelism} tasks", code="no_change"
+            )
+        return plan
+
+    return build
+
+
+def rebalance_plan(
+    operator: str, loads: Mapping[str, float] | None, threshold: float, window_s: float
+) -> PlanBuilder:
+    def build(view: JobView) -> Plan:
+        op = view.abstraction.operator(operator)
+        given: Mapping[Any, float] | None = loads
+        if op.keyed and loads is not None:
+            given = {_key_group(k, operator): v for k, v in loads.items()}
+        elif op.keyed:
+            given = view.key_group_loads(operator, window_s) or None
+        plan = rebalance(view.abstraction, operator, given, threshold=threshold)
+        if not plan.ops:
+            measure = ""
+            if op.keyed:
+                per_task = [
+                    sum(given.get(g, 0.0) for g in t.workload.key_groups or ())
+                    if given
+                    else len(t.workload.key_groups or ())
+                    for t in op.tasks
+                ]
+                measure = f" (imbalance {imbalance(per_task):.3f})"
+            raise PlanRefused(
+                f"operator {operator!r} is already balanced{measure} within the threshold "
+                f"{threshold:g}",
+                code="no_change",
+            )
+        return plan
+
+    return build
+
+
+def _key_group(key: str, operator: str) -> int:
+    try:
+        return int(key)
+    except ValueError:
+        raise PlanRefused(
+            f"loads of keyed operator {operator!r} are per key group: {key!r} is not an int",
+            code="invalid_plan",
+        ) from None
+
+
+def migrate_plan(task: str, worker: str) -> PlanBuilder:
+    def build(view: JobView) -> Plan:
+        plan = migrate(view.abstraction, task, worker)
+        if not plan.ops:
+            raise PlanRefused(f"task {task!r} already runs on worker {worker!r}", code="no_change")
+        return plan
+
+    return build
+
+
+def logic_plan(operator: str, ref: str, tasks: Sequence[str] | None) -> PlanBuilder:
+    return lambda view: update_logic(view.abstraction, operator, ref, tasks)
+
+
+# -- requests and records --------------------------------------------------------------------
+
+
+def request_reconfiguration(
+    *,
+    session: Session,
+    engine: Engine,
+    launch: Launch,
+    job_id: int,
+    origin: str,
+    build: PlanBuilder,
+) -> Reconfiguration:
+    """Validate the plan ``build`` makes for the job and record it ``pending``; ``launch``
+    starts it once the unit of work has committed (the job is released if it rolls back)."""
+    job = jobs.get_job(session=session, engine=engine, job_id=job_id)
+    if job.status in TERMINAL_JOB_STATUSES or job.runtime_id is None:
+        raise JobNotRunning(f"job {job_id} is {job.status}: only a running job can be reconfigured")
+    busy = session.scalar(
+        select(Reconfiguration)
+        .where(
+            Reconfiguration.job_id == job_id,
+            Reconfiguration.status.not_in(TERMINAL_RECONFIGURATION_STATUSES),
+        )
+        .order_by(Reconfiguration.id.desc())
+        .limit(1)
+    )
+    if busy is not None:
+        raise ReconfigurationInProgress(
+            f"reconfiguration {busy.id} of job {job_id} is {busy.status}; wait until it has "
+            "ended, then build the plan on the version it leaves"
+        )
+    reservation = engine.reserve(job.runtime_id, build)
+    db.after_rollback(session, lambda: engine.release(reservation))
+    plan = reservation.plan
+    rec = Reconfiguration(
+        job_id=job_id,
+        origin=origin,
+        plan=plan.to_dict(),
+        status="pending",
+        affected_tasks=list(reservation.affected),
+        error=None,
+        timings_ms={},
+        pause_ms={},
+        base_version=plan.base_version,
+        result_version=None,
+        runtime_id=None,
+    )
+    session.add(rec)
+    session.flush()
+    rid = rec.id
+    db.after_commit(session, lambda: launch(rid, reservation))
+    logger.info("job %s: reconfiguration %s (%s) accepted", job_id, rid, origin)
+    return rec
+
+
+def get_reconfiguration(
+    *, session: Session, job_id: int, reconfiguration_id: int
+) -> Reconfiguration:
+    rec = session.get(Reconfiguration, reconfiguration_id)
+    if rec is None or rec.job_id != job_id:
+        jobs.get_row(session=session, job_id=job_id)
+        raise NotFound(f"job {job_id} has no reconfiguration {reconfiguration_id}")
+    return rec
+
+
+def list_reconfigurations(
+    *, session: Session, job_id: int, limit: int, offset: int
+) -> tuple[list[Reconfiguration], int]:
+    """A page of the job's reconfigurations, newest first, and how many there are."""
+    jobs.get_row(session=session, job_id=job_id)
+    where = Reconfiguration.job_id == job_id
+    total = session.scalar(select(func.count()).where(where)) or 0
+    rows = session.scalars(
+        select(Reconfiguration)
+        .where(where)
+        .order_by(Reconfiguration.id.desc())
+        .limit(limit)
+        .offset(offset)
+    )
+    return list(rows), total
+
+
+def record_progress(*, session: Session, reconfiguration_id: int, progress: Progress) -> None:
+    """Store what the engine reported; a completed one also records the new abstraction
+    version. A record that has ended is not changed again."""
+    rec = session.get(Reconfiguration, reconfiguration_id)
+    if rec is None or rec.status in TERMINAL_RECONFIGURATION_STATUSES:
+        return
+    rec.status = progress.status
+    rec.error = progress.error
+    if progress.affected is not None:
+        rec.affected_tasks = list(progress.affected)
+    rec.timings_ms = dict(progress.timings_ms)
+    rec.pause_ms = dict(progress.pause_ms)
+    rec.runtime_id = progress.runtime_id if progress.runtime_id is not None else rec.runtime_id
+    if progress.done:
+        rec.ended_at = db.utcnow()
+    if progress.status == "completed":
+        rec.result_version = progress.version
+        if progress.abstraction is not None:
+            job = jobs.get_row(session=session, job_id=rec.job_id)
+            versions.add_version(
+                session=session,
+                job=job,
+                document=progress.abstraction,
+                reconfiguration_id=rec.id,
+            )
+    session.flush()
+
+
+def fail_unfinished(*, session: Session, reason: str) -> int:
+    """Mark every reconfiguration that has not ended ``failed`` with ``reason`` (at
+    start-up and shutdown: nothing is carrying them out any more). Returns how many."""
+    rows = list(
+        session.scalars(
+            select(Reconfiguration).where(
+                Reconfiguration.status.not_in(TERMINAL_RECONFIGURATION_STATUSES)
+            )
+        )
+    )
+    for rec in rows:
+        rec.error = rec.error or f"{reason} (it was {rec.status})"
+        rec.status = "failed"
+        rec.ended_at = db.utcnow()
+    session.flush()
+    return len(rows)

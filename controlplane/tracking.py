@@ -1,0 +1,134 @@
+"""Keeps the database in step with the engine: the orchestration that spans jobs,
+abstraction versions and reconfigurations.
+
+- At start-up (:meth:`Tracker.recover`), before the engine runs: jobs recorded as not
+  ended cannot be followed any more (their workers died with the previous process), so
+  they are marked failed; reconfigurations not ended are marked failed.
+- While running: job states are mirrored every ``MIRROR_INTERVAL_S`` (reads refresh them
+  too), and each reconfiguration's progress is written as the engine reports it, with
+  the new abstraction version when it completes.
+- At shutdown (:meth:`Tracker.shutdown`), after the engine has closed: reconfigurations
+  cut short are marked failed, and jobs get their final (stopped) state.
+
+Every write is its own unit of work, run in a worker thread so that the event loop,
+which also runs the coordinator, never waits on the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from controlplane import db
+from controlplane.engine import Engine, JobState, Progress, Reservation
+from controlplane.jobs import service as jobs
+from controlplane.reconfigurations import service as reconfigurations
+
+__all__ = ["MIRROR_INTERVAL_S", "Tracker"]
+
+logger = logging.getLogger(__name__)
+
+MIRROR_INTERVAL_S = 0.5  # a job's status change reaches the database within this
+WRITE_ATTEMPTS = 5  # a reconfiguration's final state is written despite brief database trouble
+WRITE_RETRY_S = 1.0  # pause between attempts
+
+RESTARTED = "the control plane restarted; the job's workers are gone (submit it again)"
+INTERRUPTED_BY_RESTART = "interrupted: the control plane restarted"
+INTERRUPTED_BY_SHUTDOWN = "interrupted: the control plane shut down"
+STOPPED_BY_SHUTDOWN = "stopped: the control plane shut down"
+
+
+class Tracker:
+    def __init__(self, engine: Engine, sessions: sessionmaker[Session]) -> None:
+        self.engine = engine
+        self.sessions = sessions
+        self._mirror: asyncio.Task[None] | None = None
+        self._mirrored: dict[str, JobState] = {}
+
+    def recover(self) -> None:
+        """Mark what the previous process left unfinished as failed (call before start)."""
+        with db.unit_of_work(self.sessions) as session:
+            n_jobs = jobs.sync_states(session=session, states={}, missing=RESTARTED)
+            n_recs = reconfigurations.fail_unfinished(
+                session=session, reason=INTERRUPTED_BY_RESTART
+            )
+        if n_jobs or n_recs:
+            logger.warning(
+                "marked %d job(s) and %d reconfiguration(s) of a previous run failed",
+                n_jobs,
+                n_recs,
+            )
+
+    async def start(self) -> None:
+        """Start mirroring job states (on the engine's loop)."""
+        self._mirror = asyncio.create_task(self._mirror_states(), name="mirror-job-states")
+
+    async def stop(self) -> None:
+        if self._mirror is not None:
+            self._mirror.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._mirror
+
+    def shutdown(self, states: Mapping[str, JobState]) -> None:
+        """Record the end of the run, given the engine's final ``states`` (after it closed)."""
+        with db.unit_of_work(self.sessions) as session:
+            reconfigurations.fail_unfinished(session=session, reason=INTERRUPTED_BY_SHUTDOWN)
+            final = {
+                rid: s if s.status != "stopped" or s.error else _with_error(s, STOPPED_BY_SHUTDOWN)
+                for rid, s in states.items()
+            }
+            jobs.sync_states(session=session, states=final, missing=STOPPED_BY_SHUTDOWN)
+
+    def launch(self, reconfiguration_id: int, reservation: Reservation) -> None:
+        """Carry out a recorded reconfiguration, writing its progress (thread-safe)."""
+
+        async def report(progress: Progress) -> None:
+            attempts = WRITE_ATTEMPTS if progress.done else 1  # a later report supersedes
+            for attempt in range(1, attempts + 1):
+                try:
+                    await asyncio.to_thread(self._write_progress, reconfiguration_id, progress)
+                    return
+                except Exception:
+                    logger.exception(
+                        "could not record reconfiguration %s as %s (attempt %d of %d)",
+                        reconfiguration_id,
+                        progress.status,
+                        attempt,
+                        attempts,
+                    )
+                    if attempt < attempts:
+                        await asyncio.sleep(WRITE_RETRY_S)
+
+        self.engine.launch(reservation, report)
+
+    def _write_progress(self, reconfiguration_id: int, progress: Progress) -> None:
+        with db.unit_of_work(self.sessions) as session:
+            reconfigurations.record_progress(
+                session=session, reconfiguration_id=reconfiguration_id, progress=progress
+            )
+
+    async def _mirror_states(self) -> None:
+        while True:
+            await asyncio.sleep(MIRROR_INTERVAL_S)
+            states = self.engine.states()
+            if states == self._mirrored:
+                continue
+            try:
+                await asyncio.to_thread(self._write_states, states)
+            except Exception:
+                logger.exception("could not record job states; retrying")
+                continue
+            self._mirrored = states
+
+    def _write_states(self, states: Mapping[str, JobState]) -> None:
+        with db.unit_of_work(self.sessions) as session:
+            jobs.sync_states(session=session, states=states)
+
+
+def _with_error(state: JobState, error: str) -> JobState:
+    return replace(state, error=error)

@@ -1,0 +1,285 @@
+"""Reconfigurations over REST against a real server: helpers and raw plans carried out
+live, their records (status, timings, pauses), version history and diff, and refusals
+(stale version 409, bad plans 422 naming the culprit, one at a time 409)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from api_support import Api
+
+WORDCOUNT = {
+    "name": "wordcount-live",
+    "job": "examples.wordcount:build",
+    "params": {"records": 0, "rate": 1000},
+}
+PHASES = ("prepare", "sync", "update", "total")
+
+
+@pytest.fixture(scope="module")
+def job(api: Api) -> Iterator[int]:
+    """A running, unbounded word count for the tests of this module (per server)."""
+    with api.client() as http:
+        r = http.post("/api/v1/jobs", json=WORDCOUNT)
+        assert r.status_code == 201, r.text
+        job_id = r.json()["id"]
+        try:
+            yield job_id
+        finally:
+            http.delete(f"/api/v1/jobs/{job_id}")
+
+
+def current(http: httpx.Client, job_id: int) -> dict[str, Any]:
+    r = http.get(f"/api/v1/jobs/{job_id}/abstraction")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def tasks_of(abstraction: dict[str, Any], operator: str) -> dict[str, dict[str, Any]]:
+    op = next(o for o in abstraction["operators"] if o["name"] == operator)
+    return {t["id"]: t for t in op["tasks"]}
+
+
+def key_groups(abstraction: dict[str, Any]) -> dict[str, list[int]]:
+    return {t: v["workload"]["key_groups"] for t, v in tasks_of(abstraction, "count").items()}
+
+
+def assert_completed(rec: dict[str, Any], version: int) -> None:
+    assert rec["status"] == "completed", rec
+    assert rec["error"] is None
+    assert rec["result_version"] == version
+    timings = rec["timings_ms"]
+    assert set(timings) == set(PHASES)
+    assert all(isinstance(timings[p], float) and timings[p] >= 0 for p in PHASES)
+    assert timings["total"] >= max(timings["prepare"], timings["sync"], timings["update"])
+    assert rec["pause_ms"], "affected tasks that existed before pause"
+    assert set(rec["pause_ms"]) <= set(rec["affected_tasks"])
+    assert all(v >= 0 for v in rec["pause_ms"].values())
+    assert rec["ended_at"] is not None
+
+
+def test_scale_then_raw_plan_history_and_diff(api: Api, job: int) -> None:
+    with api.client() as http:
+        base = current(http, job)
+        v = base["job"]["version"]
+        assert len(tasks_of(base, "count")) == 2
+
+        # Scale out through the helper.
+        r = http.post(f"/api/v1/jobs/{job}/scale", json={"operator": "count", "parallelism": 3})
+        assert r.status_code == 202, r.text
+        accepted = r.json()
+        assert accepted["status"] in ("pending", "preparing", "syncing", "updating", "completed")
+        assert (accepted["origin"], accepted["base_version"]) == ("scale", v)
+        assert {"count-2", "sink-2"} <= set(accepted["affected_tasks"])
+        assert any(op["op"] == "assignResource" for op in accepted["ops"])
+        scaled = api.wait_reconfiguration(http, job, accepted["id"])
+        assert_completed(scaled, v + 1)
+
+        after = current(http, job)
+        assert after["job"]["version"] == v + 1
+        groups = key_groups(after)
+        assert sorted(groups) == ["count-0", "count-1", "count-2"]
+        assert sorted(g for gs in groups.values() for g in gs) == list(range(128))
+        assert http.get(f"/api/v1/jobs/{job}").json()["version"] == v + 1
+
+        # A stale base version is refused with 409 and changes nothing.
+        stale = {
+            "base_version": v,
+            "ops": [{"op": "assignWorkload", "operator": "count", "workload": groups}],
+        }
+        r = http.post(f"/api/v1/jobs/{job}/reconfigurations", json=stale)
+        assert r.status_code == 409, r.text
+        assert r.json()["error"]["code"] == "stale_version"
+        assert f"version {v + 1}" in r.json()["error"]["message"]
+
+        # Move two key groups from count-0 to count-1 with a raw assignWorkload plan.
+        moved = groups["count-0"][:2]
+        plan = {
+            "base_version": v + 1,
+            "ops": [
+                {
+                    "op": "assignWorkload",
+                    "operator": "count",
+                    "workload": {
+                        "count-0": groups["count-0"][2:],
+                        "count-1": groups["count-1"] + moved,
+                    },
+                }
+            ],
+        }
+        r = http.post(f"/api/v1/jobs/{job}/reconfigurations", json=plan)
+        assert r.status_code == 202, r.text
+        assert r.json()["origin"] == "plan"
+        raw = api.wait_reconfiguration(http, job, r.json()["id"])
+        assert_completed(raw, v + 2)
+        assert {"count-0", "count-1"} <= set(raw["affected_tasks"])
+        assert sorted(key_groups(current(http, job))["count-1"]) == sorted(
+            groups["count-1"] + moved
+        )
+
+        # History: every version kept, each linked to the reconfiguration that made it.
+        versions = http.get(f"/api/v1/jobs/{job}/abstraction/versions").json()
+        assert [x["version"] for x in versions["items"]][:3] == [v + 2, v + 1, v]
+        assert [x["reconfiguration_id"] for x in versions["items"][:2]] == [raw["id"], scaled["id"]]
+        old = http.get(f"/api/v1/jobs/{job}/abstraction", params={"version": v}).json()
+        assert old == base
+
+        d = http.get(
+            f"/api/v1/jobs/{job}/abstraction/diff", params={"from": v + 1, "to": v + 2}
+        ).json()
+        assert (d["old_version"], d["new_version"]) == (v + 1, v + 2)
+        (count,) = d["operators"]
+        assert count["operator"] == "count"
+        assert sorted(count["key_group_moves"]) == [
+            [g, "count-0", "count-1"] for g in sorted(moved)
+        ]
+        assert {"count-0", "count-1"} <= set(d["affected"])
+        assert http.get(f"/api/v1/jobs/{job}/abstraction/diff").json() == d  # defaults
+
+        d = http.get(f"/api/v1/jobs/{job}/abstraction/diff", params={"from": v, "to": v + 1}).json()
+        count_diff = next(o for o in d["operators"] if o["operator"] == "count")
+        assert count_diff["new_tasks"] == ["count-2"]
+
+        listed = http.get(f"/api/v1/jobs/{job}/reconfigurations").json()
+        assert [x["id"] for x in listed["items"]][:2] == [raw["id"], scaled["id"]]
+
+        r = http.get(f"/api/v1/jobs/{job}/abstraction", params={"version": v + 50})
+        assert r.status_code == 404
+        assert f"version {v + 50}" in r.json()["error"]["message"]
+
+
+def _assign(workload: dict[str, Any], operator: str = "count") -> list[dict[str, Any]]:
+    return [{"op": "assignWorkload", "operator": operator, "workload": workload}]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "code", "words"),
+    [
+        # Raw plans ({version} is filled with the current version).
+        (
+            "reconfigurations",
+            {"ops": _assign({"count-0": [0]})},
+            422,
+            "key_group_conflict",
+            ["key group", "'count'"],
+        ),
+        (
+            "reconfigurations",
+            {"ops": _assign({"count-0": [5], "count-1": [5]})},
+            422,
+            "key_group_conflict",
+            ["key group 5", "count-0", "count-1"],
+        ),
+        (
+            "reconfigurations",
+            {"ops": _assign({"count-0": [300]})},
+            422,
+            "key_group_conflict",
+            ["300"],
+        ),
+        (
+            "reconfigurations",
+            {"ops": _assign({"count-0": [1]}, "nope")},
+            422,
+            "unknown_operator",
+            ["'nope'"],
+        ),
+        (
+            "reconfigurations",
+            {
+                "ops": [
+                    {
+                        "op": "assignResource",
+                        "operator": "count",
+                        "task": "count-0",
+                        "worker": "w99",
+                    }
+                ]
+            },
+            422,
+            "unknown_worker",
+            ["'w99'"],
+        ),
+        (
+            "reconfigurations",
+            {"ops": [{"op": "assignEverything", "operator": "count"}]},
+            422,
+            "invalid_request",
+            ["body.ops.0"],
+        ),
+        ("reconfigurations", {"ops": []}, 422, "invalid_request", ["body.ops"]),
+        # Helpers.
+        ("scale", {"operator": "sentences", "parallelism": 3}, 422, "invalid_plan", ["source"]),
+        (
+            "scale",
+            {"operator": "count", "parallelism": 0},
+            422,
+            "invalid_request",
+            ["body.parallelism"],
+        ),
+        ("migrate", {"task": "count-77", "worker": "w1"}, 422, "unknown_task", ["'count-77'"]),
+        (
+            "logic",
+            {"operator": "count", "logic": "examples.wordcount:nope"},
+            422,
+            "bad_logic",
+            ["examples.wordcount:nope"],
+        ),
+        (
+            "rebalance",
+            {"operator": "count", "loads": {"1000": 1.0}},
+            422,
+            "key_group_conflict",
+            ["1000"],
+        ),
+    ],
+)
+def test_bad_plans_are_refused_naming_the_culprit(
+    api: Api, job: int, path: str, body: dict[str, Any], status: int, code: str, words: list[str]
+) -> None:
+    with api.client() as http:
+        version = current(http, job)["job"]["version"]
+        before = http.get(f"/api/v1/jobs/{job}/reconfigurations").json()["total"]
+        if path == "reconfigurations":
+            body = {"base_version": version, **body}
+        r = http.post(f"/api/v1/jobs/{job}/{path}", json=body)
+        assert r.status_code == status, r.text
+        error = r.json()["error"]
+        assert error["code"] == code
+        for word in words:
+            assert word in error["message"]
+        assert current(http, job)["job"]["version"] == version
+        assert http.get(f"/api/v1/jobs/{job}/reconfigurations").json()["total"] == before
+
+
+def test_nothing_to_do_is_refused(api: Api, job: int) -> None:
+    with api.client() as http:
+        n = len(tasks_of(current(http, job), "count"))
+        r = http.post(f"/api/v1/jobs/{job}/scale", json={"operator": "count", "parallelism": n})
+        assert r.status_code == 422
+        assert r.json()["error"]["code"] == "no_change"
+        assert f"already has {n} tasks" in r.json()["error"]["message"]
+
+
+def test_one_reconfiguration_at_a_time(api: Api, job: int) -> None:
+    with api.client() as http:
+        v = current(http, job)["job"]["version"]
+        # Asking for a fresh worker keeps the first one busy while the backend starts it.
+        r = http.post(f"/api/v1/jobs/{job}/migrate", json={"task": "count-0", "worker": "new"})
+        assert r.status_code == 202, r.text
+        first = r.json()
+        r = http.post(f"/api/v1/jobs/{job}/rebalance", json={"operator": "count"})
+        assert r.status_code == 409, r.text
+        assert r.json()["error"]["code"] == "reconfiguration_in_progress"
+        assert f"reconfiguration {first['id']}" in r.json()["error"]["message"]
+
+        done = api.wait_reconfiguration(http, job, first["id"], timeout=45)
+        assert_completed(done, v + 1)
+        a = current(http, job)
+        worker = tasks_of(a, "count")["count-0"]["resources"]["worker"]
+        assert worker not in {w for w in ("w1", "w2")}
+        assert next(w for w in a["workers"] if w["id"] == worker)["status"] == "alive"
+        assert http.get(f"/api/v1/jobs/{job}").json()["status"] == "running"
