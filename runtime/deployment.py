@@ -24,7 +24,7 @@ import logging
 import pickle
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from . import protocol
@@ -572,6 +572,4 @@ class JobRuntime:
 
 
 def _with_logic(op: OperatorSpec, logic: Any) -> OperatorSpec:
-    from dataclasses import replace
-
     return replace(op, logic=logic)

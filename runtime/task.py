@@ -167,16 +167,9 @@ class StreamTask(BaseTask):
         self.gate = gate
         self.processor = processor
         self.aligner = Aligner(gate.channels)
-        self._closed = False
 
     def queued(self) -> dict[str, int]:
         return self.gate.queued()
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            if self.status != "finished":
-                return  # a failed or stopped sink must not publish partial final results
 
     async def _run(self) -> None:
         gate, outputs, processor, metrics = self.gate, self.outputs, self.processor, self.metrics

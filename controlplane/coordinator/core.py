@@ -29,9 +29,13 @@ from typing import Any
 from runtime import protocol
 from runtime.dataflow import JobGraph
 from runtime.layout import Layout
+from runtime.metrics import summarize_latency
 from runtime.records import BarrierKind
 
 from .metrics import JobMetrics
+from .plans import abstraction_of, apply
+from .reconfig import reconfigure
+from .restart import restart_with
 
 __all__ = ["Coordinator", "CoordinatorError", "Job", "RuntimeConfig", "WorkerInfo"]
 
@@ -144,8 +148,6 @@ class Job:
         duration = max(end - (self.started_at or end), 1e-9)
         source_records = self.metrics.operator_totals("source")
         sink_records = self.metrics.operator_totals("sink")
-        from runtime.metrics import summarize_latency
-
         return {
             "job_id": self.id,
             "status": self.status,
@@ -250,8 +252,6 @@ class Coordinator:
             return job
         if job.done:
             return job
-        from .plans import abstraction_of
-
         job.abstraction = abstraction_of(job, self.alive_workers())
         job.versions.append(job.abstraction)
         # Step 4. Start with a common clock origin.
@@ -307,8 +307,6 @@ class Coordinator:
 
     async def restart_with(self, job_id: str, layout: Layout) -> Any:
         """The stop-and-restart baseline (see :mod:`.restart`); returns the record."""
-        from .restart import restart_with
-
         return await restart_with(self, self._job(job_id), layout)
 
     async def stop_job(self, job_id: str) -> Job:
@@ -356,8 +354,6 @@ class Coordinator:
         plan: Any = None,
     ) -> Any:
         """Change the running job to ``layout`` live (see :mod:`.reconfig`); returns the record."""
-        from .reconfig import reconfigure
-
         return await reconfigure(
             self, self._job(job_id), layout, wait=wait, plan=plan, sync_timeout_s=sync_timeout_s
         )
@@ -373,8 +369,6 @@ class Coordinator:
     ) -> Any:
         """Validate ``plan`` (a :class:`controlplane.abstraction.Plan`) and carry it out live
         (or, with ``restart``, by the stop-and-restart baseline); see :func:`.plans.apply`."""
-        from .plans import apply
-
         return await apply(
             self, self._job(job_id), plan, wait=wait, sync_timeout_s=sync_timeout_s, restart=restart
         )
@@ -525,9 +519,8 @@ class Coordinator:
             info.rss_mb = float(msg.get("rss_mb", 0.0))
             now = float(msg.get("time", time.time()))
             for job in self.jobs.values():
-                job.metrics.add_worker(
-                    info.id, info.cpu_percent, info.rss_mb
-                ) if info.id in job.layout.workers_used() else None
+                if info.id in job.layout.workers_used():
+                    job.metrics.add_worker(info.id, info.cpu_percent, info.rss_mb)
             for task, snap in dict(msg.get("tasks", {})).items():
                 for job in self.jobs.values():
                     if (
