@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from sqlalchemy.exc import SQLAlchemyError
@@ -63,33 +63,36 @@ def _load(job_ref: str, params: dict[str, Any]) -> JobGraph:
         raise typer.Exit(2) from None
 
 
-def _tasks_table(job: Job, window_s: float = 2.0) -> Table:
+def _tasks_table(job: Job, window_s: float = 2.0) -> Group:
+    """Per-task rates of the last ``window_s`` seconds, sink latency, worker CPU and RSS."""
     view = job.metrics.window(window_s)
     table = Table(title=f"{job.graph.name} ({job.id}) — {job.status}", expand=False)
     for col in ("task", "in/s", "out/s", "busy", "backpressure"):
         table.add_column(col, justify="right" if col != "task" else "left")
-    for tid in job.graph.task_ids():
-        r = view["tasks"].get(tid)
-        if r is None:
-            table.add_row(tid, "-", "-", "-", "-")
-            continue
-        table.add_row(
-            tid,
-            f"{r['in_per_s']:,.0f}",
-            f"{r['out_per_s']:,.0f}",
-            f"{r['busy']:.0%}",
-            f"{r['backpressure']:.0%}",
-        )
+    for op in job.graph.operators:
+        for tid in job.layout.tasks_of(op.name):
+            r = view["tasks"].get(tid)
+            if r is None:
+                table.add_row(tid, "-", "-", "-", "-")
+                continue
+            table.add_row(
+                tid,
+                f"{r['in_per_s']:,.0f}",
+                f"{r['out_per_s']:,.0f}",
+                f"{r['busy']:.0%}",
+                f"{r['backpressure']:.0%}",
+            )
     lat = view["latency"]
-    table.caption = (
-        f"sink latency p50 {lat['p50_ms']:.1f} ms  p99 {lat['p99_ms']:.1f} ms  "
-        f"max {lat['max_ms']:.1f} ms  ·  workers "
-        + "  ".join(
-            f"{w} {m['cpu_percent']:.0f}% cpu {m['rss_mb']:.0f} MB"
-            for w, m in sorted(job.metrics.workers.items())
-        )
+    workers = "  ".join(
+        f"{w} {m['cpu_percent']:.0f}% cpu {m['rss_mb']:.0f} MB"
+        for w, m in sorted(job.metrics.workers.items())
     )
-    return table
+    return Group(
+        table,
+        f"sink latency p50 {lat['p50_ms']:.1f} ms  p99 {lat['p99_ms']:.1f} ms  "
+        f"max {lat['max_ms']:.1f} ms",
+        f"workers: {workers or '-'}",
+    )
 
 
 def _print_summary(result: RunResult) -> None:
@@ -116,9 +119,11 @@ def _run(
         def tick(job: Job) -> None:
             view.update(_tasks_table(job))
 
-        return asyncio.run(
+        result = asyncio.run(
             run_local(graph, workers=workers, config=config, timeout=timeout, on_tick=tick)
         )
+    console.print()  # the summary goes below the last view, not after its caption
+    return result
 
 
 @app.command()
