@@ -42,8 +42,8 @@ class BackgroundCluster:
         """Run ``coro`` on the cluster's loop and return its result."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
-    def submit(self, graph: JobGraph) -> Job:
-        return self.call(self.coordinator.submit(graph))
+    def submit(self, graph: JobGraph, job_id: str | None = None) -> Job:
+        return self.call(self.coordinator.submit(graph, job_id=job_id))
 
     def run(self, graph: JobGraph, timeout: float = 60.0) -> Job:
         """Submit ``graph`` and wait until it ends; stops it (and raises) after ``timeout``."""

@@ -428,3 +428,30 @@ def test_logic_swap_of_some_tasks_only(cluster: BackgroundCluster, tmp_path: Pat
     assert tagged and all(key_group(k, 128) in owned_by_1 for k in tagged)
     assert not any(len(r) == 3 and key_group(r[0], 128) not in owned_by_1 for r in parts)
     assert final_counts(tmp_path) == counting_reference(records)
+
+
+def test_a_listener_follows_the_record_through_every_phase(cluster: BackgroundCluster) -> None:
+    from controlplane.abstraction import rebalance
+
+    job = cluster.submit(
+        load_job(
+            "tests.e2e_jobs:counting_job",
+            {"rate": 5_000},
+        ),
+        job_id="followed-1",
+    )
+    seen: list[tuple[str, bool]] = []
+    try:
+        time.sleep(0.3)
+        assert job.id == "followed-1" and job.abstraction.job_id == "followed-1"
+        plan = rebalance(job.abstraction, "count", {g: float(g) for g in range(128)})
+        rec = cluster.call(
+            cluster.coordinator.apply_plan(
+                job.id, plan, on_change=lambda r: seen.append((r.status, r.ended_at is not None))
+            )
+        )
+    finally:
+        cluster.call(cluster.coordinator.stop_job(job.id))
+    assert rec.status == "completed", rec.error
+    assert [s for s, _ in seen][:5] == ["pending", "preparing", "syncing", "updating", "completed"]
+    assert seen[-1] == ("completed", True)

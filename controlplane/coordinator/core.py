@@ -238,13 +238,20 @@ class Coordinator:
 
     # -- jobs ---------------------------------------------------------------------------------
 
-    async def submit(self, graph: JobGraph, workers: list[str] | None = None) -> Job:
-        """Deploy and start ``graph``; returns the running job (or a failed one, with cause)."""
+    async def submit(
+        self, graph: JobGraph, workers: list[str] | None = None, *, job_id: str | None = None
+    ) -> Job:
+        """Deploy and start ``graph``; returns the running job (or a failed one, with cause).
+
+        ``job_id`` lets the caller (the StreamManager) name the job; it must be new.
+        """
+        if job_id is not None and job_id in self.jobs:
+            raise CoordinatorError(f"job id {job_id!r} is taken")
         ids = workers or [w.id for w in self.alive_workers()]
         if not ids:
             raise CoordinatorError("no workers are registered: start some before submitting a job")
         layout = Layout.initial(graph, ids)
-        job = Job(f"job-{next(self._job_ids)}", graph, layout)
+        job = Job(job_id or f"job-{next(self._job_ids)}", graph, layout)
         self.jobs[job.id] = job
         error = await self._deploy(job, layout)
         if error:
@@ -366,11 +373,18 @@ class Coordinator:
         wait: bool = True,
         sync_timeout_s: float | None = None,
         restart: bool = False,
+        on_change: Any = None,
     ) -> Any:
         """Validate ``plan`` (a :class:`controlplane.abstraction.Plan`) and carry it out live
         (or, with ``restart``, by the stop-and-restart baseline); see :func:`.plans.apply`."""
         return await apply(
-            self, self._job(job_id), plan, wait=wait, sync_timeout_s=sync_timeout_s, restart=restart
+            self,
+            self._job(job_id),
+            plan,
+            wait=wait,
+            sync_timeout_s=sync_timeout_s,
+            restart=restart,
+            on_change=on_change,
         )
 
     def _next_barrier_id(self) -> int:

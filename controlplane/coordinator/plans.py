@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from controlplane.abstraction import (
@@ -94,6 +95,7 @@ async def apply(
     wait: bool = True,
     sync_timeout_s: float | None = None,
     restart: bool = False,
+    on_change: Callable[[Reconfiguration], None] | None = None,
 ) -> Reconfiguration:
     """Validate ``plan`` against the job's current abstraction and carry it out live.
 
@@ -102,7 +104,8 @@ async def apply(
     and another reconfiguration runs, :class:`ReconfigurationError` when the job cannot
     change now. Returns the record; on ``completed`` the job's abstraction is the new
     version. With ``restart``, the plan is carried out by the stop-and-restart baseline
-    (:mod:`.restart`) instead, for comparison.
+    (:mod:`.restart`) instead, for comparison. ``on_change(record)`` follows the record
+    from its creation through every status change (see :func:`.reconfig.run_locked`).
     """
     refuse_if_busy(job, wait)
     async with job.lock:
@@ -112,11 +115,16 @@ async def apply(
         new = await _substitute_new_workers(coordinator, new)
         layout = layout_of(new, job.graph, current, job.layout)
         if restart:
-            rec = await restart_locked(coordinator, job, layout)
+            rec = await restart_locked(coordinator, job, layout, on_change=on_change)
             rec.plan = plan
         else:
             rec = await run_locked(
-                coordinator, job, layout, plan=plan, sync_timeout_s=sync_timeout_s
+                coordinator,
+                job,
+                layout,
+                plan=plan,
+                sync_timeout_s=sync_timeout_s,
+                on_change=on_change,
             )
         rec.version = new.version if rec.status == "completed" else current.version
         if rec.status == "completed":

@@ -28,6 +28,7 @@ import itertools
 import logging
 import pickle
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +87,7 @@ class Reconfiguration:
     ended_at: float | None = None
     barrier_id: int | None = None
     version: int | None = None  # the abstraction version it made (or left) current
+    listener: Callable[[Reconfiguration], None] | None = field(default=None, repr=False)
     # Protocol state (filled by the coordinator's message handler).
     _prepared: dict[str, asyncio.Future] = field(default_factory=dict, repr=False)
     _to_pause: set[str] = field(default_factory=set, repr=False)
@@ -93,6 +95,13 @@ class Reconfiguration:
     _synced: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _updated: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _failure: str | None = field(default=None, repr=False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name in ("status", "ended_at", "version"):  # tell whoever follows the record
+            listener = getattr(self, "listener", None)
+            if listener is not None:
+                listener(self)
 
     @property
     def done(self) -> bool:
@@ -182,8 +191,13 @@ async def run_locked(
     *,
     plan: Any = None,
     sync_timeout_s: float | None = None,
+    on_change: Callable[[Reconfiguration], None] | None = None,
 ) -> Reconfiguration:
-    """:func:`reconfigure` for a caller that already holds ``job.lock``."""
+    """:func:`reconfigure` for a caller that already holds ``job.lock``.
+
+    ``on_change(record)`` is called when the record is created and whenever its status
+    changes or it ends (on the coordinator's loop; it must not block).
+    """
     if job.status != "running":
         raise ReconfigurationError(f"job {job.id} is {job.status}, not running")
     _check_layout(coordinator, job, new)
@@ -191,6 +205,9 @@ async def run_locked(
         next(_ids), job.id, job.layout, new, affected_tasks(job.graph, job.layout, new), plan=plan
     )
     job.reconfigurations.append(rec)
+    if on_change is not None:
+        rec.listener = on_change
+        on_change(rec)
     if not rec.affected:
         rec.status = "completed"
         rec.timings_ms = {"prepare": 0.0, "sync": 0.0, "update": 0.0, "total": 0.0}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from runtime.layout import Layout, affected_tasks
@@ -53,8 +54,14 @@ async def restart_with(coordinator: Coordinator, job: Job, new: Layout) -> Recon
         return await restart_locked(coordinator, job, new)
 
 
-async def restart_locked(coordinator: Coordinator, job: Job, new: Layout) -> Reconfiguration:
-    """:func:`restart_with` for a caller that holds ``job.lock``."""
+async def restart_locked(
+    coordinator: Coordinator,
+    job: Job,
+    new: Layout,
+    on_change: Callable[[Reconfiguration], None] | None = None,
+) -> Reconfiguration:
+    """:func:`restart_with` for a caller that holds ``job.lock`` (``on_change``: see
+    :func:`.reconfig.run_locked`)."""
     if job.status != "running":
         raise ReconfigurationError(f"job {job.id} is {job.status}, not running")
     sources = {t for op in job.graph.sources() for t in job.layout.tasks_of(op.name)}
@@ -65,6 +72,9 @@ async def restart_locked(coordinator: Coordinator, job: Job, new: Layout) -> Rec
     )
     rec.affected = set(job.layout.placement) | set(new.placement)
     job.reconfigurations.append(rec)
+    if on_change is not None:
+        rec.listener = on_change
+        on_change(rec)
     job.status = "reconfiguring"
     t0 = time.perf_counter()
     try:
