@@ -30,7 +30,8 @@ from .reconfig import Reconfiguration, ReconfigurationError, refuse_if_busy, run
 from .restart import restart_locked
 
 if TYPE_CHECKING:
-    from .core import Coordinator, Job
+    from .core import Coordinator
+    from .model import Job
 
 __all__ = ["NEW_WORKER_TIMEOUT_S", "abstraction_of", "apply", "layout_of", "refresh_workers"]
 

@@ -36,7 +36,8 @@ from runtime.layout import Layout, affected_tasks
 from runtime.records import BarrierKind
 
 if TYPE_CHECKING:
-    from .core import Coordinator, Job
+    from .core import Coordinator
+    from .model import Job
 
 __all__ = [
     "PREPARE_TIMEOUT_S",

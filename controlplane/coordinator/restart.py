@@ -23,7 +23,8 @@ from runtime.layout import Layout, affected_tasks
 from .reconfig import Reconfiguration, ReconfigurationError, _ids, _ms
 
 if TYPE_CHECKING:
-    from .core import Coordinator, Job
+    from .core import Coordinator
+    from .model import Job
 
 __all__ = ["SNAPSHOT_TIMEOUT_S", "restart_locked", "restart_with"]
 

@@ -1,0 +1,123 @@
+"""What the coordinator keeps: its error, the runtime settings it ships, workers, jobs.
+
+Exception tree::
+
+    CoordinatorError (RuntimeError)   a request that cannot be carried out
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.dataflow import JobGraph
+from runtime.layout import Layout
+from runtime.metrics import summarize_latency
+
+from .metrics import JobMetrics
+
+__all__ = ["CoordinatorError", "Job", "RuntimeConfig", "WorkerInfo"]
+
+
+class CoordinatorError(RuntimeError):
+    """A request the coordinator cannot carry out (no workers, unknown job, timeout)."""
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """How channels batch and buffer; shipped to workers with each deploy."""
+
+    batch_size: int = 512  # records per batch sent on a channel
+    linger_s: float = 0.005  # longest a record waits in a partly filled batch
+    credits: int = 8  # batches in flight per channel (receiver buffer size)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"batch_size": self.batch_size, "linger_s": self.linger_s, "credits": self.credits}
+
+
+@dataclass
+class WorkerInfo:
+    id: str
+    host: str
+    pid: int
+    cpus: float
+    memory_mb: int
+    data_host: str
+    data_port: int
+    name: str
+    status: str = "alive"  # alive | lost
+    registered_at: float = field(default_factory=time.time)
+    last_seen: float = field(default_factory=time.monotonic)
+    cpu_percent: float = 0.0
+    rss_mb: float = 0.0
+    error: str | None = None
+
+
+class Job:
+    """A deployed job: its graph, layout, status and metrics."""
+
+    def __init__(self, job_id: str, graph: JobGraph, layout: Layout) -> None:
+        self.id = job_id
+        self.graph = graph
+        self.layout = layout
+        self.reconfigurations: list = []  # Reconfiguration records, oldest first
+        self.abstraction: Any = None  # the current version (controlplane.abstraction)
+        self.versions: list = []  # every version, oldest first
+        self.lock = asyncio.Lock()  # one reconfiguration at a time
+        self._snapshot: Any = None  # a stop-and-restart in progress collects snapshots here
+        self.status = "starting"  # starting | running | finished | failed | stopped
+        self.error: str | None = None
+        self.started_at: float | None = None
+        self.ended_at: float | None = None
+        self.finished_tasks: set[str] = set()
+        self.failed_tasks: dict[str, str] = {}
+        operator_of = {t: op.name for op in graph.operators for t in op.task_ids()}
+        self.metrics = JobMetrics(operator_of, {op.name: op.kind for op in graph.operators})
+        self._done = asyncio.Event()
+        self._deploy_replies: dict[str, asyncio.Future] = {}
+        self._barrier_waits: dict[int, tuple[set[str], asyncio.Future]] = {}
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    async def wait(self, timeout: float | None = None) -> str:
+        """Wait until the job ends; returns its status. Raises TimeoutError after ``timeout``."""
+        await asyncio.wait_for(self._done.wait(), timeout)
+        return self.status
+
+    def _end(self, status: str, error: str | None = None) -> bool:
+        if self.done:
+            return False
+        for rec in self.reconfigurations:
+            if not rec.done:
+                rec.on_failed(f"job {self.id} ended ({status}): {error or 'stopped'}")
+        self.status = status
+        self.error = error
+        self.ended_at = time.time()
+        self._done.set()
+        for _, fut in self._barrier_waits.values():
+            if not fut.done():
+                fut.set_exception(
+                    CoordinatorError(f"job {self.id} ended ({status}) before the barrier completed")
+                )
+        return True
+
+    def summary(self) -> dict[str, Any]:
+        """Records at sources and sinks, duration, throughput, latency percentiles."""
+        end = self.ended_at or time.time()
+        duration = max(end - (self.started_at or end), 1e-9)
+        source_records = self.metrics.operator_totals("source")
+        sink_records = self.metrics.operator_totals("sink")
+        return {
+            "job_id": self.id,
+            "status": self.status,
+            "error": self.error,
+            "duration_s": round(duration, 3),
+            "source_records": source_records,
+            "sink_records": sink_records,
+            "source_rate_per_s": round(source_records / duration, 1),
+            "latency": summarize_latency(self.metrics.latency),
+        }
