@@ -139,7 +139,6 @@ class JobRuntime:
         self.links: dict[str, PeerLink] = {}
         self.start_time = 0.0
         self.pending: _Pending | None = None
-        self.aborted_barriers: set[int] = set()
         self.savepoint_id: int | None = None
         self.restore: dict[str, dict] = dict(msg.get("restore") or {})
 
@@ -379,19 +378,14 @@ class JobRuntime:
         if p is None or p.rid != rid:
             return
         self.pending = None
-        self.aborted_barriers.add(p.barrier_id)
         for task in self.tasks.values():
             if isinstance(task, SourceTask):
                 task.abort_barrier(p.barrier_id)
-            elif (
-                isinstance(task, StreamTask)
-                and task.aligner.pending is not None
-                and task.aligner.pending.id == p.barrier_id
-            ):
-                task.aligner.abort(p.barrier_id)
-                task.gate.unblock_all()
             elif isinstance(task, StreamTask):
-                task.aligner.abort(p.barrier_id)
+                pending = task.aligner.pending
+                task.aligner.abort(p.barrier_id)  # late arrivals of it are ignored from now on
+                if pending is not None and pending.id == p.barrier_id:
+                    task.gate.unblock_all()
         for key in p.new_inputs:
             self._unregister_input(key)
         for task in p.new_tasks.values():
