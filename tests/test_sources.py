@@ -21,7 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime.io import Source, SourceReader
-from runtime.sources import CHUNK, FileReplay, Generator, parse_schedule
+from runtime.replay import FileReplay
+from runtime.sources import CHUNK, Generator, parse_schedule
 
 START = 1_700_000_000.0  # a realistic epoch time, so rounding is exercised
 FAR = START + 1e7
