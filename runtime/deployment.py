@@ -36,8 +36,8 @@ from .channels import (
     PeerLink,
     RemoteOutputChannel,
 )
-from .codec import packb, unpackb
 from .dataflow import JobGraph, OperatorSpec
+from .handover import send_state
 from .keygroups import key_group_fn
 from .layout import Layout, affected_tasks, split_task_id
 from .metrics import TaskMetrics
@@ -50,58 +50,13 @@ from .task import BaseTask, SourceTask, StreamTask
 if TYPE_CHECKING:
     from .worker import Worker
 
-__all__ = ["JobRuntime", "ReconfigError", "StateInbox"]
+__all__ = ["JobRuntime", "ReconfigError"]
 
 logger = logging.getLogger(__name__)
-
-STATE_CHUNK_BYTES = 1 << 20  # key-group state travels in frames of at most this size
 
 
 class ReconfigError(RuntimeError):
     """A reconfiguration step that cannot be carried out on this worker."""
-
-
-class StateInbox:
-    """Key-group state (and source positions) arriving for tasks on this worker.
-
-    Parts arrive from other workers in chunks, or from tasks on this worker as objects; a
-    task's update waits for the parts it expects with :meth:`take`.
-    """
-
-    def __init__(self) -> None:
-        self._parts: dict[tuple[int, str], dict[Any, Any]] = {}
-        self._chunks: dict[tuple[int, str, Any], list[bytes | None]] = {}
-        self._changed = asyncio.Event()
-
-    def put(self, rid: int, task: str, part: Any, data: Any) -> None:
-        self._parts.setdefault((rid, task), {})[part] = data
-        self._changed.set()
-
-    def put_frame(self, frame: tuple) -> None:
-        """A ``[STATE, rid, task, part, seq, total, raw, chunk]`` frame from a peer."""
-        _, rid, task, part, seq, total, raw, chunk = frame
-        key = (rid, task, part)
-        chunks = self._chunks.setdefault(key, [None] * total)
-        chunks[seq] = chunk
-        if all(c is not None for c in chunks):
-            del self._chunks[key]
-            data = b"".join(chunks)  # type: ignore[arg-type]
-            self.put(rid, task, part, data if raw else unpackb(data))
-
-    async def take(self, rid: int, task: str, parts: set[Any]) -> dict[Any, Any]:
-        """Wait until every part in ``parts`` arrived for ``task``; remove and return them."""
-        while True:
-            got = self._parts.get((rid, task), {})
-            if parts <= got.keys():
-                return {p: got.pop(p) for p in parts}
-            self._changed.clear()
-            await self._changed.wait()
-
-    def drop(self, rid: int) -> None:
-        for key in [k for k in self._parts if k[0] == rid]:
-            del self._parts[key]
-        for key in [k for k in self._chunks if k[0] == rid]:
-            del self._chunks[key]
 
 
 @dataclass
@@ -533,13 +488,7 @@ class JobRuntime:
         if dest_worker == self.me:
             self.worker.state.put(rid, dest, part, data)
             return
-        link = await self._link(dest_worker)
-        payload = data if raw else packb(data)
-        total = max(1, -(-len(payload) // STATE_CHUNK_BYTES))
-        for seq in range(total):
-            chunk = payload[seq * STATE_CHUNK_BYTES : (seq + 1) * STATE_CHUNK_BYTES]
-            link.send([protocol.STATE, rid, dest, part, seq, total, raw, chunk])
-            await link.writer.drain()
+        await send_state(await self._link(dest_worker), rid, dest, part, data, raw)
 
     async def _ship_in(self, p: _Pending, task: BaseTask, old: Layout, new: Layout) -> Any:
         """Wait for and import the state that arrives at ``task``; returns a source position."""

@@ -31,7 +31,8 @@ import psutil
 
 from . import protocol
 from .channels import DataServer, InputChannel
-from .deployment import JobRuntime, StateInbox
+from .deployment import JobRuntime
+from .handover import StateInbox
 from .layout import Layout
 from .records import Barrier, BarrierKind
 from .task import BaseTask
