@@ -9,7 +9,8 @@ the steps before it):
 3. Start the coordinator and ``settings.local_workers`` local workers (the engine).
 4. Start mirroring job states into the database.
 
-Routes live under ``/api/v1`` in one package per resource; ``/healthz`` needs no token.
+Routes live under ``/api/v1`` in one package per resource; ``/healthz`` and ``/metrics`` (Prometheus text; see :mod:`controlplane.metrics.routes`)
+need no token.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ from controlplane.auth import service as auth
 from controlplane.config import Settings
 from controlplane.engine import Engine
 from controlplane.jobs import routes as jobs
+from controlplane.metrics import routes as metrics
 from controlplane.reconfigurations import routes as reconfigurations
 from controlplane.tracking import Tracker
 from controlplane.versions import routes as versions
+from controlplane.workers import routes as workers
 
 __all__ = ["API_PREFIX", "create_app"]
 
@@ -110,9 +113,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     http.install(app)
 
     api = APIRouter(prefix=API_PREFIX)
-    for module in (jobs, versions, reconfigurations, tokens):
+    for module in (jobs, versions, reconfigurations, metrics, workers, tokens):
         api.include_router(module.router)
     app.include_router(api)
+    app.include_router(metrics.prometheus)
 
     @app.get("/healthz", tags=["health"])
     def healthz(request: Request) -> Health:

@@ -16,7 +16,13 @@ A plan is carried out in three steps:
 2. The caller records the reconfiguration and, once that is committed, calls
    :meth:`Engine.launch` (or :meth:`Engine.release` if it rolled back).
 3. :meth:`Engine.carry_out` (on the loop) runs ``coordinator.apply_plan``, reports a
-   :class:`Progress` at each phase change it observes and a final one, then frees the job.
+   :class:`Progress` at every phase the coordinator's record passes through (its
+   ``on_change`` hook; the reports are written one after another, in order) and a final
+   one, then frees the job.
+
+Jobs are named by the caller: the control plane submits each under its database id
+(:func:`job_key`), so the abstraction's ``job.id`` is the API's id and ids never restart
+with the process.
 """
 
 from __future__ import annotations
@@ -38,23 +44,27 @@ from controlplane.coordinator.plans import refresh_workers
 from controlplane.coordinator.reconfig import ReconfigurationError
 from controlplane.errors import (
     JobNotRunning,
+    NotFound,
     PlanRefused,
     ReconfigurationInProgress,
     Unavailable,
+    WorkerBusy,
     from_abstraction_error,
 )
 from runtime.dataflow import JobGraph
 
 __all__ = [
     "CALL_TIMEOUT_S",
-    "PROGRESS_POLL_S",
     "SUBMIT_TIMEOUT_S",
     "Engine",
     "JobState",
     "JobView",
+    "MetricsView",
     "PlanBuilder",
     "Progress",
     "Reservation",
+    "WorkerView",
+    "job_key",
 ]
 
 logger = logging.getLogger(__name__)
@@ -65,16 +75,17 @@ CALL_TIMEOUT_S = (
     10.0  # a quick question to the coordinator (state, stop, validate) answers within this
 )
 SUBMIT_TIMEOUT_S = 45.0  # a submission deploys within this (the coordinator's own limit is 30 s)
-PROGRESS_POLL_S = 0.05  # a reconfiguration's phase changes are noticed within this
+WORKER_POLL_S = 0.05  # a newly started worker's registration is noticed within this
 CLOSE_TIMEOUT_S = 30.0  # in-flight reconfigurations wind down within this at shutdown
 
 
 @dataclass(frozen=True)
 class JobState:
     """A job as the coordinator sees it; ``abstraction`` (the current version's document)
-    is filled by :meth:`Engine.submit` only."""
+    is filled by :meth:`Engine.submit` only. ``job_id`` is the coordinator's id (see
+    :func:`job_key`)."""
 
-    runtime_id: str
+    job_id: str
     status: str
     error: str | None
     version: int | None
@@ -86,7 +97,7 @@ class Reservation:
     """A validated plan for a job that is now reserved for it (see :meth:`Engine.reserve`).
     ``affected`` are the tasks the plan touches (from the abstraction diff)."""
 
-    runtime_id: str
+    job_id: str
     plan: Plan
     affected: tuple[str, ...]
 
@@ -147,6 +158,41 @@ class JobView:
 PlanBuilder = Callable[[JobView], Plan]
 
 
+@dataclass(frozen=True)
+class MetricsView:
+    """A copy of a job's recent metrics, taken on the loop at ``now`` (``time.time()``):
+    the worker snapshots of the last ``window_s`` as ``(time, task, snapshot)``, each task's
+    operator and worker, each operator's kind, and the usage of the job's workers."""
+
+    now: float
+    window_s: float
+    samples: tuple[tuple[float, str, Mapping[str, Any]], ...]
+    operator_of: Mapping[str, str]
+    kinds: Mapping[str, str]
+    placement: Mapping[str, str]
+    workers: Mapping[str, Mapping[str, float]]
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    """A worker as the coordinator sees it; ``tasks`` are those of live jobs placed on it."""
+
+    id: str
+    host: str
+    pid: int
+    cpus: float
+    memory_mb: int
+    status: str
+    cpu_percent: float
+    rss_mb: float
+    tasks: tuple[str, ...]
+
+
+def job_key(job_id: int) -> str:
+    """The coordinator's id of the job whose database id is ``job_id``."""
+    return str(job_id)
+
+
 class Engine:
     """The coordinator and its local worker backend, started on the caller's event loop."""
 
@@ -160,7 +206,7 @@ class Engine:
         self.backend: LocalBackend | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
-        self._busy: set[str] = set()  # runtime ids of jobs with a reserved or running plan
+        self._busy: set[str] = set()  # ids of jobs with a reserved or running plan
         self._runs: set[asyncio.Task[None]] = set()
 
     # -- lifecycle (on the loop) -----------------------------------------------------------
@@ -196,7 +242,7 @@ class Engine:
             await self.backend.close()
 
     def states(self) -> dict[str, JobState]:
-        """Every job the coordinator knows, by runtime id (call on the loop)."""
+        """Every job the coordinator knows, by its id (call on the loop)."""
         return {rid: _state(job) for rid, job in list(self.coordinator.jobs.items())}
 
     def alive_workers(self) -> int:
@@ -204,13 +250,14 @@ class Engine:
 
     # -- synchronous API, for request threads --------------------------------------------
 
-    def submit(self, graph: JobGraph) -> JobState:
-        """Deploy and start ``graph``; the job may come back ``failed`` with its cause.
-        Raises :class:`Unavailable` when no worker is registered."""
+    def submit(self, graph: JobGraph, job_id: str) -> JobState:
+        """Deploy and start ``graph`` as job ``job_id`` (a new id); the job may come back
+        ``failed`` with its cause. Raises :class:`Unavailable` when no worker is registered
+        or the id is taken."""
 
         async def submit() -> JobState:
             try:
-                job = await self.coordinator.submit(graph)
+                job = await self.coordinator.submit(graph, job_id=job_id)
             except CoordinatorError as exc:
                 raise Unavailable(f"{exc}") from None
             document = job.abstraction.to_dict() if job.abstraction is not None else None
@@ -218,21 +265,21 @@ class Engine:
 
         return self._call(submit, SUBMIT_TIMEOUT_S)
 
-    def stop(self, runtime_id: str) -> JobState | None:
+    def stop(self, job_id: str) -> JobState | None:
         """Stop the job (a no-op once it has ended); None if the coordinator does not know it."""
 
         async def stop() -> JobState | None:
-            job = self.coordinator.jobs.get(runtime_id)
+            job = self.coordinator.jobs.get(job_id)
             if job is None:
                 return None
-            await self.coordinator.stop_job(runtime_id)
+            await self.coordinator.stop_job(job_id)
             return _state(job)
 
         return self._call(stop, CALL_TIMEOUT_S)
 
-    def state(self, runtime_id: str) -> JobState | None:
+    def state(self, job_id: str) -> JobState | None:
         async def state() -> JobState | None:
-            job = self.coordinator.jobs.get(runtime_id)
+            job = self.coordinator.jobs.get(job_id)
             return None if job is None else _state(job)
 
         return self._call(state, CALL_TIMEOUT_S)
@@ -249,7 +296,75 @@ class Engine:
 
         return self._call(count, CALL_TIMEOUT_S)
 
-    def reserve(self, runtime_id: str, build: PlanBuilder) -> Reservation:
+    def metrics(self, job_ids: list[str], window_s: float) -> dict[str, MetricsView]:
+        """The recent metrics of each of ``job_ids`` the coordinator knows."""
+
+        async def metrics() -> dict[str, MetricsView]:
+            now = time.time()
+            views = {}
+            for job_id in job_ids:
+                job = self.coordinator.jobs.get(job_id)
+                if job is not None:
+                    views[job_id] = _metrics_view(job, now, window_s)
+            return views
+
+        return self._call(metrics, CALL_TIMEOUT_S)
+
+    def worker_views(self) -> list[WorkerView]:
+        """Every worker that has registered (lost ones too), by id."""
+
+        async def views() -> list[WorkerView]:
+            return self._worker_views()
+
+        return self._call(views, CALL_TIMEOUT_S)
+
+    def add_workers(self, count: int) -> list[WorkerView]:
+        """Start ``count`` workers with the backend and wait until they have registered
+        (``settings.workers_timeout_s``); :class:`Unavailable` if they do not."""
+
+        async def add() -> list[WorkerView]:
+            if self.backend is None:
+                raise Unavailable("the worker backend is not running")
+            pids = set(await self.backend.start_workers(count))
+            deadline = time.monotonic() + self.settings.workers_timeout_s
+            while True:
+                new = [w for w in self._worker_views() if w.pid in pids and w.status == "alive"]
+                if len(new) == len(pids):
+                    return new
+                if time.monotonic() > deadline:
+                    raise Unavailable(
+                        f"only {len(new)} of {count} new workers registered within "
+                        f"{self.settings.workers_timeout_s:g}s; see the server log"
+                    )
+                await asyncio.sleep(WORKER_POLL_S)
+
+        return self._call(add, self.settings.workers_timeout_s + CALL_TIMEOUT_S)
+
+    def drain_worker(self, worker_id: str) -> WorkerView:
+        """Ask an idle worker to exit. :class:`NotFound` for an unknown (or already lost)
+        worker; :class:`WorkerBusy` naming the tasks while live jobs have tasks on it (move
+        them first, e.g. with a migrate plan)."""
+
+        async def drain() -> WorkerView:
+            view = next((w for w in self._worker_views() if w.id == worker_id), None)
+            if view is None or view.status != "alive":
+                raise NotFound(f"worker {worker_id!r} is not registered (see GET /workers)")
+            if view.tasks:
+                raise WorkerBusy(
+                    f"worker {worker_id!r} hosts tasks {', '.join(view.tasks)} of running "
+                    "jobs: move them first (POST /jobs/{id}/migrate or a plan), then drain"
+                )
+            if self.backend is None or view.pid not in self.backend.procs:
+                raise Unavailable(
+                    f"worker {worker_id!r} (pid {view.pid}) was not started by this control "
+                    "plane's backend: stop it where it was started"
+                )
+            await self.backend.stop_worker(view.pid)
+            return replace(view, status="stopped")
+
+        return self._call(drain, CLOSE_TIMEOUT_S)
+
+    def reserve(self, job_id: str, build: PlanBuilder) -> Reservation:
         """Build the plan (``build`` gets the job's current abstraction, with the
         coordinator's current workers), validate it, and reserve the job for it.
 
@@ -259,13 +374,13 @@ class Engine:
         """
 
         async def reserve() -> Reservation:
-            job = self.coordinator.jobs.get(runtime_id)
+            job = self.coordinator.jobs.get(job_id)
             if job is None:
                 raise JobNotRunning(
                     "the job is not deployed on this control plane (it ended, or the control "
                     "plane restarted since); submit it again"
                 )
-            if runtime_id in self._busy or job.lock.locked() or job.status == "reconfiguring":
+            if job_id in self._busy or job.lock.locked() or job.status == "reconfiguring":
                 raise ReconfigurationInProgress(
                     "another reconfiguration of this job is under way; wait until it ends, "
                     "then build the plan on the version it leaves"
@@ -288,14 +403,14 @@ class Engine:
                 affected = tuple(sorted(diff(current, new).affected))
             except AbstractionError as exc:
                 raise from_abstraction_error(exc) from None
-            self._busy.add(runtime_id)
-            return Reservation(runtime_id, plan, affected)
+            self._busy.add(job_id)
+            return Reservation(job_id, plan, affected)
 
         return self._call(reserve, CALL_TIMEOUT_S)
 
     def release(self, reservation: Reservation) -> None:
         """Give up a reservation that will not be carried out (thread-safe)."""
-        self._when_on_loop(lambda: self._busy.discard(reservation.runtime_id))
+        self._when_on_loop(lambda: self._busy.discard(reservation.job_id))
 
     def launch(
         self, reservation: Reservation, report: Callable[[Progress], Awaitable[None]]
@@ -304,7 +419,7 @@ class Engine:
 
         def spawn() -> None:
             run = asyncio.create_task(
-                self.carry_out(reservation, report), name=f"plan-{reservation.runtime_id}"
+                self.carry_out(reservation, report), name=f"plan-{reservation.job_id}"
             )
             self._runs.add(run)
             run.add_done_callback(self._runs.discard)
@@ -317,30 +432,64 @@ class Engine:
     async def carry_out(
         self, reservation: Reservation, report: Callable[[Progress], Awaitable[None]]
     ) -> None:
-        """Run the reserved plan; ``report`` is awaited at each observed phase change and
-        once at the end (unless cancelled: then the run is cancelled too and whoever
-        cancelled records the outcome). The job is freed after the final report."""
-        rid, plan = reservation.runtime_id, reservation.plan
+        """Run the reserved plan; ``report`` is awaited, in order, for the record's creation
+        and each phase it enters (pending, preparing, syncing, updating), then once with
+        the outcome (unless cancelled: then the run is cancelled too and whoever cancelled
+        records the outcome). The job is freed after the final report."""
+        rid, plan = reservation.job_id, reservation.plan
+        changes: asyncio.Queue[Progress | None] = asyncio.Queue()
+        last: list[Progress] = []
+
+        def on_change(rec: Any) -> None:
+            # Called by the coordinator, on this loop, from inside its protocol: only queue.
+            now = Progress.of(rec)
+            if now.done or (last and last[-1] == now):
+                return  # the outcome is reported below, with the new version
+            last.append(now)
+            changes.put_nowait(now)
+
+        async def write_changes() -> None:
+            while (progress := await changes.get()) is not None:
+                await report(progress)
+
+        writer = asyncio.create_task(write_changes(), name=f"report-{rid}")
         try:
             job = self.coordinator.jobs[rid]
-            run = asyncio.create_task(self.coordinator.apply_plan(rid, plan))
-            last: Progress | None = None
+            run = asyncio.create_task(self.coordinator.apply_plan(rid, plan, on_change=on_change))
             try:
-                while not run.done():
-                    await asyncio.wait({run}, timeout=PROGRESS_POLL_S)
-                    rec = _record_of(job, plan)
-                    if rec is None or run.done():
-                        continue
-                    now = Progress.of(rec)
-                    if now != last:
-                        await report(now)
-                        last = now
+                await asyncio.wait({run})
             except asyncio.CancelledError:
                 run.cancel()
+                writer.cancel()
                 raise
-            await report(_outcome(job, plan, run))
+            changes.put_nowait(None)
+            await writer
+            await report(_outcome(job, run))
         finally:
+            writer.cancel()
             self._busy.discard(rid)
+
+    def _worker_views(self) -> list[WorkerView]:
+        hosted: dict[str, list[str]] = {}
+        for job in list(self.coordinator.jobs.values()):
+            if job.status in ("finished", "failed", "stopped"):
+                continue
+            for task, worker in job.layout.placement.items():
+                hosted.setdefault(worker, []).append(f"{job.id}/{task}")
+        return [
+            WorkerView(
+                id=w.id,
+                host=w.host,
+                pid=w.pid,
+                cpus=w.cpus,
+                memory_mb=w.memory_mb,
+                status=w.status,
+                cpu_percent=w.cpu_percent,
+                rss_mb=w.rss_mb,
+                tasks=tuple(sorted(hosted.get(w.id, ()))),
+            )
+            for w in sorted(self.coordinator.workers.values(), key=lambda w: w.id)
+        ]
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -374,17 +523,26 @@ def _log_failure(run: asyncio.Task[None]) -> None:
         logger.error("carrying out a plan failed", exc_info=run.exception())
 
 
+def _metrics_view(job: Job, now: float, window_s: float) -> MetricsView:
+    m = job.metrics
+    since = now - window_s
+    return MetricsView(
+        now=now,
+        window_s=window_s,
+        samples=tuple(s for s in m.samples if s[0] >= since),
+        operator_of=dict(m.operator_of),
+        kinds=dict(m.kinds),
+        placement=dict(job.layout.placement),
+        workers={w: dict(usage) for w, usage in m.workers.items()},
+    )
+
+
 def _state(job: Job) -> JobState:
     version = job.abstraction.version if job.abstraction is not None else None
     return JobState(job.id, job.status, job.error, version)
 
 
-def _record_of(job: Job, plan: Plan) -> Any:
-    """The coordinator's record of the reconfiguration carrying out ``plan``, once it exists."""
-    return next((r for r in reversed(job.reconfigurations) if r.plan is plan), None)
-
-
-def _outcome(job: Job, plan: Plan, run: asyncio.Task[Any]) -> Progress:
+def _outcome(job: Job, run: asyncio.Task[Any]) -> Progress:
     try:
         rec = run.result()
     except AbstractionError as exc:

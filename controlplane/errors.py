@@ -16,7 +16,8 @@ Exception tree::
     ├── Conflict                     valid, but not now
     │   ├── StaleBaseVersion         the plan's base_version is not current
     │   ├── ReconfigurationInProgress   another reconfiguration of the job is under way
-    │   └── JobNotRunning            the job has ended or is not running yet
+    │   ├── JobNotRunning            the job has ended or is not running yet
+    │   └── WorkerBusy               a worker to drain still hosts tasks of a running job
     ├── Unavailable                  the cluster cannot take it now (no workers, shutting down)
     ├── Unauthenticated              no bearer token, or an unknown one
     └── Forbidden                    a token without the scope the endpoint needs
@@ -41,6 +42,7 @@ __all__ = [
     "StaleBaseVersion",
     "Unauthenticated",
     "Unavailable",
+    "WorkerBusy",
     "from_abstraction_error",
 ]
 
@@ -91,6 +93,10 @@ class ReconfigurationInProgress(Conflict):
 
 class JobNotRunning(Conflict):
     code = "job_not_running"
+
+
+class WorkerBusy(Conflict):
+    code = "worker_busy"
 
 
 class Unavailable(ServiceError):

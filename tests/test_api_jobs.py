@@ -43,7 +43,7 @@ def test_submit_read_and_stop_a_job(api: Api) -> None:
 
         a = http.get(f"/api/v1/jobs/{job['id']}/abstraction").json()
         assert a["job"] == {
-            "id": job["runtime_id"],
+            "id": str(job["id"]),
             "name": "wordcount",
             "version": 1,
             "status": "running",

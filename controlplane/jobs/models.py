@@ -19,8 +19,8 @@ TERMINAL_JOB_STATUSES = frozenset({"finished", "failed", "stopped"})
 class Job(Base):
     """A job as submitted (name, job reference, params) and as last seen running.
 
-    ``runtime_id`` is the coordinator's id of the deployed job (it names the job in worker
-    and coordinator messages and in the abstraction); ``version`` is the current
+    The job is deployed under its id (``controlplane.engine.job_key``: the abstraction's
+    ``job.id`` and worker messages use ``str(id)``); ``version`` is the current
     abstraction version (None if the job never deployed).
     """
 
@@ -33,6 +33,5 @@ class Job(Base):
     status: Mapped[str] = mapped_column(String(20), index=True)
     error: Mapped[str | None] = mapped_column(Text)
     version: Mapped[int | None]
-    runtime_id: Mapped[str | None] = mapped_column(String(64), index=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

@@ -39,17 +39,13 @@ class JobCreate(BaseModel):
 
 
 class JobRead(BaseModel):
-    id: int
+    id: int = Field(description="also the abstraction's job.id (as a string)")
     name: str
     job: str
     params: dict[str, Any]
     status: JobStatus
     error: str | None = Field(description="why the job failed (or was stopped), if it did")
     version: int | None = Field(description="current abstraction version")
-    runtime_id: str | None = Field(
-        description="the coordinator's id of the deployed job (used in worker messages and "
-        "in the abstraction's job.id)"
-    )
     created_at: datetime
     updated_at: datetime
 
@@ -63,7 +59,6 @@ class JobRead(BaseModel):
             status=job.status,  # type: ignore[arg-type]
             error=job.error,
             version=job.version,
-            runtime_id=job.runtime_id,
             created_at=job.created_at,
             updated_at=job.updated_at,
         )

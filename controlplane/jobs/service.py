@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controlplane import db
-from controlplane.engine import Engine, JobState
+from controlplane.engine import Engine, JobState, job_key
 from controlplane.errors import BadJob, NotFound
 from controlplane.versions import service as versions
 from runtime.dataflow import DataflowError, JobGraph, JobRefError, load_job
@@ -66,26 +66,22 @@ def build_graph(ref: str, params: Mapping[str, Any]) -> JobGraph:
 def submit_job(
     *, session: Session, engine: Engine, name: str, ref: str, params: Mapping[str, Any]
 ) -> Job:
-    """Build, deploy and record a job (with abstraction version 1 when it deployed). The
-    job may be recorded ``failed`` with the cause (e.g. a worker could not import it). If
-    the unit of work rolls back, the deployed job is stopped."""
+    """Build, record and deploy a job under its new id (with abstraction version 1 when it
+    deployed). The job may be recorded ``failed`` with the cause (e.g. a worker could not
+    import it). If the unit of work rolls back, the deployed job is stopped."""
     graph = build_graph(ref, params)
-    state = engine.submit(graph)
-    db.after_rollback(session, lambda: engine.stop(state.runtime_id))
     job = Job(
-        name=name,
-        job_ref=ref,
-        params=dict(params),
-        status=state.status,
-        error=state.error,
-        version=None,
-        runtime_id=state.runtime_id,
+        name=name, job_ref=ref, params=dict(params), status="starting", error=None, version=None
     )
     session.add(job)
-    session.flush()
+    session.flush()  # the id names the deployed job
+    key = job_key(job.id)
+    state = engine.submit(graph, key)
+    db.after_rollback(session, lambda: engine.stop(key))
+    job.status, job.error = state.status, state.error
     if state.abstraction is not None:
         versions.add_version(session=session, job=job, document=state.abstraction)
-    logger.info("job %s (%s) submitted: %s", job.id, state.runtime_id, state.status)
+    logger.info("job %s submitted: %s", job.id, state.status)
     return job
 
 
@@ -100,8 +96,8 @@ def get_row(*, session: Session, job_id: int) -> Job:
 def get_job(*, session: Session, engine: Engine, job_id: int) -> Job:
     """The job, its status refreshed from the coordinator."""
     job = get_row(session=session, job_id=job_id)
-    if job.status not in TERMINAL_JOB_STATUSES and job.runtime_id is not None:
-        refresh(job, engine.state(job.runtime_id))
+    if job.status not in TERMINAL_JOB_STATUSES:
+        refresh(job, engine.state(job_key(job.id)))
     return job
 
 
@@ -117,17 +113,17 @@ def list_jobs(
     if any(j.status not in TERMINAL_JOB_STATUSES for j in jobs):
         states = engine.all_states()
         for job in jobs:
-            if job.runtime_id is not None and job.status not in TERMINAL_JOB_STATUSES:
-                refresh(job, states.get(job.runtime_id))
+            if job.status not in TERMINAL_JOB_STATUSES:
+                refresh(job, states.get(job_key(job.id)))
     return jobs, total
 
 
 def stop_job(*, session: Session, engine: Engine, job_id: int) -> Job:
     """Stop the job; a job that has already ended is returned as it is."""
     job = get_row(session=session, job_id=job_id)
-    if job.status in TERMINAL_JOB_STATUSES or job.runtime_id is None:
+    if job.status in TERMINAL_JOB_STATUSES:
         return job
-    state = engine.stop(job.runtime_id)
+    state = engine.stop(job_key(job.id))
     if state is None:
         mark_unreachable(job, "the job is not deployed on this control plane")
     else:
@@ -160,12 +156,12 @@ def mark_unreachable(job: Job, reason: str) -> None:
 def sync_states(
     *, session: Session, states: Mapping[str, JobState], missing: str | None = None
 ) -> int:
-    """Refresh every job that has not ended from ``states`` (by runtime id). With
+    """Refresh every job that has not ended from ``states`` (by :func:`job_key`). With
     ``missing``, a job absent from ``states`` is marked failed with that reason. Returns
     how many rows changed."""
     changed = 0
     for job in session.scalars(select(Job).where(Job.status.in_(_LIVE))):
-        state = states.get(job.runtime_id) if job.runtime_id is not None else None
+        state = states.get(job_key(job.id))
         if state is not None:
             changed += refresh(job, state)
         elif missing is not None:

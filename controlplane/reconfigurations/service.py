@@ -29,7 +29,7 @@ from controlplane.abstraction import (
     scale,
     update_logic,
 )
-from controlplane.engine import Engine, JobView, PlanBuilder, Progress, Reservation
+from controlplane.engine import Engine, JobView, PlanBuilder, Progress, Reservation, job_key
 from controlplane.errors import (
     JobNotRunning,
     NotFound,
@@ -157,7 +157,7 @@ def request_reconfiguration(
     """Validate the plan ``build`` makes for the job and record it ``pending``; ``launch``
     starts it once the unit of work has committed (the job is released if it rolls back)."""
     job = jobs.get_job(session=session, engine=engine, job_id=job_id)
-    if job.status in TERMINAL_JOB_STATUSES or job.runtime_id is None:
+    if job.status in TERMINAL_JOB_STATUSES:
         raise JobNotRunning(f"job {job_id} is {job.status}: only a running job can be reconfigured")
     busy = session.scalar(
         select(Reconfiguration)
@@ -173,7 +173,7 @@ def request_reconfiguration(
             f"reconfiguration {busy.id} of job {job_id} is {busy.status}; wait until it has "
             "ended, then build the plan on the version it leaves"
         )
-    reservation = engine.reserve(job.runtime_id, build)
+    reservation = engine.reserve(job_key(job.id), build)
     db.after_rollback(session, lambda: engine.release(reservation))
     plan = reservation.plan
     rec = Reconfiguration(

@@ -30,7 +30,7 @@ __all__ = [
 
 
 class JobHeader(BaseModel):
-    id: str = Field(description="the coordinator's id of the job (JobRead.runtime_id)")
+    id: str = Field(description="the job's id (JobRead.id, as a string)")
     name: str
     version: int
     status: str

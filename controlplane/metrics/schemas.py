@@ -1,0 +1,75 @@
+"""API shapes of a job's metrics window (all rates are per second over the window)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+__all__ = [
+    "ChannelMetrics",
+    "JobMetricsRead",
+    "LatencyRead",
+    "OperatorMetrics",
+    "TaskMetrics",
+    "WorkerUsage",
+]
+
+
+class TaskMetrics(BaseModel):
+    task: str
+    operator: str
+    worker: str | None = Field(description="where the task runs now (None once removed)")
+    in_per_s: float
+    out_per_s: float
+    busy: float = Field(ge=0, le=1, description="fraction of the window spent processing")
+    backpressure: float = Field(ge=0, le=1, description="fraction blocked on full outputs")
+    queued: dict[str, int] = Field(description="records waiting, per upstream task (latest)")
+    key_groups: dict[int, int] = Field(
+        description="records per key group summed over the window (keyed tasks only)"
+    )
+
+
+class OperatorMetrics(BaseModel):
+    operator: str
+    kind: str
+    tasks: int = Field(description="tasks that reported in the window")
+    in_per_s: float
+    out_per_s: float
+    busy: float = Field(ge=0, le=1, description="mean over its tasks")
+    backpressure: float = Field(ge=0, le=1, description="mean over its tasks")
+    queued: int = Field(description="records waiting at its tasks (latest)")
+
+
+class ChannelMetrics(BaseModel):
+    """Traffic from one task to another (one cell of the traffic matrix)."""
+
+    source: str
+    target: str
+    records_per_s: float
+    bytes_per_s: float
+
+
+class LatencyRead(BaseModel):
+    """End-to-end latency measured at the sinks over the window (0 when none reported)."""
+
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    max_ms: float
+    count: int
+
+
+class WorkerUsage(BaseModel):
+    worker: str
+    cpu_percent: float
+    rss_mb: float
+
+
+class JobMetricsRead(BaseModel):
+    job_id: int
+    window_s: float
+    samples: int = Field(description="worker snapshots in the window (about one per task-second)")
+    tasks: list[TaskMetrics]
+    operators: list[OperatorMetrics]
+    traffic: list[ChannelMetrics]
+    latency: LatencyRead
+    workers: list[WorkerUsage] = Field(description="usage of the workers hosting the job")

@@ -1,0 +1,173 @@
+"""A job's metrics: the recent window summarized per task, per operator and per channel
+(:func:`summarize`, pure), read for a job (:func:`job_metrics`), and the Prometheus
+exposition of the whole control plane (:func:`prometheus_text`).
+
+Worker snapshots are deltas of about one second each (``runtime.metrics.TaskMetrics``):
+counts over the window are summed and divided by the window; queue lengths are a level,
+so the latest snapshot of each task counts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from controlplane.engine import Engine, MetricsView, job_key
+from controlplane.errors import JobNotRunning
+from controlplane.jobs import service as jobs
+from controlplane.jobs.models import JOB_STATUSES, TERMINAL_JOB_STATUSES, Job
+from controlplane.reconfigurations.models import RECONFIGURATION_STATUSES, Reconfiguration
+from runtime.metrics import LatencyHistogram, summarize_latency
+
+from .schemas import (
+    ChannelMetrics,
+    JobMetricsRead,
+    LatencyRead,
+    OperatorMetrics,
+    TaskMetrics,
+    WorkerUsage,
+)
+
+__all__ = ["PROMETHEUS_WINDOW_S", "job_metrics", "prometheus_text", "summarize"]
+
+PROMETHEUS_WINDOW_S = 10.0  # rates and latency exported to Prometheus cover this window
+
+
+def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
+    """The window of ``view`` per task, operator and channel, with latency and workers."""
+    w = view.window_s
+    sums: dict[str, Counter[str]] = {}
+    queued: dict[str, dict[str, int]] = {}
+    groups: dict[str, Counter[int]] = {}
+    traffic: dict[tuple[str, str], Counter[str]] = {}
+    latency = LatencyHistogram()
+    for _t, task, snap in view.samples:  # oldest first: the last queue level wins
+        agg = sums.setdefault(task, Counter())
+        for k in ("records_in", "records_out", "busy_s", "backpressure_s"):
+            agg[k] += float(snap.get(k, 0) or 0)
+        queued[task] = {str(u): int(n) for u, n in dict(snap.get("queued") or {}).items()}
+        for g, n in dict(snap.get("key_groups") or {}).items():
+            groups.setdefault(task, Counter())[int(g)] += int(n)
+        for target, ch in dict(snap.get("channels") or {}).items():
+            cell = traffic.setdefault((task, str(target)), Counter())
+            cell["records"] += int(ch.get("records", 0))
+            cell["bytes"] += int(ch.get("bytes", 0))
+        if snap.get("latency"):
+            latency.merge(LatencyHistogram.from_dict(snap["latency"]))
+
+    tasks = [
+        TaskMetrics(
+            task=task,
+            operator=view.operator_of.get(task, "?"),
+            worker=view.placement.get(task),
+            in_per_s=agg["records_in"] / w,
+            out_per_s=agg["records_out"] / w,
+            busy=min(agg["busy_s"] / w, 1.0),
+            backpressure=min(agg["backpressure_s"] / w, 1.0),
+            queued=queued.get(task, {}),
+            key_groups=dict(sorted(groups.get(task, Counter()).items())),
+        )
+        for task, agg in sorted(sums.items())
+    ]
+    by_op: dict[str, list[TaskMetrics]] = {}
+    for t in tasks:
+        by_op.setdefault(t.operator, []).append(t)
+    operators = [
+        OperatorMetrics(
+            operator=op,
+            kind=view.kinds.get(op, "?"),
+            tasks=len(ts),
+            in_per_s=sum(t.in_per_s for t in ts),
+            out_per_s=sum(t.out_per_s for t in ts),
+            busy=sum(t.busy for t in ts) / len(ts),
+            backpressure=sum(t.backpressure for t in ts) / len(ts),
+            queued=sum(sum(t.queued.values()) for t in ts),
+        )
+        for op, ts in by_op.items()
+    ]
+    hosting = set(view.placement.values())
+    return JobMetricsRead(
+        job_id=job_id,
+        window_s=w,
+        samples=len(view.samples),
+        tasks=tasks,
+        operators=operators,
+        traffic=[
+            ChannelMetrics(
+                source=s, target=t, records_per_s=c["records"] / w, bytes_per_s=c["bytes"] / w
+            )
+            for (s, t), c in sorted(traffic.items())
+        ],
+        latency=LatencyRead(**summarize_latency(latency)),
+        workers=[
+            WorkerUsage(
+                worker=wid, cpu_percent=u.get("cpu_percent", 0.0), rss_mb=u.get("rss_mb", 0.0)
+            )
+            for wid, u in sorted(view.workers.items())
+            if wid in hosting
+        ],
+    )
+
+
+def job_metrics(
+    *, session: Session, engine: Engine, job_id: int, window_s: float
+) -> JobMetricsRead:
+    """The job's last ``window_s`` seconds; :class:`NotFound` for an unknown job,
+    :class:`JobNotRunning` for one this control plane has not deployed (it restarted)."""
+    jobs.get_row(session=session, job_id=job_id)
+    view = engine.metrics([job_key(job_id)], window_s).get(job_key(job_id))
+    if view is None:
+        raise JobNotRunning(
+            f"job {job_id} is not deployed on this control plane (it restarted since): "
+            "there are no metrics to read"
+        )
+    return summarize(job_id, view)
+
+
+def prometheus_text(*, session: Session, engine: Engine) -> bytes:
+    """The Prometheus exposition: jobs and reconfigurations by status (from the database),
+    records per second and sink latency p99 of each live job over ``PROMETHEUS_WINDOW_S``,
+    and the number of live workers."""
+    registry = CollectorRegistry(auto_describe=True)
+    jobs_g = Gauge("streampilot_jobs", "Jobs by status", ["status"], registry=registry)
+    counts = dict(session.execute(select(Job.status, func.count()).group_by(Job.status)).all())
+    for status in JOB_STATUSES:
+        jobs_g.labels(status).set(counts.get(status, 0))
+    recs_g = Gauge(
+        "streampilot_reconfigurations", "Reconfigurations by status", ["status"], registry=registry
+    )
+    counts = dict(
+        session.execute(
+            select(Reconfiguration.status, func.count()).group_by(Reconfiguration.status)
+        ).all()
+    )
+    for status in RECONFIGURATION_STATUSES:
+        recs_g.labels(status).set(counts.get(status, 0))
+
+    live = list(session.scalars(select(Job.id).where(Job.status.not_in(TERMINAL_JOB_STATUSES))))
+    views = engine.metrics([job_key(i) for i in live], PROMETHEUS_WINDOW_S)
+    rate = Gauge(
+        "streampilot_job_records_per_second",
+        f"Records per second into the job's sinks over the last {PROMETHEUS_WINDOW_S:g}s",
+        ["job"],
+        registry=registry,
+    )
+    p99 = Gauge(
+        "streampilot_job_sink_latency_p99_seconds",
+        f"Sink latency p99 over the last {PROMETHEUS_WINDOW_S:g}s",
+        ["job"],
+        registry=registry,
+    )
+    for job_id in live:
+        view = views.get(job_key(job_id))
+        if view is None:
+            continue
+        summary = summarize(job_id, view)
+        sinks = [o for o in summary.operators if o.kind == "sink"]
+        rate.labels(str(job_id)).set(sum(o.in_per_s for o in sinks))
+        p99.labels(str(job_id)).set(summary.latency.p99_ms / 1000.0)
+    Gauge("streampilot_workers", "Live workers", registry=registry).set(engine.workers())
+    return generate_latest(registry)

@@ -1,0 +1,66 @@
+"""Workers over REST against a real server: list, add (the backend starts them), drain
+(refused while a running job has tasks there)."""
+
+from __future__ import annotations
+
+import psutil
+from api_support import Api, wait_until
+
+WORDCOUNT = {
+    "name": "wordcount-workers",
+    "job": "examples.wordcount:build",
+    "params": {"records": 0, "rate": 200},
+}
+
+
+def test_add_list_and_drain_workers(api: Api) -> None:
+    with api.client() as http:
+        before = http.get("/api/v1/workers")
+        assert before.status_code == 200, before.text
+        alive = [w for w in before.json() if w["status"] == "alive"]
+        assert len(alive) >= 2
+        assert all(w["pid"] > 0 and w["cpus"] > 0 and w["memory_mb"] > 0 for w in alive)
+
+        r = http.post("/api/v1/jobs", json=WORDCOUNT)
+        assert r.status_code == 201, r.text
+        job_id = r.json()["id"]
+        try:
+            listed = {w["id"]: w for w in http.get("/api/v1/workers").json()}
+            busy = next(w for w in listed.values() if w["status"] == "alive" and w["tasks"])
+            assert any(t.startswith(f"{job_id}/") for t in busy["tasks"])
+            r = http.delete(f"/api/v1/workers/{busy['id']}")
+            assert r.status_code == 409, r.text
+            error = r.json()["error"]
+            assert error["code"] == "worker_busy"
+            assert busy["id"] in error["message"] and busy["tasks"][0] in error["message"]
+        finally:
+            http.delete(f"/api/v1/jobs/{job_id}")
+
+        r = http.post("/api/v1/workers", json={"count": 1})
+        assert r.status_code == 201, r.text
+        (new,) = r.json()
+        assert new["status"] == "alive" and new["tasks"] == [] and new["id"] not in listed
+        assert psutil.pid_exists(new["pid"])
+        assert new["id"] in {w["id"] for w in http.get("/api/v1/workers").json()}
+
+        r = http.delete(f"/api/v1/workers/{new['id']}")
+        assert r.status_code == 200, r.text
+        assert r.json()["id"] == new["id"]
+        wait_until(lambda: not psutil.pid_exists(new["pid"]), 10.0, "the drained worker to exit")
+
+        def gone() -> bool:
+            rows = {w["id"]: w for w in http.get("/api/v1/workers").json()}
+            return new["id"] not in rows or rows[new["id"]]["status"] != "alive"
+
+        wait_until(gone, 10.0, "the drained worker to leave the registry")
+        assert http.delete(f"/api/v1/workers/{new['id']}").status_code == 404
+
+
+def test_worker_requests_are_checked(api: Api) -> None:
+    with api.client() as http:
+        for body in ({"count": 0}, {"count": 17}, {}, {"count": 1, "extra": 1}):
+            assert http.post("/api/v1/workers", json=body).status_code == 422, body
+        r = http.delete("/api/v1/workers/no-such-worker")
+        assert r.status_code == 404 and "no-such-worker" in r.json()["error"]["message"]
+    with api.client(token=None) as anonymous:
+        assert anonymous.get("/api/v1/workers").status_code == 401
