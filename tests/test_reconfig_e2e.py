@@ -213,26 +213,20 @@ def random_plan(rng, a):
     return kind, Plan(a.version, tuple(first.ops) + tuple(second.ops))
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_random_plans_while_records_flow_keep_results_exact(
-    cluster: BackgroundCluster, tmp_path: Path, seed: int
-) -> None:
-    import random
-
-    rng = random.Random(seed)
-    params = {"records": 120_000, "rate": 20_000, "output": str(tmp_path)}
-    job = cluster.submit(load_job("examples.wordcount:build", params))
-    co = cluster.coordinator
-    done = []
+def fire_random_plans(cluster: BackgroundCluster, job, make_plan, count: int = 6) -> list[str]:
+    """Apply up to ``count`` plans from ``make_plan(abstraction) -> (kind, plan)`` while the
+    bounded job runs, each required to complete; returns the kinds applied. Stops early,
+    without failing, once the job is ending (finished tasks cannot change)."""
+    done: list[str] = []
     time.sleep(0.3)
-    for _ in range(6):
+    for _ in range(count):
         if job.done:
             break
-        kind, plan = random_plan(rng, job.abstraction)
+        kind, plan = make_plan(job.abstraction)
         if not plan.ops:
             continue
         try:
-            rec = cluster.call(co.apply_plan(job.id, plan))
+            rec = cluster.call(cluster.coordinator.apply_plan(job.id, plan))
         except ReconfigurationError as exc:
             assert "finished" in str(exc) or "draining" in str(exc), exc
             break  # the bounded job is ending: nothing left to change
@@ -242,6 +236,19 @@ def test_random_plans_while_records_flow_keep_results_exact(
         assert rec.version == job.abstraction.version
         done.append(kind)
         time.sleep(0.2)
+    return done
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_plans_while_records_flow_keep_results_exact(
+    cluster: BackgroundCluster, tmp_path: Path, seed: int
+) -> None:
+    import random
+
+    rng = random.Random(seed)
+    params = {"records": 120_000, "rate": 20_000, "output": str(tmp_path)}
+    job = cluster.submit(load_job("examples.wordcount:build", params))
+    done = fire_random_plans(cluster, job, lambda a: random_plan(rng, a))
     assert len(done) >= 4, done
     assert cluster.wait(job, 60) == "finished", job.error
     got = wordcount.read_results(str(tmp_path))
@@ -372,23 +379,7 @@ def test_stock_exchange_under_random_plans_keeps_trades_and_stats_exact(
         "output": str(tmp_path),
     }
     job = cluster.submit(load_job("examples.stock_exchange:build", params))
-    co = cluster.coordinator
-    kinds = []
-    time.sleep(0.3)
-    for _ in range(6):
-        kind, plan = random_stock_plan(rng, job.abstraction)
-        if not plan.ops:
-            continue
-        try:
-            rec = cluster.call(co.apply_plan(job.id, plan))
-        except ReconfigurationError as exc:
-            assert "finished" in str(exc) or "draining" in str(exc), exc
-            break
-        if rec.status != "completed" and (job.done or "finished" in (rec.error or "")):
-            break
-        assert rec.status == "completed", f"{kind}: {rec.error}"
-        kinds.append(kind)
-        time.sleep(0.25)
+    kinds = fire_random_plans(cluster, job, lambda a: random_stock_plan(rng, a))
     assert len(kinds) >= 4, kinds
     assert cluster.wait(job, 60) == "finished", job.error
     got = stock_exchange.read_results(tmp_path)
