@@ -13,7 +13,7 @@ Control connection (worker dials the coordinator). Messages are msgpack maps wit
    linger_s, credits}}
    worker -> ``deployed`` {job_id} or ``deploy_failed`` {job_id, error}
 4. coordinator -> ``start`` {job_id}; worker -> ``started`` {job_id}
-5. worker -> ``metrics`` {worker_id, time, cpu_percent, rss_mb, tasks {task: snapshot}}
+5. worker -> ``metrics`` {worker_id, time, cpu_percent, rss_mb, jobs {job: {task: snapshot}}}
    every second; worker -> ``task_finished`` {job_id, task} and
    ``task_failed`` {job_id, task, error}; coordinator -> ``stop`` {job_id}.
    coordinator -> ``inject_barrier`` {job_id, kind, id}; worker -> ``barrier_ack``

@@ -341,11 +341,13 @@ class Worker:
         proc.cpu_percent()
         while True:
             await asyncio.sleep(METRICS_INTERVAL_S)
-            tasks = {
-                tid: task.snapshot_metrics()
-                for job in self.jobs.values()
-                for tid, task in job.tasks.items()
-                if task.status in ("running", "finished")
+            jobs = {
+                job_id: {
+                    tid: task.snapshot_metrics()
+                    for tid, task in job.tasks.items()
+                    if task.status in ("running", "finished")
+                }
+                for job_id, job in self.jobs.items()
             }
             self.send(
                 {
@@ -354,7 +356,7 @@ class Worker:
                     "time": time.time(),
                     "cpu_percent": proc.cpu_percent(),
                     "rss_mb": round(proc.memory_info().rss / 2**20, 1),
-                    "tasks": tasks,
+                    "jobs": jobs,
                 }
             )
             if self._writer is not None:

@@ -254,3 +254,20 @@ def test_worker_exits_when_the_coordinator_dies(no_leftover_processes: None) -> 
                 p.wait()
         if coord.stdout is not None:
             coord.stdout.close()
+
+
+def test_two_jobs_on_the_same_workers_keep_their_metrics_apart(cluster: BackgroundCluster) -> None:
+    slow = cluster.submit(load_job("tests.e2e_jobs:counting_job", {"rate": 2_000}))
+    fast = cluster.submit(load_job("tests.e2e_jobs:counting_job", {"rate": 8_000}))
+    try:
+        time.sleep(3.0)
+        rates = {}
+        for job in (slow, fast):
+            window = job.metrics.window(2.0)["tasks"]
+            rates[job.id] = sum(window[t]["in_per_s"] for t in ("keys-0", "keys-1"))
+    finally:
+        for job in (slow, fast):
+            cluster.call(cluster.coordinator.stop_job(job.id))
+    # Task ids are the same in both jobs; each job counts only its own tasks' records.
+    assert 1_500 < rates[slow.id] < 2_500, rates
+    assert 6_500 < rates[fast.id] < 9_500, rates

@@ -430,13 +430,12 @@ class Coordinator:
             for job in self.jobs.values():
                 if info.id in job.layout.workers_used():
                     job.metrics.add_worker(info.id, info.cpu_percent, info.rss_mb)
-            for task, snap in dict(msg.get("tasks", {})).items():
-                for job in self.jobs.values():
-                    if (
-                        task in job.metrics.operator_of
-                        and job.layout.placement.get(task) == info.id
-                    ):
-                        job.metrics.add(now, task, snap)
+            for job_id, tasks in dict(msg.get("jobs", {})).items():
+                job = self.jobs.get(job_id)
+                if job is None:
+                    continue
+                for task, snap in dict(tasks).items():
+                    job.metrics.add(now, task, snap)
             return
         job = self.jobs.get(msg.get("job_id", ""))
         if job is None:
