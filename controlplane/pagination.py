@@ -13,6 +13,8 @@ from typing import Annotated, Generic, TypeVar
 from fastapi import Depends, Query
 from pydantic import BaseModel, Field
 
+from controlplane.params import MAX_ID
+
 __all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Page", "PageParams", "Paging"]
 
 DEFAULT_LIMIT = 50
@@ -38,7 +40,7 @@ def _paging(
     limit: Annotated[
         int, Query(ge=1, le=MAX_LIMIT, description="items per page (newest first)")
     ] = DEFAULT_LIMIT,
-    offset: Annotated[int, Query(ge=0, description="items to skip")] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_ID, description="items to skip")] = 0,
 ) -> Paging:
     return Paging(limit, offset)
 

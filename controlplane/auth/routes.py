@@ -6,6 +6,7 @@ from fastapi import APIRouter, Depends, Response
 
 from controlplane.deps import SessionDep, require
 from controlplane.pagination import Page, PageParams
+from controlplane.params import TokenId
 
 from . import service
 from .schemas import TokenCreate, TokenCreated, TokenRead
@@ -29,7 +30,7 @@ def list_tokens(session: SessionDep, page: PageParams) -> Page[TokenRead]:
 
 
 @router.delete("/{token_id}", status_code=204)
-def revoke_token(token_id: int, session: SessionDep) -> Response:
+def revoke_token(token_id: TokenId, session: SessionDep) -> Response:
     """Revoke a token: requests bearing it get 401 from now on."""
     service.delete_token(session=session, token_id=token_id)
     return Response(status_code=204)

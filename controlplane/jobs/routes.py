@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Query
 
 from controlplane.deps import EngineDep, SessionDep, require
 from controlplane.pagination import Page, PageParams
+from controlplane.params import JobId
 
 from . import service
 from .schemas import JobCreate, JobRead, JobStatus
@@ -42,11 +43,11 @@ def list_jobs(
 
 
 @router.get("/{job_id}", dependencies=[Depends(require("read"))])
-def get_job(job_id: int, session: SessionDep, engine: EngineDep) -> JobRead:
+def get_job(job_id: JobId, session: SessionDep, engine: EngineDep) -> JobRead:
     return JobRead.of(service.get_job(session=session, engine=engine, job_id=job_id))
 
 
 @router.delete("/{job_id}", dependencies=[Depends(require("operate"))])
-def stop_job(job_id: int, session: SessionDep, engine: EngineDep) -> JobRead:
+def stop_job(job_id: JobId, session: SessionDep, engine: EngineDep) -> JobRead:
     """Stop the job (its records stay); stopping a job that has ended changes nothing."""
     return JobRead.of(service.stop_job(session=session, engine=engine, job_id=job_id))

@@ -13,6 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Response
 
 from controlplane.deps import EngineDep, SessionDep, require
+from controlplane.params import JobId
 
 from . import service
 from .schemas import JobMetricsRead
@@ -28,7 +29,7 @@ prometheus = APIRouter(tags=["metrics"])
 
 @router.get("/jobs/{job_id}/metrics", dependencies=[Depends(require("read"))])
 def job_metrics(
-    job_id: int,
+    job_id: JobId,
     session: SessionDep,
     engine: EngineDep,
     window_s: Annotated[

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends
 from controlplane.deps import EngineDep, SessionDep, TrackerDep, require
 from controlplane.engine import PlanBuilder
 from controlplane.pagination import Page, PageParams
+from controlplane.params import JobId, ReconfigurationId
 
 from . import service
 from .schemas import (
@@ -36,7 +37,7 @@ def _request(
     session: SessionDep,
     engine: EngineDep,
     tracker: TrackerDep,
-    job_id: int,
+    job_id: JobId,
     origin: str,
     build: PlanBuilder,
 ) -> ReconfigurationRead:
@@ -53,7 +54,7 @@ def _request(
 
 @router.post("/reconfigurations", status_code=202, dependencies=_operate)
 def post_plan(
-    job_id: int, body: PlanCreate, session: SessionDep, engine: EngineDep, tracker: TrackerDep
+    job_id: JobId, body: PlanCreate, session: SessionDep, engine: EngineDep, tracker: TrackerDep
 ) -> ReconfigurationRead:
     """Apply a plan: ``assignWorkload`` / ``assignResource`` / ``assignLogic`` operations
     against ``base_version`` (the current abstraction version), all in one reconfiguration."""
@@ -63,7 +64,7 @@ def post_plan(
 
 @router.post("/scale", status_code=202, dependencies=_operate)
 def scale(
-    job_id: int, body: ScaleRequest, session: SessionDep, engine: EngineDep, tracker: TrackerDep
+    job_id: JobId, body: ScaleRequest, session: SessionDep, engine: EngineDep, tracker: TrackerDep
 ) -> ReconfigurationRead:
     """Give an operator (and the operators forward-connected to it) ``parallelism``
     tasks, moving as few key groups as possible."""
@@ -73,7 +74,11 @@ def scale(
 
 @router.post("/rebalance", status_code=202, dependencies=_operate)
 def rebalance(
-    job_id: int, body: RebalanceRequest, session: SessionDep, engine: EngineDep, tracker: TrackerDep
+    job_id: JobId,
+    body: RebalanceRequest,
+    session: SessionDep,
+    engine: EngineDep,
+    tracker: TrackerDep,
 ) -> ReconfigurationRead:
     """Even out an operator's work over its tasks (same tasks, same workers)."""
     build = service.rebalance_plan(body.operator, body.loads, body.threshold, body.window_s)
@@ -82,7 +87,7 @@ def rebalance(
 
 @router.post("/migrate", status_code=202, dependencies=_operate)
 def migrate(
-    job_id: int, body: MigrateRequest, session: SessionDep, engine: EngineDep, tracker: TrackerDep
+    job_id: JobId, body: MigrateRequest, session: SessionDep, engine: EngineDep, tracker: TrackerDep
 ) -> ReconfigurationRead:
     """Move one task to another worker (or to a fresh one: ``"new"``) with its state."""
     build = service.migrate_plan(body.task, body.worker)
@@ -91,7 +96,7 @@ def migrate(
 
 @router.post("/logic", status_code=202, dependencies=_operate)
 def change_logic(
-    job_id: int, body: LogicRequest, session: SessionDep, engine: EngineDep, tracker: TrackerDep
+    job_id: JobId, body: LogicRequest, session: SessionDep, engine: EngineDep, tracker: TrackerDep
 ) -> ReconfigurationRead:
     """Swap the callable of an operator's tasks (all, or ``tasks``), keeping their state."""
     build = service.logic_plan(body.operator, body.logic, body.tasks)
@@ -100,7 +105,7 @@ def change_logic(
 
 @router.get("/reconfigurations", dependencies=[Depends(require("read"))])
 def list_reconfigurations(
-    job_id: int, session: SessionDep, page: PageParams
+    job_id: JobId, session: SessionDep, page: PageParams
 ) -> Page[ReconfigurationRead]:
     """The job's reconfigurations, newest first."""
     rows, total = service.list_reconfigurations(
@@ -111,7 +116,7 @@ def list_reconfigurations(
 
 @router.get("/reconfigurations/{reconfiguration_id}", dependencies=[Depends(require("read"))])
 def get_reconfiguration(
-    job_id: int, reconfiguration_id: int, session: SessionDep
+    job_id: JobId, reconfiguration_id: ReconfigurationId, session: SessionDep
 ) -> ReconfigurationRead:
     """One reconfiguration: status, operations, affected tasks, error, phase timings and
     per-task pauses."""

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Query
 
 from controlplane.deps import SessionDep, require
 from controlplane.pagination import Page, PageParams
+from controlplane.params import MAX_ID, JobId
 
 from . import service
 from .schemas import AbstractionRead, DiffRead, VersionRead
@@ -24,9 +25,9 @@ router = APIRouter(
 
 @router.get("")
 def get_abstraction(
-    job_id: int,
+    job_id: JobId,
     session: SessionDep,
-    version: Annotated[int | None, Query(ge=1, description="an old version")] = None,
+    version: Annotated[int | None, Query(ge=1, le=MAX_ID, description="an old version")] = None,
 ) -> AbstractionRead:
     """The job's task-centric abstraction: operators, their tasks (logic, key groups or
     weight, worker) and the workers; the current version unless ``version`` is given."""
@@ -35,7 +36,7 @@ def get_abstraction(
 
 
 @router.get("/versions")
-def list_versions(job_id: int, session: SessionDep, page: PageParams) -> Page[VersionRead]:
+def list_versions(job_id: JobId, session: SessionDep, page: PageParams) -> Page[VersionRead]:
     """Every version of the abstraction, newest first."""
     rows, total = service.list_versions(
         session=session, job_id=job_id, limit=page.limit, offset=page.offset
@@ -45,12 +46,15 @@ def list_versions(job_id: int, session: SessionDep, page: PageParams) -> Page[Ve
 
 @router.get("/diff")
 def diff_versions(
-    job_id: int,
+    job_id: JobId,
     session: SessionDep,
     old: Annotated[
-        int | None, Query(alias="from", ge=1, description="default: the version before `to`")
+        int | None,
+        Query(alias="from", ge=1, le=MAX_ID, description="default: the version before `to`"),
     ] = None,
-    new: Annotated[int | None, Query(alias="to", ge=1, description="default: current")] = None,
+    new: Annotated[
+        int | None, Query(alias="to", ge=1, le=MAX_ID, description="default: current")
+    ] = None,
 ) -> DiffRead:
     """Key-group moves, weight changes, added / removed / moved tasks, logic changes and
     the affected tasks between two versions."""
