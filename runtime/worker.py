@@ -257,9 +257,16 @@ class Worker:
                 self.send({"type": "aborted", "job_id": msg["job_id"], "rid": msg["rid"]})
             elif kind == "stop":
                 job = self.jobs.pop(msg["job_id"], None)
+                final: dict[str, Any] = {}
                 if job is not None:
+                    # The counts since the last report, so a stopped job's totals are whole.
+                    final = {
+                        tid: task.snapshot_metrics()
+                        for tid, task in job.tasks.items()
+                        if task.status == "running"
+                    }
                     await job.stop()
-                self.send({"type": "stopped", "job_id": msg["job_id"]})
+                self.send({"type": "stopped", "job_id": msg["job_id"], "metrics": final})
             elif kind == "shutdown":
                 return
             else:

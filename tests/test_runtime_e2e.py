@@ -271,3 +271,13 @@ def test_two_jobs_on_the_same_workers_keep_their_metrics_apart(cluster: Backgrou
     # Task ids are the same in both jobs; each job counts only its own tasks' records.
     assert 1_500 < rates[slow.id] < 2_500, rates
     assert 6_500 < rates[fast.id] < 9_500, rates
+
+
+def test_a_stopped_job_counts_what_it_did_up_to_the_stop(cluster: BackgroundCluster) -> None:
+    job = cluster.submit(load_job("tests.e2e_jobs:counting_job", {"rate": 5_000}))
+    time.sleep(2.5)
+    cluster.call(cluster.coordinator.stop_job(job.id))
+    elapsed = job.ended_at - job.started_at
+    counted = job.summary()["source_records"]
+    # The workers' last counts (since their last once-a-second report) arrive with the stop.
+    assert abs(counted - 5_000 * elapsed) < 0.05 * 5_000 * elapsed, (counted, elapsed)

@@ -42,6 +42,7 @@ logger = logging.getLogger(__name__)
 DEPLOY_TIMEOUT_S = 30.0  # workers import the job's modules and open channels within this
 REGISTER_READ_TIMEOUT_S = 5.0  # a connection must say who it is within this
 BARRIER_TIMEOUT_S = 30.0  # every task acks an injected barrier within this
+STOP_TIMEOUT_S = 5.0  # workers send their last counts of a stopped job within this
 HEARTBEAT_TIMEOUT_S = 10.0  # a worker silent this long (metrics come every second) is lost
 
 
@@ -212,9 +213,20 @@ class Coordinator:
         return await restart_with(self, self._job(job_id), layout)
 
     async def stop_job(self, job_id: str) -> Job:
+        """Stop the job everywhere; waits (at most ``STOP_TIMEOUT_S``) for the workers' last
+        counts, so the job's totals include what its tasks did since their last report."""
         job = self._job(job_id)
         if job._end("stopped"):
+            loop = asyncio.get_running_loop()
+            job._stop_replies = {
+                wid: loop.create_future() for wid in job.layout.workers_used() if wid in self._conns
+            }
             self._stop_everywhere(job)
+            if job._stop_replies:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        asyncio.gather(*job._stop_replies.values()), STOP_TIMEOUT_S
+                    )
         return job
 
     async def inject_barrier(
@@ -407,6 +419,10 @@ class Coordinator:
         info.status = "lost"
         self._conns.pop(info.id, None)
         cause = info.error or "control connection lost"
+        for job in self.jobs.values():  # a stop waiting for this worker's last counts
+            fut = job._stop_replies.get(info.id)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
         for job in self.jobs.values():
             if job.done or info.id not in job.layout.workers_used():
                 continue
@@ -463,6 +479,12 @@ class Coordinator:
         elif kind == "worker_error":
             if job._end("failed", msg["error"]):
                 self._stop_everywhere(job)
+        elif kind == "stopped":
+            for task, snap in dict(msg.get("metrics") or {}).items():
+                job.metrics.add(time.time(), task, snap)
+            fut = job._stop_replies.get(info.id)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
         elif kind == "snapshot":
             if "metrics" in msg:
                 job.metrics.add(time.time(), msg["task"], msg["metrics"])

@@ -77,6 +77,7 @@ class Job:
         self.metrics = JobMetrics(operator_of, {op.name: op.kind for op in graph.operators})
         self._done = asyncio.Event()
         self._deploy_replies: dict[str, asyncio.Future] = {}
+        self._stop_replies: dict[str, asyncio.Future] = {}
         self._barrier_waits: dict[int, tuple[set[str], asyncio.Future]] = {}
 
     @property
