@@ -23,6 +23,7 @@ from importlib.metadata import version as package_version
 from typing import Literal
 
 from fastapi import APIRouter, FastAPI, Request
+from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
@@ -102,7 +103,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """The application for ``settings`` (default: from the environment). Nothing starts
     until the ASGI server runs its lifespan."""
     settings = settings or Settings()
-    app = FastAPI(
+    app = FastAPIOffline(  # /docs and /redoc assets served by the app: no CDN, no internet
         title="streampilot",
         version=package_version("streampilot"),
         summary="Control plane for Python stream jobs: live scaling, rebalancing, "

@@ -71,3 +71,18 @@ def test_health_and_openapi_need_no_token(api: Api) -> None:
     spec = httpx.get(f"{api.base_url}/openapi.json", timeout=10).json()
     assert "/api/v1/jobs/{job_id}/reconfigurations" in spec["paths"]
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+
+
+def test_docs_work_with_no_internet(api: Api) -> None:
+    """/docs and /redoc load their scripts and styles from the app itself, not from a CDN."""
+    import re
+
+    for page in ("/docs", "/redoc"):
+        html = httpx.get(f"{api.base_url}{page}", timeout=10)
+        assert html.status_code == 200
+        assert "cdn.jsdelivr.net" not in html.text and "unpkg.com" not in html.text
+        assets = re.findall(r'(?:src|href)="([^"]+\.(?:js|css))"', html.text)
+        assert assets, f"{page} references no script or style"
+        for asset in assets:
+            assert asset.startswith("/"), f"{page} loads {asset} from elsewhere"
+            assert httpx.get(f"{api.base_url}{asset}", timeout=10).status_code == 200, asset
