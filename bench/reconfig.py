@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.throughput import machine
+from bench.throughput import write_report
 from controlplane.abstraction import AssignWorkload, Plan, migrate, scale, update_logic
 from controlplane.coordinator import Job
 from controlplane.runner import LocalCluster
@@ -247,19 +247,9 @@ async def main() -> None:
     for mb in args.state_mb:
         sizes.append(await run_state_size(mb, rate))
     sync = await sync_vs_upstream(args.upstream)
-    report = {
-        "benchmark": "reconfig",
-        "date": started,
-        "machine": machine(),
-        "command": "python bench/reconfig.py " + " ".join(sys.argv[1:]),
-        "linger_ms": 5.0,
-        "state_sizes": sizes,
-        "sync_vs_upstream": sync,
-    }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_report(
+        args.out, "reconfig", started, linger_ms=5.0, state_sizes=sizes, sync_vs_upstream=sync
+    )
 
 
 if __name__ == "__main__":

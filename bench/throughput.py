@@ -52,6 +52,21 @@ def machine() -> dict:
     }
 
 
+def write_report(path: str, benchmark: str, started: str, **figures: object) -> None:
+    """Write a benchmark's JSON: what, when, where, the command to re-run it, its figures."""
+    report = {
+        "benchmark": benchmark,
+        "date": started,
+        "machine": machine(),
+        "command": f"python bench/{Path(sys.argv[0]).name} " + " ".join(sys.argv[1:]),
+        **figures,
+    }
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
 def per_second_rates(job: Job, operator: str) -> list[float]:
     buckets: dict[int, int] = defaultdict(int)
     for t, task, snap in job.metrics.samples:
@@ -75,7 +90,11 @@ async def max_throughput(workers: int, sentences: int, config: RuntimeConfig) ->
         "words": words,
         "duration_s": result.summary["duration_s"],
         "overall_words_per_s": round(words / result.summary["duration_s"]),
-        "steady_words_per_s": round(statistics.median(rates)) if rates else None,
+        # A run too short for whole seconds in the middle falls back to the overall rate.
+        "steady_words_per_s": round(statistics.median(rates))
+        if rates
+        else round(words / result.summary["duration_s"]),
+        "steady_from": "median of per-second rates" if rates else "overall rate (run too short)",
         "per_second_words": rates,
     }
 
@@ -134,21 +153,16 @@ async def main() -> None:
         f"p99 {lat['p99_ms']} ms, max {lat['max_ms']} ms",
         flush=True,
     )
-    report = {
-        "benchmark": "wordcount-throughput",
-        "date": started,
-        "machine": machine(),
-        "command": "python bench/throughput.py " + " ".join(sys.argv[1:]),
-        "workers": args.workers,
-        "config": config.to_dict(),
-        "workload": {"words_per_sentence": WORDS, "keys": 10_000, "zipf": 1.0},
-        "max_throughput": peak,
-        "latency_at_half": half,
-    }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_report(
+        args.out,
+        "wordcount-throughput",
+        started,
+        workers=args.workers,
+        config=config.to_dict(),
+        workload={"words_per_sentence": WORDS, "keys": 10_000, "zipf": 1.0},
+        max_throughput=peak,
+        latency_at_half=half,
+    )
 
 
 if __name__ == "__main__":

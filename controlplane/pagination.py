@@ -8,14 +8,16 @@ newest first; ``total`` counts every item the filters match, so the next page is
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
 from fastapi import Depends, Query
 from pydantic import BaseModel, Field
+from sqlalchemy import Select, func, select
+from sqlalchemy.orm import Session
 
 from controlplane.params import MAX_ID
 
-__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Page", "PageParams", "Paging"]
+__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Page", "PageParams", "Paging", "fetch_page"]
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -46,3 +48,12 @@ def _paging(
 
 
 PageParams = Annotated[Paging, Depends(_paging)]
+
+
+def fetch_page(
+    session: Session, query: Select, order_by: Any, limit: int, offset: int
+) -> tuple[list[Any], int]:
+    """The rows of ``query`` on one page, in ``order_by``, and how many rows it matches."""
+    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    rows = list(session.scalars(query.order_by(order_by).limit(limit).offset(offset)))
+    return rows, total

@@ -13,12 +13,13 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controlplane import db
 from controlplane.engine import Engine, JobState, job_key
 from controlplane.errors import BadJob, NotFound
+from controlplane.pagination import fetch_page
 from controlplane.versions import service as versions
 from runtime.dataflow import DataflowError, JobGraph, JobRefError, load_job
 from runtime.params import ParamError
@@ -108,8 +109,7 @@ def list_jobs(
     query = select(Job)
     if status is not None:
         query = query.where(Job.status == status)
-    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
-    jobs = list(session.scalars(query.order_by(Job.id.desc()).limit(limit).offset(offset)))
+    jobs, total = fetch_page(session, query, Job.id.desc(), limit, offset)
     if any(j.status not in TERMINAL_JOB_STATUSES for j in jobs):
         states = engine.all_states()
         for job in jobs:

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controlplane import db
@@ -39,6 +39,7 @@ from controlplane.errors import (
 )
 from controlplane.jobs import service as jobs
 from controlplane.jobs.models import TERMINAL_JOB_STATUSES
+from controlplane.pagination import fetch_page
 from controlplane.versions import service as versions
 
 from .models import TERMINAL_RECONFIGURATION_STATUSES, Reconfiguration
@@ -212,16 +213,8 @@ def list_reconfigurations(
 ) -> tuple[list[Reconfiguration], int]:
     """A page of the job's reconfigurations, newest first, and how many there are."""
     jobs.get_row(session=session, job_id=job_id)
-    where = Reconfiguration.job_id == job_id
-    total = session.scalar(select(func.count()).where(where)) or 0
-    rows = session.scalars(
-        select(Reconfiguration)
-        .where(where)
-        .order_by(Reconfiguration.id.desc())
-        .limit(limit)
-        .offset(offset)
-    )
-    return list(rows), total
+    query = select(Reconfiguration).where(Reconfiguration.job_id == job_id)
+    return fetch_page(session, query, Reconfiguration.id.desc(), limit, offset)
 
 
 def record_progress(*, session: Session, reconfiguration_id: int, progress: Progress) -> None:

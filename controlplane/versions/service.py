@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controlplane.abstraction import Abstraction, AbstractionError, Diff, diff
 from controlplane.errors import InvalidRequest, NotFound
 from controlplane.jobs.models import Job
+from controlplane.pagination import fetch_page
 
 from .models import AbstractionVersion
 
@@ -74,16 +75,8 @@ def list_versions(
 ) -> tuple[list[AbstractionVersion], int]:
     """A page of the job's versions, newest first, and how many there are."""
     _job(session, job_id)
-    where = AbstractionVersion.job_id == job_id
-    total = session.scalar(select(func.count()).where(where)) or 0
-    rows = session.scalars(
-        select(AbstractionVersion)
-        .where(where)
-        .order_by(AbstractionVersion.version.desc())
-        .limit(limit)
-        .offset(offset)
-    )
-    return list(rows), total
+    query = select(AbstractionVersion).where(AbstractionVersion.job_id == job_id)
+    return fetch_page(session, query, AbstractionVersion.version.desc(), limit, offset)
 
 
 def diff_versions(
