@@ -3,14 +3,15 @@
 Its lifespan, in order (shutdown in reverse; a failing step stops the start-up and undoes
 the steps before it):
 
-1. Upgrade the database schema (``settings.migrate_on_start``) and register
-   ``settings.admin_token``.
+1. Upgrade the database schema (``settings.migrate_on_start``), register
+   ``settings.admin_token`` and install the uploaded code modules.
 2. Mark jobs and reconfigurations a previous run left unfinished as failed.
 3. Start the coordinator and ``settings.local_workers`` local workers (the engine).
 4. Start mirroring job states into the database.
 
 Routes live under ``/api/v1`` in one package per resource; ``/healthz`` and ``/metrics`` (Prometheus text; see :mod:`controlplane.metrics.routes`)
-need no token.
+need no token, nor do the pages: ``/`` (the dashboard, :mod:`controlplane.console`),
+``/docs`` and ``/redoc``.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from pydantic import BaseModel
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
-from controlplane import db, http
+from controlplane import console, db, http
 from controlplane.auth import routes as tokens
 from controlplane.auth import service as auth
+from controlplane.code import routes as code
+from controlplane.code import service as code_service
 from controlplane.config import Settings
 from controlplane.engine import Engine
 from controlplane.jobs import routes as jobs
@@ -65,6 +68,9 @@ def _prepare_database(settings: Settings, sessions: sessionmaker[Session]) -> No
                 secret=settings.admin_token.get_secret_value(),
                 scopes=["admin"],
             )
+    with db.unit_of_work(sessions) as session:
+        installed = code_service.install_all(session=session)
+    logger.info("%d uploaded code modules installed", installed)
 
 
 @asynccontextmanager
@@ -114,10 +120,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     http.install(app)
 
     api = APIRouter(prefix=API_PREFIX)
-    for module in (jobs, versions, reconfigurations, metrics, workers, tokens):
+    for module in (jobs, versions, reconfigurations, metrics, workers, code, tokens):
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(metrics.prometheus)
+    console.install(app)  # the dashboard at / and its assets under /console/static
 
     @app.get("/healthz", tags=["health"])
     def healthz(request: Request) -> Health:

@@ -11,6 +11,8 @@ Exception tree::
     ├── InvalidRequest               input that cannot be carried out as given
     │   ├── BadJob                   job ref, params or graph refused (codes: bad_job_ref,
     │   │                            bad_params, invalid_job, job_build_failed)
+    │   ├── BadCode                  an uploaded module that is not UTF-8 Python importing
+    │   │                            cleanly (the message names the file and line)
     │   └── PlanRefused              a plan refused by validation (code: the PlanError's
     │                                kind, e.g. key_group_conflict, unknown_worker, no_change)
     ├── Conflict                     valid, but not now
@@ -30,6 +32,7 @@ import re
 from controlplane.abstraction import AbstractionError, StaleVersion
 
 __all__ = [
+    "BadCode",
     "BadJob",
     "Conflict",
     "Forbidden",
@@ -73,6 +76,10 @@ class InvalidRequest(ServiceError):
 
 class BadJob(InvalidRequest):
     code = "invalid_job"
+
+
+class BadCode(InvalidRequest):
+    code = "bad_code"
 
 
 class PlanRefused(InvalidRequest):

@@ -13,10 +13,11 @@ from typing import Annotated
 
 from fastapi import Path
 
-__all__ = ["MAX_ID", "JobId", "ReconfigurationId", "TokenId"]
+__all__ = ["MAX_ID", "CodeId", "JobId", "ReconfigurationId", "TokenId"]
 
 MAX_ID = 2**31 - 1  # the largest value of a PostgreSQL INTEGER column
 
+CodeId = Annotated[int, Path(ge=1, le=MAX_ID, description="an uploaded module's id")]
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="a job id")]
 ReconfigurationId = Annotated[int, Path(ge=1, le=MAX_ID, description="a reconfiguration id")]
 TokenId = Annotated[int, Path(ge=1, le=MAX_ID, description="a token id")]

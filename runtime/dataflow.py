@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from . import codeload
 from .io import Sink, Source
 from .keygroups import DEFAULT_MAX_PARALLELISM
 
@@ -63,9 +64,15 @@ class JobRefError(ValueError):
 def logic_ref(obj: object) -> str:
     """A readable reference to a piece of logic: ``module:qualname`` or ``module:Class(...)``."""
     if callable(obj) and hasattr(obj, "__qualname__") and hasattr(obj, "__module__"):
-        return f"{obj.__module__}:{obj.__qualname__}"
+        return f"{_module_ref(obj.__module__)}:{obj.__qualname__}"
     cls = type(obj)
-    return f"{cls.__module__}:{cls.__qualname__}(...)"
+    return f"{_module_ref(cls.__module__)}:{cls.__qualname__}(...)"
+
+
+def _module_ref(module: str) -> str:
+    """``streampilot_code.c7`` reads ``code:7`` (the form users give); others unchanged."""
+    prefix = codeload.PACKAGE + ".c"
+    return f"code:{module[len(prefix) :]}" if module.startswith(prefix) else module
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,7 +391,16 @@ def load_job(ref: str, params: Mapping[str, Any] | None = None) -> JobGraph:
 
 
 def resolve_ref(ref: str) -> Callable[..., Any]:
-    """Import ``package.module:attr.path`` and return the callable it names."""
+    """Import ``package.module:attr.path`` (or take ``code:<id>:attr.path`` from the
+    installed uploads, see :mod:`runtime.codeload`) and return the callable it names."""
+    if codeload.is_code_ref(ref):
+        try:
+            obj = codeload.resolve(ref)
+        except codeload.CodeError as exc:
+            raise JobRefError(str(exc)) from None
+        if not callable(obj):
+            raise JobRefError(f"reference {ref!r} is not callable")
+        return obj
     if not isinstance(ref, str) or ref.count(":") != 1:
         raise JobRefError(f"reference {ref!r} must look like package.module:callable")
     module_name, attr_path = ref.split(":")

@@ -10,7 +10,8 @@ Control connection (worker dials the coordinator). Messages are msgpack maps wit
 2. coordinator -> ``registered`` {worker_id, heartbeat_s} or ``refused`` {reason}, then closes.
 3. coordinator -> ``deploy`` {job_id, graph (pickled JobGraph), layout (see
    :class:`runtime.layout.Layout`), workers {worker: [host, port]}, config {batch_size,
-   linger_s, credits}}
+   linger_s, credits}, code {module: source} (uploaded modules the pickles name, see
+   :mod:`runtime.codeload`; installed before unpickling)}
    worker -> ``deployed`` {job_id} or ``deploy_failed`` {job_id, error}
 4. coordinator -> ``start`` {job_id}; worker -> ``started`` {job_id}
 5. worker -> ``metrics`` {worker_id, time, cpu_percent, rss_mb, jobs {job: {task: snapshot}}}
@@ -19,7 +20,7 @@ Control connection (worker dials the coordinator). Messages are msgpack maps wit
    coordinator -> ``inject_barrier`` {job_id, kind, id}; worker -> ``barrier_ack``
    {job_id, task, kind, id} for checkpoint barriers.
 6. Reconfiguration (see :mod:`runtime.deployment`): coordinator -> ``prepare`` {job_id,
-   rid, barrier_id, layout, affected, workers}; worker -> ``prepared`` / ``prepare_failed``
+   rid, barrier_id, layout, affected, workers, code}; worker -> ``prepared`` / ``prepare_failed``
    {job_id, rid, error}; the reconfiguration barrier is injected; worker -> ``paused``
    {job_id, rid, task} per affected task; coordinator -> ``update`` {job_id, rid};
    worker -> ``updated`` {job_id, rid, task, pause_ms, update_ms} per task, or

@@ -29,7 +29,7 @@ from typing import Any
 
 import psutil
 
-from . import protocol
+from . import codeload, protocol
 from .channels import DataServer, InputChannel
 from .deployment import JobRuntime
 from .handover import StateInbox
@@ -276,6 +276,7 @@ class Worker:
         job = self.jobs.get(msg["job_id"])
         reply = {"job_id": msg["job_id"], "rid": msg["rid"]}
         try:
+            codeload.install_many(msg.get("code", {}))  # before any logic is unpickled
             if job is None and "graph" in msg:
                 # This worker joins the job: it hosts none of its tasks yet.
                 job = JobRuntime(self, {**msg, "layout": msg["current_layout"]})
@@ -325,6 +326,7 @@ class Worker:
     async def _deploy(self, msg: dict[str, Any]) -> None:
         job_id = msg["job_id"]
         try:
+            codeload.install_many(msg.get("code", {}))  # before the graph is unpickled
             job = JobRuntime(self, msg)
             self.jobs[job_id] = job
             await job.deploy()

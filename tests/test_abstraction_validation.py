@@ -160,7 +160,7 @@ def test_bad_logic() -> None:
     )
     refused(a, update_logic(a, "count", "nomodule:x"), BadLogic, "cannot import module 'nomodule'")
     refused(a, update_logic(a, "count", "examples.wordcount:__all__"), BadLogic, "is not callable")
-    refused(a, update_logic(a, "count", "code:abc:f"), BadLogic, "uploaded code")
+    refused(a, update_logic(a, "count", "code:abc:f"), BadLogic, "code:<id>:callable")
 
     def not_callable(ref: str) -> object:
         return 42

@@ -16,7 +16,7 @@ from sqlalchemy import inspect
 
 from controlplane import db
 
-TABLES = {"jobs", "abstraction_versions", "reconfigurations", "tokens"}
+TABLES = {"jobs", "abstraction_versions", "reconfigurations", "tokens", "code"}
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -77,14 +77,12 @@ def format_groups(groups: Iterable[int], limit: int = 8) -> str:
 
 
 def resolve_importable(ref: str) -> Callable[..., Any]:
-    """The default ``resolve_logic``: import ``package.module:callable`` in this process.
+    """The default ``resolve_logic``: import ``package.module:callable`` in this process,
+    or find ``code:<id>:callable`` among the uploads installed here (:mod:`runtime.codeload`).
 
     Raises :class:`BadLogic` for a malformed ref, a module that fails to import, a missing
-    attribute, a non-callable, or an uploaded-code ref (``code:<id>:callable``, which only
-    the code store's resolver can load).
+    attribute, a non-callable, or code that was never uploaded.
     """
-    if isinstance(ref, str) and ref.startswith("code:"):
-        raise BadLogic(f"{ref!r} names uploaded code, which resolves only through the code store")
     try:
         return resolve_ref(ref)
     except Exception as exc:  # an imported module may raise anything

@@ -25,7 +25,7 @@ import pickle
 import time
 from typing import Any
 
-from runtime import protocol
+from runtime import codeload, protocol
 from runtime.dataflow import JobGraph
 from runtime.layout import Layout
 from runtime.records import BarrierKind
@@ -176,10 +176,12 @@ class Coordinator:
         missing = [w for w in used if w not in self._conns]
         if missing:
             return f"workers {missing} are not connected"
+        graph = pickle.dumps(job.graph)
         base = {
             "type": "deploy",
             "job_id": job.id,
-            "graph": pickle.dumps(job.graph),
+            "graph": graph,
+            "code": codeload.sources_for([graph, *layout.logic.values()]),
             "layout": layout.to_wire(),
             "workers": {w.id: [w.data_host, w.data_port] for w in self.alive_workers()},
             "config": self.config.to_dict(),

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from runtime import codeload
 from runtime.layout import Layout, affected_tasks
 from runtime.records import BarrierKind
 
@@ -262,6 +263,7 @@ async def _run(
     rec.status = "preparing"
     rec.barrier_id = coordinator._next_barrier_id()
     peers = {w.id: [w.data_host, w.data_port] for w in coordinator.alive_workers()}
+    graph = pickle.dumps(job.graph)
     msg = {
         "type": "prepare",
         "job_id": job.id,
@@ -270,9 +272,10 @@ async def _run(
         "layout": rec.new.to_wire(),
         "affected": sorted(rec.affected),
         "workers": peers,
+        "code": codeload.sources_for([graph, *rec.new.logic.values()]),
     }
     joining = {  # what a worker that hosts none of the job's tasks yet needs to take some
-        "graph": pickle.dumps(job.graph),
+        "graph": graph,
         "current_layout": rec.old.to_wire(),
         "config": coordinator.config.to_dict(),
         "start_time": job.started_at,
