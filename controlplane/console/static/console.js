@@ -1,0 +1,399 @@
+// The streampilot dashboard: a plain client of /api/v1 (no build step, no dependencies).
+//
+// Every POLL_MS it reads the jobs and, for the selected job (#job=ID in the address),
+// its reconfigurations and metrics window; it reads the abstraction again only when the
+// job's version changes. Data goes into the page with textContent, never as HTML.
+
+const API = "/api/v1";
+const TOKEN_KEY = "streampilot.token";
+const POLL_MS = 2000; // the metrics are ~1 s snapshots: faster polling shows nothing new
+const METRICS_WINDOW_S = 5; // long enough to smooth one-second snapshots, short enough to react
+const JOBS_SHOWN = 50;
+const RECONFIGURATIONS_SHOWN = 20;
+const CONNECTED = "Connected: the token is accepted.";
+const LIVE = new Set(["starting", "running", "reconfiguring"]); // jobs with metrics to read
+
+const $ = (selector) => document.querySelector(selector);
+
+const state = {
+  token: localStorage.getItem(TOKEN_KEY),
+  jobId: null,
+  shownVersion: null, // abstraction version in the tasks table
+  operators: [], // of the shown abstraction, for the action forms
+  timer: null,
+  generation: 0, // of the polling loop: a restarted loop ends the one before it
+  authFailed: false, // stop polling after a 401/403 until another token is given
+};
+
+class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+async function api(path, { method = "GET", body } = {}) {
+  const headers = { Accept: "application/json" };
+  if (state.token) headers.Authorization = `Bearer ${state.token}`;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(API + path, {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const data = await response.json().catch(() => null);
+  if (!response.ok) {
+    const error = data?.error ?? {};
+    throw new ApiError(
+      response.status,
+      error.code ?? "http_error",
+      error.message ?? `${response.status} ${response.statusText}`,
+    );
+  }
+  return data;
+}
+
+// ---- formatting ---------------------------------------------------------------------
+
+/** Sorted key groups as compact ranges: [0,1,2,3,7,9,10] -> "0–3, 7, 9–10". */
+export function keyGroupRanges(groups) {
+  const sorted = [...groups].sort((a, b) => a - b);
+  const parts = [];
+  for (let i = 0; i < sorted.length; ) {
+    let j = i;
+    while (j + 1 < sorted.length && sorted[j + 1] === sorted[j] + 1) j++;
+    parts.push(i === j ? `${sorted[i]}` : `${sorted[i]}–${sorted[j]}`);
+    i = j + 1;
+  }
+  return parts.join(", ");
+}
+
+const number = (x, digits = 1) =>
+  x == null ? "—" : x.toLocaleString("en-US", { maximumFractionDigits: digits });
+const percent = (x) => `${Math.round(x * 100)} %`;
+const when = (iso) => new Date(iso).toLocaleString();
+
+function workloadText(workload) {
+  if (workload.key_groups) {
+    const n = workload.key_groups.length;
+    return n ? `${keyGroupRanges(workload.key_groups)} (${n})` : "none";
+  }
+  return `weight ${number(workload.weight, 3)}`;
+}
+
+// ---- DOM helpers --------------------------------------------------------------------
+
+function el(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props)) {
+    if (value == null) continue;
+    if (key === "class") node.className = value;
+    else if (key === "dataset") Object.assign(node.dataset, value);
+    else node.setAttribute(key, value);
+  }
+  node.append(...children.filter((c) => c != null).map((c) => (c instanceof Node ? c : `${c}`)));
+  return node;
+}
+
+const cell = (text, className) => el("td", { class: className }, text);
+const num = (text) => cell(text, "num");
+
+function fill(table, rows, emptyText) {
+  const columns = table.tHead.rows[0].cells.length;
+  const body = table.tBodies[0];
+  if (rows.length) body.replaceChildren(...rows);
+  else body.replaceChildren(el("tr", {}, el("td", { colspan: columns, class: "empty" }, emptyText)));
+}
+
+const statusBadge = (status) => el("span", { class: `badge ${status}`, "data-status": status }, status);
+
+function say(target, message, kind = "info") {
+  target.textContent = message;
+  target.dataset.kind = kind;
+}
+
+// ---- rendering ----------------------------------------------------------------------
+
+function renderJobs(page) {
+  const rows = page.items.map((job) =>
+    el(
+      "tr",
+      {
+        "data-testid": "job-row",
+        "data-job-id": job.id,
+        "aria-current": job.id === state.jobId ? "true" : null,
+      },
+      el("td", {}, el("a", { href: `#job=${job.id}`, "data-testid": "job-link" }, `${job.id}`)),
+      cell(job.name),
+      cell(el("code", {}, job.job)),
+      el("td", { "data-testid": "job-row-status" }, statusBadge(job.status)),
+      num(job.version ?? "—"),
+      cell(when(job.created_at)),
+    ),
+  );
+  fill($("#jobs"), rows, "No jobs yet: submit one with POST /api/v1/jobs or `streampilot job submit`.");
+  $("#jobs-caption").textContent =
+    page.total > page.items.length
+      ? `Newest ${page.items.length} of ${page.total}; choose one to see its tasks, metrics and reconfigurations.`
+      : "Newest first; choose one to see its tasks, metrics and reconfigurations.";
+}
+
+function renderJob(job) {
+  $("#job-heading").textContent = `Job ${job.id}: ${job.name}`;
+  $("#job-status").replaceChildren(statusBadge(job.status));
+  $("#job-version").textContent = job.version ?? "—";
+  $("#job-ref").replaceChildren(el("code", {}, job.job));
+  $("#job-error-row").hidden = !job.error;
+  $("#job-error").textContent = job.error ?? "";
+}
+
+function renderAbstraction(abstraction) {
+  const rows = abstraction.operators.flatMap((op) =>
+    op.tasks.map((task) =>
+      el(
+        "tr",
+        { "data-testid": "task-row", "data-task": task.id, "data-operator": op.name },
+        cell(op.name),
+        el("th", { scope: "row" }, task.id),
+        el("td", { "data-testid": "task-workload" }, workloadText(task.workload)),
+        el("td", { "data-testid": "task-worker" }, task.resources.worker),
+        cell(el("code", {}, `${task.logic.ref} (v${task.logic.version})`)),
+      ),
+    ),
+  );
+  fill($("#tasks"), rows, "This job has no tasks.");
+  $("#tasks-caption").textContent =
+    `Abstraction version ${abstraction.job.version}: ${rows.length} tasks on ` +
+    `${abstraction.workers.length} workers.`;
+  state.operators = abstraction.operators;
+  for (const select of [$("#scale-operator"), $("#rebalance-operator")]) {
+    const chosen = select.value;
+    select.replaceChildren(
+      ...abstraction.operators.map((op) => el("option", { value: op.name }, `${op.name} (${op.kind})`)),
+    );
+    const keyed = abstraction.operators.find((op) => op.kind === "keyed");
+    select.value = state.operators.some((op) => op.name === chosen) ? chosen : (keyed ?? abstraction.operators[0])?.name ?? "";
+  }
+  showParallelism();
+}
+
+function showParallelism() {
+  const op = state.operators.find((o) => o.name === $("#scale-operator").value);
+  if (op) $("#scale-parallelism").value = op.tasks.length;
+}
+
+function renderMetrics(metrics) {
+  const order = state.operators.map((op) => op.name); // the abstraction's, source to sink
+  const rank = (name) => (order.includes(name) ? order.indexOf(name) : order.length);
+  const operators = [...metrics.operators].sort((a, b) => rank(a.operator) - rank(b.operator));
+  const rows = operators.map((op) =>
+    el(
+      "tr",
+      { "data-testid": "operator-metrics-row", "data-operator": op.operator },
+      el("th", { scope: "row" }, op.operator),
+      cell(op.kind),
+      el("td", { class: "num", "data-testid": "operator-tasks" }, op.tasks),
+      el("td", { class: "num", "data-testid": "rate-in" }, number(op.in_per_s)),
+      el("td", { class: "num", "data-testid": "rate-out" }, number(op.out_per_s)),
+      num(percent(op.busy)),
+      num(percent(op.backpressure)),
+      num(number(op.queued, 0)),
+    ),
+  );
+  fill($("#operator-metrics"), rows, "No task has reported yet.");
+  const latency = metrics.latency;
+  const ms = (x) => (latency.count ? `${number(x)} ms` : "—");
+  $('[data-testid="latency-p50"]').textContent = ms(latency.p50_ms);
+  $('[data-testid="latency-p95"]').textContent = ms(latency.p95_ms);
+  $('[data-testid="latency-p99"]').textContent = ms(latency.p99_ms);
+  $('[data-testid="latency-max"]').textContent = ms(latency.max_ms);
+  $('[data-testid="latency-count"]').textContent = number(latency.count, 0);
+  say(
+    $("#metrics-status"),
+    `Last ${number(metrics.window_s)} s, ${metrics.samples} snapshots; updated ${new Date().toLocaleTimeString()}.`,
+  );
+}
+
+function renderNoMetrics(message) {
+  fill($("#operator-metrics"), [], message);
+  for (const dd of $("#latency").querySelectorAll("dd")) dd.textContent = "—";
+  say($("#metrics-status"), message);
+}
+
+function renderReconfigurations(page) {
+  const rows = page.items.map((rec) => {
+    const t = rec.timings_ms;
+    const pauses = Object.values(rec.pause_ms);
+    return el(
+      "tr",
+      { "data-testid": "reconfiguration-row", "data-id": rec.id, "data-status": rec.status },
+      el("th", { scope: "row" }, `${rec.id}`),
+      cell(rec.origin),
+      el("td", { "data-testid": "reconfiguration-status" }, statusBadge(rec.status)),
+      cell(rec.result_version == null ? `${rec.base_version} →` : `${rec.base_version} → ${rec.result_version}`),
+      el("td", { "data-testid": "affected-tasks" }, rec.affected_tasks.join(", ") || "—"),
+      el("td", { class: "num", "data-testid": "timing-prepare" }, number(t.prepare)),
+      el("td", { class: "num", "data-testid": "timing-sync" }, number(t.sync)),
+      el("td", { class: "num", "data-testid": "timing-update" }, number(t.update)),
+      el("td", { class: "num", "data-testid": "timing-total" }, number(t.total)),
+      num(pauses.length ? number(Math.max(...pauses)) : "—"),
+      el("td", { "data-testid": "reconfiguration-error" }, rec.error ?? ""),
+    );
+  });
+  fill($("#reconfigurations"), rows, "No reconfiguration yet.");
+}
+
+// ---- polling ------------------------------------------------------------------------
+
+function authProblem(error) {
+  if (!(error instanceof ApiError) || (error.status !== 401 && error.status !== 403)) return false;
+  const what =
+    error.status === 401
+      ? "The server does not accept this token (401)"
+      : "This token lacks the scope for that (403)";
+  say($("#auth-status"), `${what}: ${error.message}`, "error");
+  return true;
+}
+
+async function refreshJob(job) {
+  renderJob(job);
+  const id = job.id;
+  const requests = [api(`/jobs/${id}/reconfigurations?limit=${RECONFIGURATIONS_SHOWN}`)];
+  if (job.version !== state.shownVersion) requests.push(api(`/jobs/${id}/abstraction`));
+  const [reconfigurations, abstraction] = await Promise.all(requests);
+  if (id !== state.jobId) return; // another job was chosen meanwhile
+  renderReconfigurations(reconfigurations);
+  if (abstraction) {
+    renderAbstraction(abstraction);
+    state.shownVersion = abstraction.job.version;
+  }
+  if (!LIVE.has(job.status)) {
+    renderNoMetrics(`The job is ${job.status}: no live metrics.`);
+    return;
+  }
+  try {
+    const metrics = await api(`/jobs/${id}/metrics?window_s=${METRICS_WINDOW_S}`);
+    if (id === state.jobId) renderMetrics(metrics);
+  } catch (error) {
+    if (!(error instanceof ApiError) || error.status !== 409) throw error;
+    renderNoMetrics(error.message); // e.g. not deployed since the control plane restarted
+  }
+}
+
+async function refresh() {
+  if (!state.token || state.authFailed) return;
+  try {
+    const jobs = await api(`/jobs?limit=${JOBS_SHOWN}`);
+    if ($("#auth-status").textContent !== CONNECTED) say($("#auth-status"), CONNECTED);
+    renderJobs(jobs);
+    if (state.jobId != null) {
+      const job = jobs.items.find((j) => j.id === state.jobId) ?? (await api(`/jobs/${state.jobId}`));
+      await refreshJob(job);
+    }
+  } catch (error) {
+    if (authProblem(error)) {
+      state.authFailed = true;
+    } else if (error instanceof ApiError && error.status === 404 && state.jobId != null) {
+      say($("#auth-status"), `Job ${state.jobId} does not exist.`, "error");
+      location.hash = "";
+    } else {
+      say($("#auth-status"), `Could not read the control plane: ${error.message}`, "error");
+    }
+  }
+}
+
+function poll() {
+  const generation = ++state.generation;
+  clearTimeout(state.timer);
+  const tick = async () => {
+    await refresh();
+    if (generation === state.generation && state.token && !state.authFailed) {
+      state.timer = setTimeout(tick, POLL_MS);
+    }
+  };
+  tick();
+}
+
+// ---- user actions -------------------------------------------------------------------
+
+function selectFromHash() {
+  const match = /^#job=(\d+)$/.exec(location.hash);
+  state.jobId = match ? Number(match[1]) : null;
+  state.shownVersion = null;
+  $("#job").hidden = state.jobId == null;
+  for (const table of ["#tasks", "#operator-metrics", "#reconfigurations"]) {
+    $(table).tBodies[0].replaceChildren();
+  }
+  say($("#action-status"), "");
+  say($("#metrics-status"), state.jobId == null ? "" : "Loading…");
+  for (const row of document.querySelectorAll('[data-testid="job-row"]')) {
+    if (Number(row.dataset.jobId) === state.jobId) row.setAttribute("aria-current", "true");
+    else row.removeAttribute("aria-current");
+  }
+}
+
+async function reconfigure(kind, body) {
+  const status = $("#action-status");
+  say(status, `Sending ${kind}…`);
+  try {
+    const rec = await api(`/jobs/${state.jobId}/${kind}`, { method: "POST", body });
+    say(status, `Reconfiguration ${rec.id} (${rec.origin}) accepted: ${rec.status}.`);
+    poll();
+  } catch (error) {
+    const scope = error.status === 403 ? " (an operate token is needed)" : "";
+    say(status, `${kind} refused${scope}: ${error.message}`, "error");
+  }
+}
+
+function setToken(token) {
+  state.token = token || null;
+  state.authFailed = false;
+  if (state.token) {
+    localStorage.setItem(TOKEN_KEY, state.token);
+    say($("#auth-status"), "Token saved in this browser; reading the control plane…");
+    poll();
+  } else {
+    localStorage.removeItem(TOKEN_KEY);
+    clearTimeout(state.timer);
+    $("#jobs").tBodies[0].replaceChildren();
+    location.hash = "";
+    say($("#auth-status"), "No token: enter one to see the jobs.", "error");
+  }
+}
+
+function start() {
+  $("#token-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const input = $("#token");
+    setToken(input.value.trim());
+    input.value = "";
+  });
+  $("#token-forget").addEventListener("click", () => setToken(null));
+  $("#scale-operator").addEventListener("change", showParallelism);
+  $("#scale-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    reconfigure("scale", {
+      operator: $("#scale-operator").value,
+      parallelism: Number($("#scale-parallelism").value),
+    });
+  });
+  $("#rebalance-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    reconfigure("rebalance", { operator: $("#rebalance-operator").value });
+  });
+  window.addEventListener("hashchange", () => {
+    selectFromHash();
+    poll();
+  });
+
+  selectFromHash();
+  if (state.token) {
+    say($("#auth-status"), "Using the token saved in this browser.");
+    poll();
+  } else {
+    say($("#auth-status"), "No token: enter one to see the jobs.", "error");
+  }
+}
+
+start();

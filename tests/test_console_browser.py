@@ -1,0 +1,303 @@
+"""The dashboard (``/``) and the OpenAPI console (``/docs``) in a real browser: Debian's
+chromium driven by Playwright against a real server (uvicorn, 2 local workers) running a
+word count.
+
+Every page is watched: a console error, an uncaught exception, a failed request or any
+request to a host other than this machine fails the test (requests off this machine are
+also aborted, so a page that needs the internet fails here as it would offline). The
+pages do not depend on the database, so these tests run on the SQLite server only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from api_support import ADMIN_TOKEN, Api, wait_until
+from playwright.sync_api import Browser, ConsoleMessage, Page, Request, expect, sync_playwright
+
+CHROMIUM = "/usr/bin/chromium"  # Debian's; `.ci/run` installs it (never `playwright install`)
+CHROMIUM_ARGS = [
+    "--no-sandbox",  # CI runs as root
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",  # no update checks, no safe-browsing lists
+    "--disable-component-update",
+    "--disable-sync",
+]
+LAUNCH_TIMEOUT_MS = 60_000  # chromium's first start on a busy 2-core box
+WAIT_MS = 20_000  # for one thing to appear on a page (the page polls every 2 s)
+RECONFIGURATION_WAIT_MS = 60_000  # a scale-out deploys a task and moves key groups
+EN_DASH = "\u2013"  # between the ends of a range of key groups
+LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
+WORDCOUNT = {
+    "name": "wordcount-console",
+    "job": "examples.wordcount:build",
+    "params": {"records": 0, "rate": 1000},
+}
+
+pytestmark = pytest.mark.parametrize("api", ["sqlite"], indirect=True, ids=["sqlite"])
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Debian's chromium, headless, closed after the module."""
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(
+            f"{CHROMIUM} is missing: apt-get install -y --no-install-recommends chromium "
+            "(.ci/run does it)",
+            pytrace=False,
+        )
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=LAUNCH_TIMEOUT_MS
+        )
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture(scope="module")
+def job(api: Api) -> Iterator[int]:
+    """A running, unbounded word count (1000 sentences/s), stopped after the module."""
+    with api.client() as http:
+        r = http.post("/api/v1/jobs", json=WORDCOUNT)
+        assert r.status_code == 201, r.text
+        job_id = r.json()["id"]
+        try:
+            yield job_id
+        finally:
+            http.delete(f"/api/v1/jobs/{job_id}")
+
+
+@dataclass
+class Watched:
+    """A page and what it did wrong so far."""
+
+    page: Page
+    errors: list[str] = field(default_factory=list)
+    outside: list[str] = field(default_factory=list)
+
+    def assert_clean(self) -> None:
+        assert not self.outside, f"requests off this machine: {self.outside}"
+        assert not self.errors, "\n".join(self.errors)
+
+
+def _off_this_machine(url: str) -> bool:
+    parts = urlsplit(url)
+    return parts.scheme in ("http", "https", "ws", "wss") and parts.hostname not in LOOPBACK
+
+
+@pytest.fixture
+def open_page(browser: Browser) -> Iterator[Any]:
+    """``open_page()``: a page in a fresh browser context (no stored token), watched;
+    every context is closed after the test."""
+    contexts = []
+
+    def open_() -> Watched:
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        context.set_default_timeout(WAIT_MS)
+        contexts.append(context)
+        watched = Watched(context.new_page())
+
+        def on_console(message: ConsoleMessage) -> None:
+            if message.type == "error":
+                watched.errors.append(f"console error: {message.text} ({message.location})")
+
+        def on_request(request: Request) -> None:
+            if _off_this_machine(request.url):
+                watched.outside.append(request.url)
+
+        context.route(_off_this_machine, lambda route: route.abort("blockedbyclient"))
+        watched.page.on("console", on_console)
+        watched.page.on("pageerror", lambda exc: watched.errors.append(f"uncaught: {exc}"))
+        watched.page.on("request", on_request)
+        watched.page.on(
+            "requestfailed",
+            lambda r: watched.errors.append(f"request failed: {r.method} {r.url} {r.failure}"),
+        )
+        return watched
+
+    try:
+        yield open_
+    finally:
+        for context in contexts:
+            context.close()
+
+
+def key_group_ranges(groups: list[int]) -> str:
+    """What the page shows for a task's key groups: compact ranges and a count."""
+    ranges: list[tuple[int, int]] = []
+    for g in sorted(groups):
+        if ranges and ranges[-1][1] == g - 1:
+            ranges[-1] = (ranges[-1][0], g)
+        else:
+            ranges.append((g, g))
+    text = ", ".join(f"{a}" if a == b else f"{a}{EN_DASH}{b}" for a, b in ranges)
+    return f"{text} ({len(groups)})"
+
+
+def number(text: str) -> float:
+    """A number as the page prints it (``1,000.8``)."""
+    return float(text.replace(",", ""))
+
+
+def sign_in(page: Page, base_url: str, token: str) -> None:
+    page.goto(f"{base_url}/")
+    expect(page.get_by_test_id("auth-status")).to_contain_text("No token")
+    page.get_by_label("Bearer token").fill(token)
+    page.get_by_test_id("token-save").click()
+
+
+def test_dashboard_shows_a_live_job_its_tasks_metrics_and_a_reconfiguration(
+    api: Api, job: int, open_page: Any, tmp_path: Any
+) -> None:
+    watched = open_page()
+    page = watched.page
+    with api.client() as http:
+        abstraction = http.get(f"/api/v1/jobs/{job}/abstraction").json()
+    version = abstraction["job"]["version"]
+
+    # The jobs list, once a token is given.
+    sign_in(page, api.base_url, ADMIN_TOKEN)
+    expect(page.get_by_test_id("auth-status")).to_have_text("Connected: the token is accepted.")
+    row = page.locator(f'[data-testid="job-row"][data-job-id="{job}"]')
+    expect(row.get_by_test_id("job-row-status")).to_have_text("running")
+    expect(row).to_contain_text(WORDCOUNT["name"])
+
+    # The token is remembered by this browser.
+    page.reload()
+    expect(row.get_by_test_id("job-row-status")).to_have_text("running")
+    assert page.get_by_label("Bearer token").input_value() == ""
+
+    # The job: its abstraction as a table of tasks, as the API has it.
+    row.get_by_test_id("job-link").click()
+    expect(page.get_by_test_id("job-heading")).to_have_text(f"Job {job}: {WORDCOUNT['name']}")
+    expect(page.get_by_test_id("job-status")).to_have_text("running")
+    tasks = page.get_by_test_id("task-row")
+    expected = [(op["name"], t) for op in abstraction["operators"] for t in op["tasks"]]
+    expect(tasks).to_have_count(len(expected))
+    for operator, task in expected:
+        shown = page.locator(f'[data-testid="task-row"][data-task="{task["id"]}"]')
+        assert shown.get_attribute("data-operator") == operator
+        expect(shown.get_by_test_id("task-worker")).to_have_text(task["resources"]["worker"])
+        if operator == "count":
+            workload = key_group_ranges(task["workload"]["key_groups"])
+            expect(shown.get_by_test_id("task-workload")).to_have_text(workload)
+        expect(shown).to_contain_text(task["logic"]["ref"])
+
+    # Live metrics: records flow into the sink, latency is measured, the window moves on.
+    sink = page.locator('[data-testid="operator-metrics-row"][data-operator="sink"]')
+    wait_until(
+        lambda: sink.count() and number(sink.get_by_test_id("rate-in").inner_text()) > 0,
+        WAIT_MS / 1000,
+        "the sink's input rate on the page",
+        every=0.25,
+    )
+    operators = page.get_by_test_id("operator-metrics-row")
+    assert operators.evaluate_all("rows => rows.map(r => r.dataset.operator)") == [
+        "sentences",
+        "split",
+        "count",
+        "sink",
+    ]
+    expect(page.get_by_test_id("latency-p50")).to_have_text(re.compile(r"^[\d,.]+ ms$"))
+    expect(page.get_by_test_id("latency-p99")).to_have_text(re.compile(r"^[\d,.]+ ms$"))
+    status = page.get_by_test_id("metrics-status")
+    updated = status.inner_text()
+    expect(status).not_to_have_text(updated)  # polled again
+
+    # A scale-out from the page: accepted, then in the history with its timings.
+    page.get_by_label("Scale operator").select_option("count")
+    page.get_by_test_id("scale-parallelism").fill("3")
+    page.get_by_test_id("scale-submit").click()
+    expect(page.get_by_test_id("action-status")).to_contain_text("(scale) accepted")
+    done = page.locator('[data-testid="reconfiguration-row"][data-status="completed"]')
+    expect(done).to_have_count(1, timeout=RECONFIGURATION_WAIT_MS)
+    with api.client() as http:
+        history = http.get(f"/api/v1/jobs/{job}/reconfigurations").json()["items"]
+    assert len(history) == 1
+    rec = history[0]
+    assert (rec["origin"], rec["status"], rec["result_version"]) == (
+        "scale",
+        "completed",
+        version + 1,
+    )
+    assert done.get_attribute("data-id") == str(rec["id"])
+    expect(done.get_by_test_id("affected-tasks")).to_have_text(", ".join(rec["affected_tasks"]))
+    for phase in ("prepare", "sync", "update", "total"):
+        shown = number(done.get_by_test_id(f"timing-{phase}").inner_text())
+        assert shown == pytest.approx(rec["timings_ms"][phase], abs=0.051), phase
+    expect(done.get_by_test_id("reconfiguration-error")).to_have_text("")
+
+    # The new version's tasks replace the old ones.
+    expect(page.get_by_test_id("job-version")).to_have_text(str(version + 1))
+    expect(page.locator('[data-testid="task-row"][data-task="count-2"]')).to_have_count(1)
+    count = page.locator('[data-testid="operator-metrics-row"][data-operator="count"]')
+    expect(count.get_by_test_id("operator-tasks")).to_have_text("3")  # all three report
+
+    page.screenshot(path=tmp_path / "console.png", full_page=True)
+    watched.assert_clean()
+
+
+def test_dashboard_says_what_is_wrong_with_a_token(api: Api, job: int, open_page: Any) -> None:
+    # An unknown token: 401, said plainly, and the page stops asking.
+    watched = open_page()
+    sign_in(watched.page, api.base_url, "sp_not-a-token")
+    auth = watched.page.get_by_test_id("auth-status")
+    expect(auth).to_contain_text("does not accept this token (401)")
+    expect(auth).to_contain_text("unknown or revoked token")
+    assert all("401" in e for e in watched.errors), watched.errors  # chromium logs the 401
+    assert not watched.outside, watched.outside
+
+    # A read token: the job is shown, but scaling needs operate (403, said plainly).
+    with api.client() as http:
+        r = http.post("/api/v1/tokens", json={"name": "console-reader", "scopes": ["read"]})
+        assert r.status_code == 201, r.text
+        reader = r.json()
+    try:
+        watched = open_page()
+        sign_in(watched.page, api.base_url, reader["token"])
+        page = watched.page
+        page.locator(f'[data-testid="job-row"][data-job-id="{job}"]').get_by_test_id(
+            "job-link"
+        ).click()
+        expect(page.get_by_test_id("task-row").first).to_be_visible()
+        page.get_by_test_id("rebalance-submit").click()
+        action = page.get_by_test_id("action-status")
+        expect(action).to_contain_text("rebalance refused (an operate token is needed)")
+        expect(action).to_contain_text("operate")
+        assert all("403" in e for e in watched.errors), watched.errors
+        assert not watched.outside, watched.outside
+    finally:
+        with api.client() as http:
+            http.delete(f"/api/v1/tokens/{reader['id']}")
+
+
+def test_docs_authorize_and_try_an_authorized_call(api: Api, job: int, open_page: Any) -> None:
+    watched = open_page()
+    page = watched.page
+    page.goto(f"{api.base_url}/docs")
+
+    page.locator("button.authorize").click()
+    page.locator("#auth-bearer-value").fill(ADMIN_TOKEN)
+    page.get_by_role("button", name="Apply credentials").click()
+    page.locator(".auth-btn-wrapper button.btn-done").click()
+
+    operation = page.locator("#operations-jobs-list_jobs_api_v1_jobs_get")
+    operation.locator(".opblock-summary-control").click()
+    operation.get_by_role("button", name="Try it out").click()
+    operation.get_by_role("button", name="Execute").click()
+
+    response = operation.locator(".live-responses-table .response")
+    expect(response.locator(".response-col_status")).to_have_text("200")
+    expect(response.locator(".response-col_description")).to_contain_text(WORDCOUNT["name"])
+    expect(operation.locator(".curl-command")).to_contain_text(f"Bearer {ADMIN_TOKEN}")
+    watched.assert_clean()
