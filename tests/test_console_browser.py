@@ -35,6 +35,7 @@ LAUNCH_TIMEOUT_MS = 60_000  # chromium's first start on a busy 2-core box
 WAIT_MS = 20_000  # for one thing to appear on a page (the page polls every 2 s)
 RECONFIGURATION_WAIT_MS = 60_000  # a scale-out deploys a task and moves key groups
 EN_DASH = "\u2013"  # between the ends of a range of key groups
+REDOC_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"  # hard-coded in redoc.standalone.js
 LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 WORDCOUNT = {
     "name": "wordcount-console",
@@ -300,4 +301,18 @@ def test_docs_authorize_and_try_an_authorized_call(api: Api, job: int, open_page
     expect(response.locator(".response-col_status")).to_have_text("200")
     expect(response.locator(".response-col_description")).to_contain_text(WORDCOUNT["name"])
     expect(operation.locator(".curl-command")).to_contain_text(f"Bearer {ADMIN_TOKEN}")
+    watched.assert_clean()
+
+
+def test_redoc_renders_the_reference_offline(api: Api, open_page: Any) -> None:
+    """The one request off this machine is Redoc's own logo (its standalone bundle always
+    asks its CDN for it and hides it when that fails); anything else fails the test."""
+    watched = open_page()
+    page = watched.page
+    page.goto(f"{api.base_url}/redoc")
+    expect(page.locator("h1").first).to_contain_text("streampilot")
+    expect(page.get_by_text("/api/v1/jobs/{job_id}/reconfigurations").first).to_be_attached()
+    expect(page.get_by_alt_text("redocly logo")).to_have_count(0)  # gone once refused
+    watched.outside = [u for u in watched.outside if u != REDOC_LOGO]
+    watched.errors = [e for e in watched.errors if REDOC_LOGO not in e]
     watched.assert_clean()

@@ -57,7 +57,7 @@ async function api(path, { method = "GET", body } = {}) {
 // ---- formatting ---------------------------------------------------------------------
 
 /** Sorted key groups as compact ranges: [0,1,2,3,7,9,10] -> "0–3, 7, 9–10". */
-export function keyGroupRanges(groups) {
+function keyGroupRanges(groups) {
   const sorted = [...groups].sort((a, b) => a - b);
   const parts = [];
   for (let i = 0; i < sorted.length; ) {
