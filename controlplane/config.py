@@ -8,6 +8,8 @@ over the environment). Values are validated when the object is built, so a bad
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
@@ -45,6 +47,16 @@ class Settings(BaseSettings):
     migrate_on_start: bool = Field(True, description="upgrade the database schema at start-up")
     log_level: str = Field("INFO", description="log level of the control plane")
     worker_log_level: str = Field("WARNING", description="log level of local workers")
+    backend: Literal["local", "spark"] = Field(
+        "local", description="what starts workers: local subprocesses, or Spark tasks"
+    )
+    spark_master: str = Field(
+        "local[2]", description="Spark master URL (backend spark): local[N], spark://, yarn, k8s://"
+    )
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict,
+        description='extra Spark configuration, as JSON: {"spark.executor.memory": "2g"}',
+    )
 
     @field_validator("database_url")
     @classmethod

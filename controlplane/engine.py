@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from controlplane.abstraction import AbstractionError, Plan, apply_plan, diff
-from controlplane.backends import LocalBackend
+from controlplane.backends import WorkerBackend, make_backend
 from controlplane.config import Settings
 from controlplane.coordinator import Coordinator, CoordinatorError, Job
 from controlplane.coordinator.plans import refresh_workers
@@ -175,7 +175,8 @@ class MetricsView:
 
 @dataclass(frozen=True)
 class WorkerView:
-    """A worker as the coordinator sees it; ``tasks`` are those of live jobs placed on it."""
+    """A worker as the coordinator sees it; ``tasks`` are those of live jobs placed on it,
+    ``error`` why it was lost, ``executor_id`` the Spark executor hosting it."""
 
     id: str
     host: str
@@ -186,6 +187,8 @@ class WorkerView:
     cpu_percent: float
     rss_mb: float
     tasks: tuple[str, ...]
+    error: str | None = None
+    executor_id: str | None = None
 
 
 def job_key(job_id: int) -> str:
@@ -194,7 +197,8 @@ def job_key(job_id: int) -> str:
 
 
 class Engine:
-    """The coordinator and its local worker backend, started on the caller's event loop."""
+    """The coordinator and its worker backend (``settings.backend``), started on the
+    caller's event loop."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -203,7 +207,7 @@ class Engine:
         self.coordinator = Coordinator(
             self._secret, host=settings.coordinator_host, port=settings.coordinator_port
         )
-        self.backend: LocalBackend | None = None
+        self.backend: WorkerBackend | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._busy: set[str] = set()  # ids of jobs with a reserved or running plan
@@ -212,15 +216,16 @@ class Engine:
     # -- lifecycle (on the loop) -----------------------------------------------------------
 
     async def start(self) -> None:
-        """Listen for workers, start ``settings.local_workers`` local ones and wait until
-        they have registered (``settings.workers_timeout_s``); on failure nothing is left
+        """Listen for workers, start ``settings.local_workers`` with the backend and wait
+        until they have registered (``settings.workers_timeout_s``); on failure (e.g. a
+        :class:`~controlplane.backends.BackendError` when Spark cannot start) nothing is left
         running and the error propagates."""
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         address = await self.coordinator.start()
-        self.backend = LocalBackend(address, self._secret, log_level=self.settings.worker_log_level)
-        self.coordinator.backend = self.backend
         try:
+            self.backend = await make_backend(self.settings, self.coordinator, self._secret)
+            self.coordinator.backend = self.backend
             n = self.settings.local_workers
             if n:
                 await self.backend.start_workers(n)
@@ -228,7 +233,7 @@ class Engine:
         except BaseException:
             await self.close()
             raise
-        logger.info("coordinator at %s:%s with %d local workers", *address, n)
+        logger.info("coordinator at %s:%s with %d %s workers", *address, n, self.backend.name)
 
     async def close(self) -> None:
         """Cancel in-flight reconfigurations, stop every job, then every worker."""
@@ -354,7 +359,7 @@ class Engine:
                     f"worker {worker_id!r} hosts tasks {', '.join(view.tasks)} of running "
                     "jobs: move them first (POST /jobs/{id}/migrate or a plan), then drain"
                 )
-            if self.backend is None or view.pid not in self.backend.procs:
+            if self.backend is None or not self.backend.owns(view.pid):
                 raise Unavailable(
                     f"worker {worker_id!r} (pid {view.pid}) was not started by this control "
                     "plane's backend: stop it where it was started"
@@ -487,6 +492,8 @@ class Engine:
                 cpu_percent=w.cpu_percent,
                 rss_mb=w.rss_mb,
                 tasks=tuple(sorted(hosted.get(w.id, ()))),
+                error=w.error,
+                executor_id=w.executor_id,
             )
             for w in sorted(self.coordinator.workers.values(), key=lambda w: w.id)
         ]

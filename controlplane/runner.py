@@ -1,4 +1,4 @@
-"""Run one job end to end on local workers: coordinator, backend, deploy, wait, summary.
+"""Run one job end to end on local (or Spark) workers: coordinator, backend, deploy, wait, summary.
 
 Used by ``streampilot run``, ``streampilot demo``, the benchmarks and the tests. Every
 process it starts is stopped before it returns, whatever happens.
@@ -12,16 +12,17 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from runtime.dataflow import JobGraph
 
-from .backends import LocalBackend
+from .backends import LocalBackend, WorkerBackend
 from .coordinator import Coordinator, Job, RuntimeConfig
 
 __all__ = ["LocalCluster", "RunResult", "run_local"]
 
 WORKERS_REGISTER_TIMEOUT_S = 30.0  # local workers import numpy/msgpack and dial back within this
+SPARK_MASTER = "local[2]"  # used when no SparkSession runs in this process yet
 
 
 @dataclass
@@ -33,24 +34,37 @@ class RunResult:
 
 
 class LocalCluster:
-    """A coordinator and ``workers`` local worker processes, as an async context manager."""
+    """A coordinator and ``workers`` worker processes, as an async context manager.
+
+    ``backend`` ``"spark"`` starts them as Spark tasks of this process's SparkSession (the
+    running one, else a new one on :data:`SPARK_MASTER`), which the cluster does not stop."""
 
     def __init__(
         self,
         workers: int = 2,
         config: RuntimeConfig | None = None,
         log_level: str = "WARNING",
+        backend: Literal["local", "spark"] = "local",
         **coordinator_options: Any,
     ) -> None:
         self.n = workers
         self.secret = secrets.token_hex(16)
         self.coordinator = Coordinator(self.secret, config=config, **coordinator_options)
-        self.backend: LocalBackend | None = None
+        self.backend: WorkerBackend | None = None
+        self.backend_name = backend
         self.log_level = log_level
 
     async def __aenter__(self) -> LocalCluster:
         address = await self.coordinator.start()
-        self.backend = LocalBackend(address, self.secret, log_level=self.log_level)
+        if self.backend_name == "spark":
+            from .backends.spark import SparkBackend, spark_session
+
+            session = await asyncio.to_thread(spark_session, SPARK_MASTER)
+            self.backend = SparkBackend(
+                self.coordinator, self.secret, session, log_level=self.log_level
+            )
+        else:
+            self.backend = LocalBackend(address, self.secret, log_level=self.log_level)
         self.coordinator.backend = self.backend
         try:
             await self.backend.start_workers(self.n)

@@ -1,7 +1,7 @@
 """Helpers for tests and benchmarks: a local cluster running on a background event loop.
 
-:class:`BackgroundCluster` starts a coordinator and local worker processes on an asyncio
-loop in a daemon thread, so synchronous tests can share one cluster across many tests and
+:class:`BackgroundCluster` starts a coordinator and worker processes (local ones, or Spark
+tasks with ``backend="spark"``) on an asyncio loop in a daemon thread, so synchronous tests can share one cluster across many tests and
 submit jobs with :meth:`BackgroundCluster.run` (every wait is bounded by a timeout).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from runtime.dataflow import JobGraph
 
@@ -25,14 +25,23 @@ CALL_TIMEOUT_S = 120.0  # no call into the cluster's loop waits longer than this
 
 
 class BackgroundCluster:
-    def __init__(self, workers: int = 2, config: RuntimeConfig | None = None) -> None:
+    def __init__(
+        self,
+        workers: int = 2,
+        config: RuntimeConfig | None = None,
+        backend: Literal["local", "spark"] = "local",
+    ) -> None:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self.loop.run_forever, name="cluster-loop", daemon=True
         )
         self._thread.start()
-        self.cluster = LocalCluster(workers, config)
-        self.call(self.cluster.__aenter__())
+        self.cluster = LocalCluster(workers, config, backend=backend)
+        try:
+            self.call(self.cluster.__aenter__())
+        except BaseException:
+            self._stop_loop()
+            raise
 
     @property
     def coordinator(self):
@@ -67,6 +76,9 @@ class BackgroundCluster:
         try:
             self.call(self.cluster.close(), 30)
         finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(10)
-            self.loop.close()
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()

@@ -4,8 +4,9 @@ Run as ``python -m runtime.worker --coordinator HOST:PORT --secret SECRET``. The
 
 1. starts its data server (the address peers send records to);
 2. dials the coordinator and registers its resources (host, pid, cpus, memory, data
-   address) with the cluster secret; a refusal or a wrong secret ends the process with
-   exit code 2 and the reason on stderr;
+   address, and the Spark executor id when a Spark task started it) with the cluster
+   secret; a refusal or a wrong secret ends the process with exit code 2 and the reason
+   on stderr;
 3. obeys ``deploy`` / ``start`` / ``stop`` / ``inject_barrier`` messages, and reports
    task outcomes, barrier acks and, every second, metrics (per task, plus CPU and RSS);
 4. exits by itself when the control connection closes (the coordinator went away).
@@ -64,6 +65,7 @@ class Worker:
         cpus: float = 1.0,
         memory_mb: int | None = None,
         name: str | None = None,
+        executor_id: str | None = None,
     ) -> None:
         self.coordinator = coordinator
         self.secret = secret
@@ -71,6 +73,7 @@ class Worker:
         self.cpus = cpus
         self.memory_mb = memory_mb or int(psutil.virtual_memory().total / 2**20)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.executor_id = executor_id  # the Spark executor hosting this worker, if any
         self.worker_id = ""
         self.inputs: dict[str, InputChannel] = {}
         self.jobs: dict[str, JobRuntime] = {}
@@ -170,6 +173,7 @@ class Worker:
                 "data_host": data_host,
                 "data_port": data_port,
                 "name": self.name,
+                "executor_id": self.executor_id,
             }
         )
         try:
@@ -392,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpus", type=float, default=1.0)
     parser.add_argument("--memory-mb", type=int, default=None)
     parser.add_argument("--name", default=None)
+    parser.add_argument("--executor-id", default=None, help="the Spark executor hosting it")
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -405,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         cpus=args.cpus,
         memory_mb=args.memory_mb,
         name=args.name,
+        executor_id=args.executor_id,
     )
     try:
         import uvloop

@@ -44,3 +44,43 @@ def api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 
     with running_server(request.param, str(tmp_path_factory.mktemp("api"))) as server:
         yield server
+
+
+SPARK_TEST_CONF = {
+    "spark.ui.enabled": "false",  # nothing listens beyond what the tests need
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.sql.shuffle.partitions": "2",
+}
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator:
+    """The test session's one SparkSession (``local[2]``: two task slots). A first job starts
+    PySpark's daemon, so the JVM and the daemon exist before any test counts processes."""
+    from controlplane.backends.spark import spark_session
+
+    session = spark_session("local[2]", SPARK_TEST_CONF)
+    session.sparkContext.setLogLevel("ERROR")
+    session.sparkContext.parallelize([0], 1).map(lambda x: x).collect()
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(spark) -> Iterator[BackgroundCluster]:
+    """A coordinator and 2 workers running as Spark tasks. Per module, not per session: the
+    workers hold both of ``local[2]``'s task slots, which other tests' Spark jobs need."""
+    c = BackgroundCluster(workers=2, backend="spark")
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture(params=["local", "spark"])
+def any_cluster(request: pytest.FixtureRequest) -> BackgroundCluster:
+    """The shared cluster of each worker backend in turn (see ``cluster``, ``spark_cluster``)."""
+    return request.getfixturevalue("cluster" if request.param == "local" else "spark_cluster")

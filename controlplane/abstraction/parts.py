@@ -237,7 +237,9 @@ class Input:
 class Worker:
     """A worker the job may use. ``slots`` is the most tasks of this job it may host (the
     capacity rule); a worker requested with ``"new"`` appears as ``"new-<k>"`` with status
-    ``"pending"`` until the coordinator substitutes the real one."""
+    ``"pending"`` until the coordinator substitutes the real one. ``executor_id`` is the
+    Spark executor hosting the worker (spark backend; absent from the JSON otherwise), so
+    placement policies see the machine layout Spark gave."""
 
     id: str
     host: str
@@ -246,6 +248,7 @@ class Worker:
     backend: str
     status: str = "alive"
     slots: int = DEFAULT_SLOTS
+    executor_id: str | None = None
 
     @property
     def placeholder(self) -> bool:
@@ -257,7 +260,8 @@ class Worker:
     @classmethod
     def from_info(cls, info: Any, *, backend: str = "local", slots: int = DEFAULT_SLOTS) -> Worker:
         """From any object with ``id, host, cpus, memory_mb`` (e.g. the coordinator's
-        ``WorkerInfo``); ``backend``, ``status`` and ``slots`` are read when present."""
+        ``WorkerInfo``); ``backend``, ``status``, ``slots`` and ``executor_id`` are read
+        when present."""
         return cls(
             info.id,
             info.host,
@@ -266,10 +270,11 @@ class Worker:
             getattr(info, "backend", backend),
             getattr(info, "status", "alive"),
             getattr(info, "slots", slots),
+            getattr(info, "executor_id", None),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "id": self.id,
             "host": self.host,
             "cpus": self.cpus,
@@ -278,12 +283,19 @@ class Worker:
             "status": self.status,
             "slots": self.slots,
         }
+        if self.executor_id is not None:
+            d["executor_id"] = self.executor_id
+        return d
 
     @classmethod
     def from_dict(cls, data: Any, path: str = "worker") -> Worker:
         d = shape.obj(
-            data, path, ("id", "host", "cpus", "memory_mb", "backend", "status"), ("slots",)
+            data,
+            path,
+            ("id", "host", "cpus", "memory_mb", "backend", "status"),
+            ("slots", "executor_id"),
         )
+        executor = d.get("executor_id")
         return cls(
             shape.string(d["id"], f"{path}.id"),
             _host(d["host"], f"{path}.host"),
@@ -292,4 +304,5 @@ class Worker:
             _host(d["backend"], f"{path}.backend"),
             shape.string(d["status"], f"{path}.status"),
             shape.integer(d.get("slots", DEFAULT_SLOTS), f"{path}.slots", 0),
+            None if executor is None else shape.string(executor, f"{path}.executor_id"),
         )

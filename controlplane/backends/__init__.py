@@ -2,10 +2,38 @@
 
 Every backend starts the same ``python -m runtime.worker`` program, which dials the
 coordinator; the backend only decides where the process runs. Siblings: ``local``
-(subprocesses on this machine) and, later, ``spark`` (inside Spark executors).
+(subprocesses on this machine) and ``spark`` (inside long-running Spark tasks; imports
+pyspark only when chosen). :func:`make_backend` picks one from the settings.
 """
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
 
 from .base import BackendError, WorkerBackend
 from .local import LocalBackend
 
-__all__ = ["BackendError", "LocalBackend", "WorkerBackend"]
+if TYPE_CHECKING:
+    from controlplane.config import Settings
+    from controlplane.coordinator import Coordinator
+
+__all__ = ["BackendError", "LocalBackend", "WorkerBackend", "make_backend"]
+
+
+async def make_backend(settings: Settings, coordinator: Coordinator, secret: str) -> WorkerBackend:
+    """The backend ``settings.backend`` names, for a started ``coordinator``. For ``spark``
+    this creates the SparkSession (in a thread, bounded: see :func:`.spark.spark_session`)
+    and raises :class:`BackendError` when Spark cannot start or its master cannot be reached."""
+    if settings.backend == "spark":
+        from .spark import SparkBackend, spark_session
+
+        session = await asyncio.to_thread(spark_session, settings.spark_master, settings.spark_conf)
+        return SparkBackend(
+            coordinator,
+            secret,
+            session,
+            log_level=settings.worker_log_level,
+            owns_session=True,
+        )
+    return LocalBackend(coordinator.address, secret, log_level=settings.worker_log_level)

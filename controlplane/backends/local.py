@@ -88,6 +88,9 @@ class LocalBackend(WorkerBackend):
             raise BackendError(f"no local worker with pid {pid}")
         await _terminate(proc)
 
+    def owns(self, pid: int) -> bool:
+        return pid in self.procs
+
     def kill_worker(self, pid: int) -> None:
         """SIGKILL one worker at once (fault injection)."""
         proc = self.procs.get(pid)

@@ -155,7 +155,8 @@ class Coordinator:
             return job
         if job.done:
             return job
-        job.abstraction = abstraction_of(job, self.alive_workers())
+        backend = self.backend.name if self.backend is not None else "local"
+        job.abstraction = abstraction_of(job, self.alive_workers(), backend)
         job.versions.append(job.abstraction)
         # Step 4. Start with a common clock origin.
         job.started_at = time.time()
@@ -359,6 +360,7 @@ class Coordinator:
                 data_host=str(msg["data_host"]),
                 data_port=int(msg["data_port"]),
                 name=str(msg["name"]),
+                executor_id=None if msg.get("executor_id") is None else str(msg["executor_id"]),
             )
             conn = _WorkerConn(info, writer)
             self.workers[info.id] = info
@@ -417,10 +419,36 @@ class Coordinator:
                     logger.warning("worker %s: %s", wid, conn.info.error)
                     conn.writer.transport.abort()
 
+    def shutdown_worker(self, worker_id: str) -> bool:
+        """Ask one worker to exit (it closes its connection and is then lost); False when it
+        is not connected."""
+        conn = self._conns.get(worker_id)
+        if conn is None:
+            return False
+        conn.send({"type": "shutdown"})
+        return True
+
+    def worker_failed(self, worker_id: str, reason: str) -> None:
+        """A backend saw what hosts the worker fail (e.g. its Spark task died): the worker is
+        lost with ``reason``. If its connection already closed, the reason replaces the
+        vaguer cause on the worker and in the error of the jobs that failed with it."""
+        info = self.workers.get(worker_id)
+        if info is None:
+            return
+        conn = self._conns.get(worker_id)
+        if conn is not None:
+            info.error = reason
+            conn.writer.transport.abort()  # _serve's reader ends and calls _worker_lost
+            return
+        before = _lost_message(info, info.error)
+        info.error = reason
+        for job in self.jobs.values():
+            if job.error == before:
+                job.error = _lost_message(info, reason)
+
     def _worker_lost(self, info: WorkerInfo) -> None:
         info.status = "lost"
         self._conns.pop(info.id, None)
-        cause = info.error or "control connection lost"
         for job in self.jobs.values():  # a stop waiting for this worker's last counts
             fut = job._stop_replies.get(info.id)
             if fut is not None and not fut.done():
@@ -428,7 +456,7 @@ class Coordinator:
         for job in self.jobs.values():
             if job.done or info.id not in job.layout.workers_used():
                 continue
-            msg = f"worker {info.id} (pid {info.pid} on {info.host}) died: {cause}"
+            msg = _lost_message(info, info.error)
             if job.status == "starting":
                 fut = job._deploy_replies.get(info.id)
                 if fut is not None and not fut.done():
@@ -525,3 +553,9 @@ class Coordinator:
         for conn in self._conns.values():
             with contextlib.suppress(ConnectionError):
                 await conn.writer.drain()
+
+
+def _lost_message(info: WorkerInfo, cause: str | None) -> str:
+    """A job's error when ``info``'s worker, hosting some of its tasks, was lost."""
+    cause = cause or "control connection lost"
+    return f"worker {info.id} (pid {info.pid} on {info.host}) died: {cause}"

@@ -53,6 +53,7 @@ class WorkerInfo:
     cpu_percent: float = 0.0
     rss_mb: float = 0.0
     error: str | None = None
+    executor_id: str | None = None  # the Spark executor hosting it (spark backend)
 
 
 class Job:

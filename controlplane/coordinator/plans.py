@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from controlplane.abstraction import (
@@ -38,9 +39,9 @@ __all__ = ["NEW_WORKER_TIMEOUT_S", "abstraction_of", "apply", "layout_of", "refr
 NEW_WORKER_TIMEOUT_S = 30.0  # a worker asked of the backend registers within this
 
 
-def abstraction_of(job: Job, workers: list[Any]) -> Abstraction:
-    """Version 1 of a freshly deployed job's abstraction."""
-    return from_graph(job.id, job.graph, job.layout, workers)
+def abstraction_of(job: Job, workers: list[Any], backend: str = "local") -> Abstraction:
+    """Version 1 of a freshly deployed job's abstraction (``backend`` started its workers)."""
+    return from_graph(job.id, job.graph, job.layout, workers, backend=backend)
 
 
 def refresh_workers(a: Abstraction, workers: list[Any], backend: str) -> Abstraction:
@@ -54,7 +55,7 @@ def refresh_workers(a: Abstraction, workers: list[Any], backend: str) -> Abstrac
 
 
 def _lost(w: Worker) -> Worker:
-    return Worker(w.id, w.host, w.cpus, w.memory_mb, w.backend, "lost", w.slots)
+    return replace(w, status="lost")
 
 
 def layout_of(new: Abstraction, graph: JobGraph, old: Abstraction, current: Layout) -> Layout:

@@ -88,6 +88,7 @@ class WorkerRead(BaseModel):
     backend: str
     status: str
     slots: int
+    executor_id: str | None = Field(None, description="the Spark executor hosting it")
 
 
 class AbstractionRead(BaseModel):

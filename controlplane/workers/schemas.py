@@ -29,6 +29,8 @@ class WorkerRead(BaseModel):
     cpu_percent: float
     rss_mb: float
     tasks: list[str] = Field(description="tasks of live jobs placed here, as job/task")
+    error: str | None = Field(None, description="why the worker was lost")
+    executor_id: str | None = Field(None, description="the Spark executor hosting it")
 
     @classmethod
     def of(cls, w: WorkerView) -> WorkerRead:
@@ -42,4 +44,6 @@ class WorkerRead(BaseModel):
             cpu_percent=w.cpu_percent,
             rss_mb=w.rss_mb,
             tasks=list(w.tasks),
+            error=w.error,
+            executor_id=w.executor_id,
         )
