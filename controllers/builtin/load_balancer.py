@@ -1,0 +1,185 @@
+"""Trisk's load balancer with TAG's time-aware key grouping.
+
+Trisk's load balancer reads, every period, how many records each key group of a keyed
+operator received, and when the tasks' loads are imbalanced it reassigns key groups with
+as few moves as possible. TAG (time-aware grouping) observes that on heterogeneous
+workers equal record counts are not equal work: it measures how fast each task
+processes records and gives each task load in proportion to its speed.
+
+Each period, for every keyed operator (``operators``, default all) receiving at least
+``min_rate`` records per second:
+
+1. ``loads``: records per second of each key group (``MetricsWindow.key_group_loads``),
+   summed per task by the abstraction's current ownership.
+2. ``speeds``: each task's records per busy second (``MetricsWindow.processing_speeds``);
+   tasks too idle to measure get the mean of the measured ones. With ``time_aware`` off,
+   or nothing measured, every speed is 1.
+3. The imbalance is ``(max - mean) / mean`` of ``load / speed`` (the busy time each task
+   needs). Over ``threshold`` the operator is rebalanced until at most ``target`` (the
+   gap between the two is the hysteresis that keeps noise from moving groups back and
+   forth): with equal speeds by the abstraction's
+   :func:`~controlplane.abstraction.rebalance` (:func:`greedy_balance`), otherwise by
+   :func:`proportional_balance`, the same greedy with each task's load divided by its
+   speed. Both move one key group at a time from the most to the least loaded task.
+
+With ``stateless`` on, non-keyed operators fed by a rebalance edge get weights inversely
+proportional to their measured cost per record (TAG for stateless tasks, through
+``rebalance``'s weights), under the same threshold. All changes go in one plan.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from controlplane.abstraction import AssignWorkload, Operator, Plan, imbalance
+
+from ..base import Controller
+from ..config import check
+from ..metrics import MetricsWindow
+from ..plans import PlanBuilder
+from ..view import View
+
+__all__ = ["LoadBalancer", "LoadBalancerConfig", "proportional_balance", "task_speeds"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoadBalancerConfig:
+    interval_s: float = 10.0
+    threshold: float = 0.2  # rebalance when (max - mean) / mean of task loads exceeds this
+    target: float = 0.05  # ... down to this imbalance (hysteresis)
+    operators: tuple[str, ...] = ()  # keyed operators to balance; empty: all of them
+    time_aware: bool = True  # TAG: load in proportion to each task's measured speed
+    stateless: bool = True  # also weight non-keyed tasks behind rebalance edges by speed
+    min_rate: float = 1.0  # records/s below which an operator's loads are noise
+    mode: Literal["pause", "fluid"] = "pause"
+    batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        check(self.threshold >= 0, "threshold", "must be >= 0", self.threshold)
+        check(
+            0 <= self.target <= self.threshold,
+            "target",
+            f"must be between 0 and threshold ({self.threshold:g})",
+            self.target,
+        )
+        check(self.min_rate >= 0, "min_rate", "must be >= 0", self.min_rate)
+        check(
+            self.batch_size is None or (self.batch_size >= 1 and self.mode == "fluid"),
+            "batch_size",
+            "must be >= 1 and needs mode 'fluid'",
+            self.batch_size,
+        )
+
+
+def task_speeds(metrics: MetricsWindow, tasks: Sequence[str]) -> dict[str, float]:
+    """Records per busy second of each of ``tasks`` (an operator's); unmeasured tasks get
+    the mean of the measured ones, and every task gets 1.0 when none was measured."""
+    operators = {t.rpartition("-")[0] for t in tasks}
+    measured: dict[str, float] = {}
+    for op in operators:
+        measured.update(metrics.processing_speeds(op))
+    known = [measured[t] for t in tasks if t in measured]
+    fill = sum(known) / len(known) if known else 1.0
+    return {t: measured.get(t, fill) for t in tasks}
+
+
+def proportional_balance(
+    current: Mapping[str, Sequence[int]],
+    loads: Mapping[int, float],
+    speeds: Mapping[str, float],
+    target: float = 0.0,
+) -> dict[str, tuple[int, ...]]:
+    """Key groups moved one at a time so that each task's load is proportional to its
+    speed: :func:`~controlplane.abstraction.greedy_balance` on ``load / speed``.
+
+    Each step takes the task with the highest ``load / speed`` (``hi``) and the lowest
+    (``lo``) and moves the group of ``hi`` that leaves the larger of the two smallest,
+    among the moves that leave both below ``hi``'s value now (ties: the lower group). It
+    stops when the :func:`imbalance` of ``load / speed`` is at most ``target`` or no move
+    qualifies; each step lowers the sorted vector of values, so it always stops. Groups
+    missing from ``loads`` weigh 0; ``speeds`` must be > 0 for every task.
+    """
+    order = list(current)
+    owned = {t: set(current[t]) for t in order}
+    task_load = {t: sum(loads.get(g, 0.0) for g in owned[t]) for t in order}
+
+    def busy(t: str) -> float:
+        return task_load[t] / speeds[t]
+
+    for _ in range(sum(len(gs) for gs in owned.values()) * len(order) + 1):
+        if imbalance(busy(t) for t in order) <= target:
+            break
+        hi = max(order, key=lambda t: (busy(t), -order.index(t)))
+        lo = min(order, key=lambda t: (busy(t), order.index(t)))
+        top = busy(hi)
+        best: tuple[float, int] | None = None
+        for g in sorted(owned[hi]):
+            load = loads.get(g, 0.0)
+            if load <= 0:
+                continue
+            after = max((task_load[hi] - load) / speeds[hi], (task_load[lo] + load) / speeds[lo])
+            if after < top and (best is None or after < best[0]):
+                best = (after, g)
+        if best is None:
+            break
+        g = best[1]
+        owned[hi].remove(g)
+        owned[lo].add(g)
+        task_load[hi] -= loads[g]
+        task_load[lo] += loads[g]
+    return {t: tuple(sorted(owned[t])) for t in order}
+
+
+class LoadBalancer(Controller):
+    """Rebalances skewed keyed operators (module docstring). Stateless between periods."""
+
+    config_class = LoadBalancerConfig
+    config: LoadBalancerConfig
+
+    def decide(self, view: View) -> Plan | None:
+        cfg = self.config
+        builder = PlanBuilder(view.abstraction)
+        for op in view.abstraction.operators:
+            if cfg.operators and op.name not in cfg.operators:
+                continue
+            if op.keyed:
+                self._balance_keyed(builder, op, view.metrics)
+            elif cfg.stateless and any(i.partitioning == "rebalance" for i in op.inputs):
+                self._balance_weights(builder, op, view.metrics)
+        return builder.build(cfg.mode, cfg.batch_size)
+
+    def _balance_keyed(self, builder: PlanBuilder, op: Operator, metrics: MetricsWindow) -> None:
+        cfg = self.config
+        loads = metrics.key_group_loads(op.name)
+        if sum(loads.values()) < max(cfg.min_rate, 1e-9):
+            return
+        current = {t.id: t.workload.key_groups or () for t in op.tasks}
+        speeds = task_speeds(metrics, list(current)) if cfg.time_aware else {}
+        uniform = len(set(speeds.values())) <= 1
+        per_task = {t: sum(loads.get(g, 0.0) for g in gs) for t, gs in current.items()}
+        before = imbalance(per_task[t] / speeds.get(t, 1.0) for t in current)
+        if before <= cfg.threshold:
+            return
+        logger.info(
+            "operator %r: imbalance %.2f > %.2f, rebalancing", op.name, before, cfg.threshold
+        )
+        if uniform:
+            builder.rebalance(op.name, loads, threshold=cfg.target)
+            return
+        after = proportional_balance(current, loads, speeds, cfg.target)
+        changed = {t: gs for t, gs in after.items() if gs != current[t]}
+        if changed:
+            builder.add(AssignWorkload(op.name, changed))
+
+    def _balance_weights(self, builder: PlanBuilder, op: Operator, metrics: MetricsWindow) -> None:
+        cfg = self.config
+        if metrics.input_rate(op.name) < max(cfg.min_rate, 1e-9):
+            return
+        speeds = metrics.processing_speeds(op.name) if cfg.time_aware else {}
+        costs = {t: 1.0 / s for t, s in speeds.items() if t in op.task_ids}
+        builder.rebalance(op.name, costs, threshold=cfg.threshold)

@@ -1,0 +1,164 @@
+"""The per-controller safety limits, enforced by the host and not trusted to the script (pure).
+
+The host calls :func:`check` with each plan a controller decides, before submitting it::
+
+    safety = SafetyConfig.from_dict({"cooldown_s": 120, "max_parallelism": {"*": 8},
+                                     "max_moves_per_hour": 256, "dry_run": False})
+    verdict = check(plan, view.abstraction, safety, view.history, now=view.now)
+    verdict.action     # "apply" | "dry_run" | "refuse"
+    verdict.reason     # why it was refused (every limit broken, "; "-joined), else None
+    verdict.moves      # key groups the plan moves: record it in the plan's Outcome
+
+Steps of :func:`check`, each adding a reason when its limit is broken:
+
+1. The plan must apply to the abstraction (:func:`controllers.plans.preview`; logic refs
+   are resolved later by the control plane's own validation).
+2. Cooldown: no reconfiguration of this controller ended less than ``cooldown_s`` ago.
+   The outcomes that count are the applied ones (completed, failed, aborted) and dry-run
+   decisions (so a dry run records what would really happen); refusals do not.
+3. Parallelism: an operator whose number of tasks the plan changes must end within its
+   ``[min, max]`` (keys are operator names; ``"*"`` is the default for the others).
+4. Moves: the key-group moves of the plan (:func:`controlplane.abstraction.diff`) plus
+   those of the outcomes counted in step 2 over the last hour stay within
+   ``max_moves_per_hour``.
+
+Then a plan with no reason is ``dry_run`` when the config says so, else ``apply``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from controlplane.abstraction import Abstraction, Plan, PlanError, diff
+
+from .config import check as require
+from .config import config_to_dict, parse_config
+from .plans import preview
+from .view import Outcome
+
+__all__ = ["MOVES_WINDOW_S", "SafetyConfig", "Verdict", "check", "count_moves"]
+
+MOVES_WINDOW_S = 3600.0  # max_moves_per_hour counts the moves of the last hour
+DEFAULT = "*"  # the key of min_parallelism / max_parallelism that applies to other operators
+
+
+@dataclass(frozen=True)
+class SafetyConfig:
+    """A controller's safety limits; the defaults: a minute of cooldown, no parallelism
+    bounds beyond 1 task, no move limit, applied for real."""
+
+    cooldown_s: float = 60.0
+    min_parallelism: Mapping[str, int] = field(default_factory=dict)
+    max_parallelism: Mapping[str, int] = field(default_factory=dict)
+    max_moves_per_hour: int | None = None
+    dry_run: bool = False
+
+    def __post_init__(self) -> None:
+        require(self.cooldown_s >= 0, "cooldown_s", "must be >= 0 seconds", self.cooldown_s)
+        for name in ("min_parallelism", "max_parallelism"):
+            for op, n in getattr(self, name).items():
+                require(n >= 1, f"{name}.{op}", "must be >= 1", n)
+        for op, n in self.min_parallelism.items():
+            hi = self.bounds(op)[1]
+            require(n <= hi, f"min_parallelism.{op}", f"must be <= max_parallelism {hi}", n)
+        if self.max_moves_per_hour is not None:
+            require(
+                self.max_moves_per_hour >= 0,
+                "max_moves_per_hour",
+                "must be >= 0 (or null: no limit)",
+                self.max_moves_per_hour,
+            )
+
+    def bounds(self, operator: str) -> tuple[int, float]:
+        """``(min, max)`` tasks of ``operator`` (max is ``inf`` when unbounded)."""
+        lo = self.min_parallelism.get(operator, self.min_parallelism.get(DEFAULT, 1))
+        hi = self.max_parallelism.get(operator, self.max_parallelism.get(DEFAULT, float("inf")))
+        return lo, hi
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> SafetyConfig:
+        """Parse the JSON object; :class:`ConfigError` names a bad field."""
+        return parse_config(cls, data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return config_to_dict(self)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The host's decision on one plan: ``action`` and, for ``refuse``, every ``reasons``."""
+
+    action: Literal["apply", "dry_run", "refuse"]
+    reasons: tuple[str, ...] = ()
+    moves: int = 0
+
+    @property
+    def allowed(self) -> bool:
+        return self.action != "refuse"
+
+    @property
+    def reason(self) -> str | None:
+        return "; ".join(self.reasons) or None
+
+
+def count_moves(before: Abstraction, after: Abstraction) -> int:
+    """Key groups that change owner from ``before`` to ``after``, over all operators."""
+    return sum(len(d.key_group_moves) for d in diff(before, after).operators)
+
+
+def check(
+    plan: Plan,
+    abstraction: Abstraction,
+    safety: SafetyConfig,
+    history: Iterable[Outcome],
+    *,
+    now: float,
+) -> Verdict:
+    """Apply the safety limits to ``plan`` (module docstring); ``history`` holds the
+    controller's earlier outcomes, ``now`` the host's clock in seconds since the epoch."""
+    # Step 1.
+    try:
+        result = preview(abstraction, plan)
+    except PlanError as exc:
+        return Verdict("refuse", (f"invalid plan: {exc}",))
+    moves = count_moves(abstraction, result)
+    counted = [o for o in history if o.applied]
+    reasons: list[str] = []
+    # Step 2.
+    if counted and safety.cooldown_s > 0:
+        age = now - max(o.time for o in counted)
+        if age < safety.cooldown_s:
+            reasons.append(
+                f"cooldown: the last reconfiguration was {age:.0f} s ago and the cooldown is "
+                f"{safety.cooldown_s:g} s (next plan allowed in {safety.cooldown_s - age:.0f} s)"
+            )
+    # Step 3.
+    for op in result.operators:
+        n, before = op.parallelism, abstraction.operator(op.name).parallelism
+        if n == before:
+            continue
+        lo, hi = safety.bounds(op.name)
+        if n < lo:
+            reasons.append(
+                f"min parallelism: operator {op.name!r} would have {n} task(s), below its "
+                f"minimum of {lo}"
+            )
+        elif n > hi:
+            reasons.append(
+                f"max parallelism: operator {op.name!r} would have {n} task(s), above its "
+                f"maximum of {hi:g}"
+            )
+    # Step 4.
+    limit = safety.max_moves_per_hour
+    if limit is not None and moves:
+        recent = sum(o.moves for o in counted if now - o.time < MOVES_WINDOW_S)
+        if recent + moves > limit:
+            reasons.append(
+                f"max key-group moves per hour: the plan moves {moves} key group(s) and "
+                f"{recent} moved in the last hour; the limit is {limit}"
+            )
+    if reasons:
+        return Verdict("refuse", tuple(reasons), moves)
+    return Verdict("dry_run" if safety.dry_run else "apply", (), moves)
