@@ -38,7 +38,7 @@ EN_DASH = "\u2013"  # between the ends of a range of key groups
 REDOC_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"  # hard-coded in redoc.standalone.js
 LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 WORDCOUNT = {
-    "name": "wordcount-console",
+    "name": "wordcount <i>console</i>",  # markup in data is shown as text
     "job": "examples.wordcount:build",
     "params": {"records": 0, "rate": 1000},
 }
@@ -172,6 +172,7 @@ def test_dashboard_shows_a_live_job_its_tasks_metrics_and_a_reconfiguration(
     row = page.locator(f'[data-testid="job-row"][data-job-id="{job}"]')
     expect(row.get_by_test_id("job-row-status")).to_have_text("running")
     expect(row).to_contain_text(WORDCOUNT["name"])
+    expect(row.locator("i")).to_have_count(0)
 
     # The token is remembered by this browser.
     page.reload()
@@ -245,6 +246,19 @@ def test_dashboard_shows_a_live_job_its_tasks_metrics_and_a_reconfiguration(
     expect(count.get_by_test_id("operator-tasks")).to_have_text("3")  # all three report
 
     page.screenshot(path=tmp_path / "console.png", full_page=True)
+
+    # Once the job is stopped the page says so and stops reading its metrics.
+    with api.client() as http:
+        assert http.delete(f"/api/v1/jobs/{job}").json()["status"] == "stopped"
+        scaled = http.get(f"/api/v1/jobs/{job}/abstraction").json()
+    expect(page.get_by_test_id("job-status")).to_have_text("stopped")
+    expect(page.get_by_test_id("metrics-status")).to_have_text(
+        "The job is stopped: no live metrics."
+    )
+    expect(page.get_by_test_id("latency-p99")).to_have_text("—")
+    expect(page.get_by_test_id("task-row")).to_have_count(
+        sum(len(op["tasks"]) for op in scaled["operators"])
+    )
     watched.assert_clean()
 
 
