@@ -238,6 +238,9 @@ def test_dashboard_shows_a_live_job_its_tasks_metrics_and_a_reconfiguration(
         shown = number(done.get_by_test_id(f"timing-{phase}").inner_text())
         assert shown == pytest.approx(rec["timings_ms"][phase], abs=0.051), phase
     expect(done.get_by_test_id("reconfiguration-error")).to_have_text("")
+    expect(page.get_by_test_id("action-status")).to_have_text(
+        re.compile(rf"^Reconfiguration {rec['id']} \(scale\) completed in [\d,.]+ ms\.$")
+    )
 
     # The new version's tasks replace the old ones.
     expect(page.get_by_test_id("job-version")).to_have_text(str(version + 1))

@@ -12,6 +12,7 @@ const JOBS_SHOWN = 50;
 const RECONFIGURATIONS_SHOWN = 20;
 const CONNECTED = "Connected: the token is accepted.";
 const LIVE = new Set(["starting", "running", "reconfiguring"]); // jobs with metrics to read
+const ENDED = new Set(["completed", "failed", "aborted"]); // reconfigurations
 
 const $ = (selector) => document.querySelector(selector);
 
@@ -23,6 +24,7 @@ const state = {
   timer: null,
   generation: 0, // of the polling loop: a restarted loop ends the one before it
   authFailed: false, // stop polling after a 401/403 until another token is given
+  launched: null, // id of the reconfiguration sent from this page, until it ends
 };
 
 class ApiError extends Error {
@@ -242,6 +244,18 @@ function renderReconfigurations(page) {
     );
   });
   fill($("#reconfigurations"), rows, "No reconfiguration yet.");
+  const launched = page.items.find((rec) => rec.id === state.launched);
+  if (launched && ENDED.has(launched.status)) {
+    state.launched = null;
+    const outcome = launched.error
+      ? `: ${launched.error}`
+      : ` in ${number(launched.timings_ms.total)} ms`;
+    say(
+      $("#action-status"),
+      `Reconfiguration ${launched.id} (${launched.origin}) ${launched.status}${outcome}.`,
+      launched.status === "completed" ? "info" : "error",
+    );
+  }
 }
 
 // ---- polling ------------------------------------------------------------------------
@@ -339,6 +353,7 @@ async function reconfigure(kind, body) {
   try {
     const rec = await api(`/jobs/${state.jobId}/${kind}`, { method: "POST", body });
     say(status, `Reconfiguration ${rec.id} (${rec.origin}) accepted: ${rec.status}.`);
+    state.launched = rec.id;
     poll();
   } catch (error) {
     const scope = error.status === 403 ? " (an operate token is needed)" : "";
