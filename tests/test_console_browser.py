@@ -44,6 +44,7 @@ WORDCOUNT = {
 }
 
 pytestmark = pytest.mark.parametrize("api", ["sqlite"], indirect=True, ids=["sqlite"])
+expect.set_options(timeout=WAIT_MS)  # assertions wait this long (actions: the context's default)
 
 
 @pytest.fixture(scope="module")
