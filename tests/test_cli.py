@@ -60,8 +60,18 @@ def test_failed_job_exits_1_with_its_cause(no_leftover_processes: None) -> None:
 
 
 @pytest.mark.slow
-def test_demo_runs_for_its_duration(no_leftover_processes: None) -> None:
-    result = runner.invoke(app, ["demo", "--duration", "3", "--rate", "2000"])
+def test_demo_reconfigures_through_rest_and_checks_the_counts(
+    no_leftover_processes: None,
+) -> None:
+    result = runner.invoke(app, ["demo", "--duration", "6", "--rate", "1500"])
     assert result.exit_code == 0, result.output
-    assert "ran 3s, stopped" in result.output
-    assert "count-0" in result.output
+    out = result.stdout
+    assert "console: http://127.0.0.1:" in out and "/docs" in out
+    assert "job 1 submitted: running" in out
+    assert "scale, completed (version 1 -> 2" in out
+    # A rebalance of an even load is refused as having nothing to do; either is shown.
+    assert "rebalance, completed" in out or "nothing to do: operator 'count' is already" in out
+    assert "logic, completed" in out and "count_word_v2" in out
+    assert out.count("timings: prepare") >= 2
+    assert "job 1: finished" in out
+    assert "final counts are right" in out and "equal word for word" in out

@@ -1,0 +1,94 @@
+"""``streampilot job submit|list|show|stop``: jobs on a StreamManager, over REST."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from .client import Client
+from .local import parse_params
+from .output import console, fail, record_table, table, when
+from .remote import JobArg, LimitOpt, OffsetOpt, page_footer, rest_command
+
+__all__ = ["app", "print_job"]
+
+app = typer.Typer(help="Submit, list, show and stop jobs.", no_args_is_help=True)
+
+
+def print_job(job: dict[str, Any]) -> None:
+    console.print(
+        record_table(
+            [
+                ("id", job["id"]),
+                ("name", job["name"]),
+                ("job", job["job"]),
+                ("params", json.dumps(job["params"])),
+                ("status", job["status"]),
+                ("version", job["version"]),
+                ("error", job["error"]),
+                ("created", when(job["created_at"])),
+                ("updated", when(job["updated_at"])),
+            ]
+        )
+    )
+
+
+def _failed(job: dict[str, Any]) -> None:
+    if job["status"] == "failed":
+        fail(f"job {job['id']} failed: {job['error']}", 1)
+
+
+@rest_command(app, "submit", print_job, check=_failed)
+def submit(
+    api: Client,
+    job_ref: Annotated[str, typer.Argument(help="package.module:callable (or code:<id>:callable)")],
+    param: Annotated[
+        list[str], typer.Option("--param", "-p", help="job parameter NAME=VALUE")
+    ] = [],  # noqa: B006
+    name: Annotated[
+        str | None, typer.Option(help="a name for people (default: the module's name)")
+    ] = None,
+) -> dict[str, Any]:
+    """Submit a job: the server builds, deploys and starts it.
+
+    Exits 1 if the job failed to deploy."""
+    params = parse_params(param)
+    name = name or job_ref.partition(":")[0].rsplit(".", 1)[-1] or job_ref
+    return api.post("/jobs", {"name": name, "job": job_ref, "params": params})
+
+
+def _print_jobs(page: dict[str, Any]) -> None:
+    rows = [
+        (j["id"], j["name"], j["job"], j["status"], j["version"], when(j["created_at"]))
+        for j in page["items"]
+    ]
+    console.print(table(None, ("id", "name", "job", "status", "version", "created"), rows))
+    page_footer(page, "jobs")
+
+
+@rest_command(app, "list", _print_jobs)
+def list_jobs(
+    api: Client,
+    status: Annotated[
+        str | None,
+        typer.Option(help="only jobs in this status (running, finished, failed, stopped, ...)"),
+    ] = None,
+    limit: LimitOpt = 50,
+    offset: OffsetOpt = 0,
+) -> dict[str, Any]:
+    """Jobs, newest first."""
+    return api.get("/jobs", status=status, limit=limit, offset=offset)
+
+
+@rest_command(app, "show", print_job)
+def show(api: Client, job_id: JobArg) -> dict[str, Any]:
+    """One job: its reference, params, status, current abstraction version and error."""
+    return api.get(f"/jobs/{job_id}")
+
+
+@rest_command(app, "stop", print_job)
+def stop(api: Client, job_id: JobArg) -> dict[str, Any]:
+    """Stop a job (its records stay; stopping a job that has ended changes nothing)."""
+    return api.delete(f"/jobs/{job_id}")

@@ -1,0 +1,105 @@
+"""``streampilot reconfig list|show``: a job's reconfigurations, with their timings; and
+:func:`print_reconfiguration`, which ``reconfigure`` and the demo print them with."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from .client import Client
+from .output import console, fmt_ms, table, when
+from .remote import JobArg, LimitOpt, OffsetOpt, page_footer, rest_command
+
+__all__ = ["app", "describe_op", "print_reconfiguration", "print_timings"]
+
+app = typer.Typer(
+    help="A job's reconfigurations: status, operations, timings.", no_args_is_help=True
+)
+
+PHASES = ("prepare", "sync", "update", "total")
+
+
+def describe_op(op: dict[str, Any]) -> str:
+    """One plan operation in a few words."""
+    name = op["operator"]
+    if op["op"] == "assignWorkload":
+        parts = ", ".join(
+            f"{task} {len(w)} groups" if isinstance(w, list) else f"{task} weight {w:g}"
+            for task, w in op["workload"].items()
+        )
+        return f"assignWorkload {name}: {parts}"
+    if op["op"] == "assignResource":
+        where = "removed" if op["worker"] is None else f"-> {op['worker']}"
+        return f"assignResource {name}: {op['task']} {where}"
+    tasks = op["tasks"] if op["tasks"] == "all" else ", ".join(op["tasks"])
+    return f"assignLogic {name} ({tasks}) -> {op['ref']}"
+
+
+def print_timings(rec: dict[str, Any]) -> None:
+    """The phase timings and each affected task's pause."""
+    timings = rec["timings_ms"]
+    console.print(
+        "timings: " + "  ".join(f"{p} {fmt_ms(timings.get(p))}" for p in PHASES),
+        highlight=False,
+    )
+    pauses = sorted(rec["pause_ms"].items())
+    if pauses:
+        console.print(
+            table("pause per task", ("task", "pause"), [(t, fmt_ms(ms)) for t, ms in pauses])
+        )
+
+
+def print_reconfiguration(rec: dict[str, Any]) -> None:
+    versions = f"version {rec['base_version']}"
+    if rec["result_version"] is not None:
+        versions += f" -> {rec['result_version']}"
+    console.print(
+        f"reconfiguration {rec['id']} of job {rec['job_id']}: {rec['origin']}, "
+        f"[bold]{rec['status']}[/bold] ({versions}, {rec['mode']} mode)",
+        highlight=False,
+    )
+    for op in rec["ops"]:
+        console.print(f"  {describe_op(op)}", highlight=False, markup=False)
+    console.print(f"affected: {', '.join(rec['affected_tasks']) or '-'}", highlight=False)
+    if rec["error"]:
+        console.print(f"error: {rec['error']}", highlight=False, markup=False)
+    print_timings(rec)
+
+
+def _print_list(page: dict[str, Any]) -> None:
+    rows = [
+        (
+            r["id"],
+            r["origin"],
+            r["status"],
+            f"{r['base_version']} -> {r['result_version'] or '-'}",
+            len(r["affected_tasks"]),
+            fmt_ms(r["timings_ms"].get("total")),
+            when(r["created_at"]),
+        )
+        for r in page["items"]
+    ]
+    columns = ("id", "origin", "status", "versions", "affected", "total", "created")
+    console.print(table(None, columns, rows))
+    page_footer(page, "reconfigurations")
+
+
+@rest_command(app, "list", _print_list)
+def list_reconfigurations(
+    api: Client, job_id: JobArg, limit: LimitOpt = 50, offset: OffsetOpt = 0
+) -> dict[str, Any]:
+    """The job's reconfigurations, newest first."""
+    return api.get(f"/jobs/{job_id}/reconfigurations", limit=limit, offset=offset)
+
+
+@rest_command(app, "show", print_reconfiguration)
+def show(
+    api: Client,
+    job_id: JobArg,
+    reconfiguration_id: Annotated[int, typer.Argument(help="reconfiguration id", min=1)],
+) -> dict[str, Any]:
+    """One reconfiguration: status, operations, timings, pause per task.
+
+    Also the tasks it affected and, if it failed, why."""
+    return api.get(f"/jobs/{job_id}/reconfigurations/{reconfiguration_id}")

@@ -1,0 +1,281 @@
+"""The CLI's REST commands (Typer's CliRunner) against a real StreamManager: jobs, the
+abstraction, live reconfigurations with their progress and timings, history, workers,
+tokens, uploaded code, and the error paths (401, 403, 404, 409, 422 naming the culprit,
+a plan file that cannot be read, a server that does not answer)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from api_support import ADMIN_TOKEN, Api, free_port
+from click.testing import Result
+from typer.testing import CliRunner
+
+from controlplane.cli import app
+
+runner = CliRunner()
+
+LIVE = ["examples.wordcount:build", "-p", "records=0", "-p", "rate=500"]
+
+
+def cli(api: Api | None, *args: object, token: str | None = ADMIN_TOKEN) -> Result:
+    """``streampilot ARGS`` with the server and token in the environment (as a user would
+    set them); ``api=None`` leaves the server unset."""
+    env = {"STREAMPILOT_SERVER": api.base_url if api else None, "STREAMPILOT_TOKEN": token}
+    return runner.invoke(app, [str(a) for a in args], env=env)
+
+
+def ok(result: Result) -> str:
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def ok_json(result: Result) -> Any:
+    return json.loads(ok(result))
+
+
+def error_line(result: Result, exit_code: int, *words: str) -> str:
+    """The one ``error: ...`` line a failed command prints, checked to name ``words``."""
+    assert result.exit_code == exit_code, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), lines
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def abstraction(api: Api, job: int, *version: object) -> dict[str, Any]:
+    return ok_json(cli(api, "abstraction", "show", job, "--json", *version))
+
+
+def count_tasks(a: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    op = next(o for o in a["operators"] if o["name"] == "count")
+    return {t["id"]: t for t in op["tasks"]}
+
+
+@pytest.fixture(scope="module")
+def job(api: Api) -> Iterator[int]:
+    """A running, unbounded word count submitted through the CLI (per server)."""
+    submitted = ok_json(cli(api, "job", "submit", *LIVE, "--name", "cli-live", "--json"))
+    assert submitted["status"] == "running", submitted
+    try:
+        yield submitted["id"]
+    finally:
+        ok(cli(api, "job", "stop", submitted["id"]))
+
+
+def test_job_submit_list_show_stop(api: Api) -> None:
+    out = ok(cli(api, "job", "submit", *LIVE, "--name", "cli-jobs"))
+    assert "cli-jobs" in out and "running" in out and "examples.wordcount:build" in out
+    listed = ok_json(cli(api, "job", "list", "--status", "running", "--json"))
+    mine = next(j for j in listed["items"] if j["name"] == "cli-jobs")
+    assert mine["params"] == {"records": "0", "rate": "500"}
+    job_id = mine["id"]
+
+    table = ok(cli(api, "job", "list", "--limit", 1))
+    assert "cli-jobs" in table and f"1 of {listed['total']} jobs" in table
+    assert "next: --offset 1" in table or listed["total"] == 1
+    assert "running" in ok(cli(api, "job", "show", job_id))
+
+    stopped = ok_json(cli(api, "job", "stop", job_id, "--json"))
+    assert stopped["id"] == job_id and stopped["status"] == "stopped"
+    assert ok_json(cli(api, "job", "show", job_id, "--json"))["status"] == "stopped"
+
+
+def test_job_errors(api: Api) -> None:
+    error_line(cli(api, "job", "show", 999999), 1, "job 999999 does not exist", "404")
+    error_line(
+        cli(api, "job", "submit", *LIVE, "-p", "colour=blue"), 1, "unknown param(s) colour", "422"
+    )
+    error_line(cli(api, "job", "submit", "examples.wordcount"), 1, "package.module:callable", "422")
+    result = cli(api, "job", "submit", "examples.wordcount:build", "-p", "records")
+    assert result.exit_code == 2 and "NAME=VALUE" in result.output
+
+
+def test_scale_shows_progress_and_timings_then_history(api: Api, job: int) -> None:
+    before = abstraction(api, job)
+    version = before["job"]["version"]
+    n = len(count_tasks(before))
+
+    result = cli(api, "reconfigure", "scale", job, "count", n + 1)
+    out = ok(result)
+    assert f"of job {job} (scale): affects" in result.stderr
+    assert "completed" in result.stderr  # the progress, phase by phase, on stderr
+    assert f"scale, completed (version {version} -> {version + 1}" in out
+    assert "timings: prepare" in out and "sync" in out and "update" in out and "total" in out
+    assert "pause per task" in out and "count-0" in out
+
+    page = ok_json(cli(api, "reconfig", "list", job, "--json"))
+    rec = page["items"][0]
+    assert (rec["origin"], rec["status"], rec["result_version"]) == (
+        "scale",
+        "completed",
+        version + 1,
+    )
+    assert "scale" in ok(cli(api, "reconfig", "list", job))
+    shown = ok_json(cli(api, "reconfig", "show", job, rec["id"], "--json"))
+    assert shown == rec
+    assert all(shown["timings_ms"][p] >= 0 for p in ("prepare", "sync", "update", "total"))
+    assert "timings: prepare" in ok(cli(api, "reconfig", "show", job, rec["id"]))
+    error_line(cli(api, "reconfig", "show", job, 999999), 1, "no reconfiguration 999999")
+
+    after = abstraction(api, job)
+    assert after["job"]["version"] == version + 1
+    assert f"count-{n}" in count_tasks(after)
+    assert len(count_tasks(abstraction(api, job, "--version", version))) == n
+    table = ok(cli(api, "abstraction", "show", job))
+    assert f"version {version + 1}" in table and f"count-{n}" in table and "groups" in table
+
+    diff = ok_json(cli(api, "abstraction", "diff", job, "--json"))
+    assert (diff["old_version"], diff["new_version"]) == (version, version + 1)
+    text = ok(cli(api, "abstraction", "diff", job, "--from", version, "--to", version + 1))
+    assert f"version {version} -> {version + 1}" in text
+    assert "new task" in text and f"count-{n}" in text and "key groups" in text
+
+
+def test_migrate_logic_and_rebalance(api: Api, job: int) -> None:
+    a = abstraction(api, job)
+    count0 = count_tasks(a)["count-0"]["resources"]["worker"]
+    target = next(w["id"] for w in a["workers"] if w["id"] != count0 and w["status"] == "alive")
+    out = ok(cli(api, "reconfigure", "migrate", job, "count-0", target))
+    assert "migrate, completed" in out and "timings: prepare" in out
+    assert count_tasks(abstraction(api, job))["count-0"]["resources"]["worker"] == target
+
+    v2 = "examples.wordcount:count_word_v2"
+    out = ok(cli(api, "reconfigure", "logic", job, "count", v2, "--task", "count-1"))
+    assert "logic, completed" in out and v2 in out
+    tasks = count_tasks(abstraction(api, job))
+    assert tasks["count-1"]["logic"]["ref"] == v2
+    assert tasks["count-0"]["logic"]["ref"] != v2
+
+    # --no-wait answers at once with the accepted record.
+    accepted = ok_json(
+        cli(
+            api,
+            "reconfigure",
+            "logic",
+            job,
+            "count",
+            v2,
+            "--task",
+            "count-0",
+            "--no-wait",
+            "--json",
+        )
+    )
+    assert accepted["origin"] == "logic" and accepted["affected_tasks"] == ["count-0"]
+    with api.client() as http:
+        assert api.wait_reconfiguration(http, job, accepted["id"])["status"] == "completed"
+
+    error_line(
+        cli(api, "reconfigure", "rebalance", job, "count", "--threshold", 1000),
+        1,
+        "already balanced",
+        "no_change",
+    )
+    error_line(cli(api, "reconfigure", "migrate", job, "count-77", target), 1, "'count-77'", "422")
+
+
+def test_plan_file(api: Api, job: int, tmp_path: Path) -> None:
+    groups = {t: v["workload"]["key_groups"] for t, v in count_tasks(abstraction(api, job)).items()}
+    moved = groups["count-0"][:2]
+    plan = {  # no base_version: the command takes the current one
+        "ops": [
+            {
+                "op": "assignWorkload",
+                "operator": "count",
+                "workload": {
+                    "count-0": groups["count-0"][2:],
+                    "count-1": groups["count-1"] + moved,
+                },
+            }
+        ]
+    }
+    file = tmp_path / "plan.json"
+    file.write_text(json.dumps(plan))
+    out = ok(cli(api, "reconfigure", "plan", job, file))
+    assert "plan, completed" in out and "assignWorkload count" in out
+    assert set(moved) <= set(
+        count_tasks(abstraction(api, job))["count-1"]["workload"]["key_groups"]
+    )
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"ops": [{**plan["ops"][0], "workload": {"count-9": [0]}}]}))
+    error_line(cli(api, "reconfigure", "plan", job, bad), 1, "count-9", "422")
+    worker = {
+        **plan,
+        "ops": [{"op": "assignResource", "operator": "count", "task": "count-0", "worker": "w99"}],
+    }
+    bad.write_text(json.dumps(worker))
+    error_line(cli(api, "reconfigure", "plan", job, bad), 1, "'w99'", "unknown_worker")
+    bad.write_text(json.dumps({**plan, "base_version": 1}))
+    error_line(cli(api, "reconfigure", "plan", job, bad), 1, "409", "stale_version")
+    bad.write_text("{not json")
+    error_line(cli(api, "reconfigure", "plan", job, bad), 2, str(bad), "not JSON")
+    error_line(
+        cli(api, "reconfigure", "plan", job, tmp_path / "none.json"), 2, "cannot read plan file"
+    )
+    bad.write_text("[]")
+    error_line(cli(api, "reconfigure", "plan", job, bad), 2, "JSON object")
+
+
+def test_workers_list_add_drain(api: Api, job: int) -> None:
+    workers = ok_json(cli(api, "workers", "list", "--json"))
+    alive = [w for w in workers if w["status"] == "alive"]
+    assert len(alive) >= 2
+    assert "alive" in ok(cli(api, "workers", "list"))
+    busy = next(w for w in alive if any(t.startswith(f"{job}/") for t in w["tasks"]))
+    error_line(cli(api, "workers", "drain", busy["id"]), 1, busy["id"], "worker_busy")
+
+    (new,) = ok_json(cli(api, "workers", "add", "1", "--json"))
+    assert new["status"] == "alive" and new["id"] not in {w["id"] for w in workers}
+    drained = ok_json(cli(api, "workers", "drain", new["id"], "--json"))
+    assert drained["id"] == new["id"]
+    error_line(cli(api, "workers", "add", "1", token=_token(api, "read")), 1, "403")
+
+
+def _token(api: Api, scope: str) -> str:
+    return ok(cli(api, "token", "create", "--scope", scope, "--name", f"cli {scope}")).strip()
+
+
+def test_token_create_over_rest_and_scopes(api: Api, job: int) -> None:
+    created = ok_json(
+        cli(api, "token", "create", "--scope", "operate", "--name", "cli-op", "--json")
+    )
+    assert created["scopes"] == ["operate"] and created["name"] == "cli-op"
+    assert created["token"].startswith("sp_")
+    read = _token(api, "read")
+    assert read.startswith("sp_") and read != created["token"]
+    ok(cli(api, "job", "show", job, token=read))
+    error_line(cli(api, "reconfigure", "scale", job, "count", 9, token=read), 1, "403", "operate")
+    error_line(cli(api, "token", "create", token=created["token"]), 1, "403", "admin")
+
+
+def test_server_and_token_from_options_override_the_environment(api: Api, job: int) -> None:
+    env = {"STREAMPILOT_SERVER": f"http://127.0.0.1:{free_port()}", "STREAMPILOT_TOKEN": "sp_nope"}
+    result = runner.invoke(
+        app,
+        ["job", "show", str(job), "--json", "--server", api.base_url, "--token", ADMIN_TOKEN],
+        env=env,
+    )
+    assert json.loads(ok(result))["id"] == job
+
+
+def test_unauthenticated_unreachable_and_bad_address(api: Api) -> None:
+    error_line(cli(api, "job", "list", token=None), 1, "401")
+    error_line(cli(api, "job", "list", token="sp_not-a-token"), 1, "401")
+    # Without a token, --server means the REST side of token create: refused with 401.
+    result = runner.invoke(
+        app, ["token", "create", "--server", api.base_url], env={"STREAMPILOT_TOKEN": None}
+    )
+    error_line(result, 1, "401")
+
+    nobody = f"http://127.0.0.1:{free_port()}"
+    error_line(cli(None, "job", "list", "--server", nobody), 2, f"cannot connect to {nobody}")
+    error_line(cli(None, "workers", "list", "--server", "ftp://host"), 2, "server", "http://")
