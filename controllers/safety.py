@@ -131,8 +131,8 @@ def check(
         age = now - max(o.time for o in counted)
         if age < safety.cooldown_s:
             reasons.append(
-                f"cooldown: the last reconfiguration was {age:.0f} s ago and the cooldown is "
-                f"{safety.cooldown_s:g} s (next plan allowed in {safety.cooldown_s - age:.0f} s)"
+                f"cooldown: the last reconfiguration was {age:.1f} s ago and the cooldown is "
+                f"{safety.cooldown_s:g} s (next plan allowed in {safety.cooldown_s - age:.1f} s)"
             )
     # Step 3.
     for op in result.operators:

@@ -160,7 +160,7 @@ class LoadBalancer(Controller):
             return
         current = {t.id: t.workload.key_groups or () for t in op.tasks}
         speeds = task_speeds(metrics, list(current)) if cfg.time_aware else {}
-        uniform = len(set(speeds.values())) <= 1
+        uniform = not speeds or max(speeds.values()) <= min(speeds.values()) * (1 + 1e-9)
         per_task = {t: sum(loads.get(g, 0.0) for g in gs) for t, gs in current.items()}
         before = imbalance(per_task[t] / speeds.get(t, 1.0) for t in current)
         if before <= cfg.threshold:

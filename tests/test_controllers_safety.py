@@ -1,0 +1,132 @@
+"""The safety limits the host enforces on every controller plan: a table of plans and
+histories -> verdicts, with the reasons a person reads."""
+
+from __future__ import annotations
+
+import pytest
+from controllers_support import wordcount
+
+from controllers import ConfigError, Outcome, Plan, SafetyConfig
+from controllers.safety import check, count_moves
+from controlplane.abstraction import AssignWorkload, apply_plan, migrate, rebalance, scale
+
+NOW = 10_000.0
+A = wordcount(parallelism=2, max_parallelism=16, n_workers=3)  # count-0: 0-7, count-1: 8-15
+OUT = scale(A, "count", 4)  # moves 8 key groups (4 + 4), 2 -> 4 tasks
+IN = scale(A, "count", 1)  # moves 8 key groups, 2 -> 1 task
+MOVE = migrate(A, "count-0", "w2")  # no key group moves
+TWO = rebalance(A, "count", {0: 10.0, 1: 10.0, 2: 10.0, 3: 10.0})  # moves 2 key groups
+
+
+def past(seconds_ago: float, status: str = "completed", moves: int = 0) -> Outcome:
+    return Outcome(NOW - seconds_ago, MOVE, status, None, moves)
+
+
+CASES = [
+    # (plan, safety config, history, action, reason fragments)
+    (OUT, {}, [], "apply", []),
+    (OUT, {"dry_run": True}, [], "dry_run", []),
+    (
+        OUT,
+        {"cooldown_s": 60},
+        [past(59.5)],
+        "refuse",
+        ["cooldown: the last reconfiguration was 59.5 s ago"],
+    ),
+    (OUT, {"cooldown_s": 60}, [past(61)], "apply", []),
+    (OUT, {"cooldown_s": 60}, [past(30, "failed")], "refuse", ["next plan allowed in 30.0 s"]),
+    (OUT, {"cooldown_s": 60}, [past(30, "aborted")], "refuse", ["cooldown is 60 s"]),
+    (OUT, {"cooldown_s": 60}, [past(30, "dry_run")], "refuse", ["cooldown"]),
+    (OUT, {"cooldown_s": 60}, [past(30, "refused")], "apply", []),  # refusals don't count
+    (OUT, {"cooldown_s": 0}, [past(1)], "apply", []),
+    (
+        OUT,
+        {"max_parallelism": {"count": 3}},
+        [],
+        "refuse",
+        ["max parallelism: operator 'count' would have 4 task(s), above its maximum of 3"],
+    ),
+    (OUT, {"max_parallelism": {"*": 4}}, [], "apply", []),
+    (
+        OUT,
+        {"max_parallelism": {"*": 3, "count": 8}},
+        [],
+        "refuse",
+        ["operator 'sink' would have 4 task(s), above its maximum of 3"],  # scaled with count
+    ),
+    (
+        IN,
+        {"min_parallelism": {"count": 2}},
+        [],
+        "refuse",
+        ["min parallelism: operator 'count' would have 1 task(s), below its minimum of 2"],
+    ),
+    (MOVE, {"min_parallelism": {"*": 3}}, [], "apply", []),  # parallelism unchanged
+    (TWO, {"max_moves_per_hour": 2}, [], "apply", []),
+    (
+        OUT,
+        {"max_moves_per_hour": 10},
+        [past(1000, moves=3)],
+        "refuse",
+        ["the plan moves 8 key group(s) and 3 moved in the last hour; the limit is 10"],
+    ),
+    (OUT, {"max_moves_per_hour": 10}, [past(3700, moves=3)], "apply", []),  # over an hour ago
+    (OUT, {"max_moves_per_hour": 10}, [past(100, "refused", moves=9)], "apply", []),
+    (MOVE, {"max_moves_per_hour": 0}, [], "apply", []),  # a migration moves no key group
+    (
+        OUT,
+        {"cooldown_s": 60, "max_parallelism": {"count": 3}, "dry_run": True},
+        [past(10)],
+        "refuse",
+        ["cooldown", "max parallelism"],  # every broken limit is reported
+    ),
+    (
+        Plan(A.version, (AssignWorkload("count", {"count-0": [0]}),)),
+        {},
+        [],
+        "refuse",
+        ["invalid plan: ", "key group"],
+    ),
+    (Plan(A.version + 1, OUT.ops), {}, [], "refuse", ["invalid plan: the plan is based on"]),
+]
+
+
+@pytest.mark.parametrize(("plan", "config", "history", "action", "fragments"), CASES)
+def test_safety_verdicts(
+    plan: Plan, config: dict, history: list[Outcome], action: str, fragments: list[str]
+) -> None:
+    verdict = check(plan, A, SafetyConfig.from_dict(config), history, now=NOW)
+    assert verdict.action == action, verdict.reason
+    assert verdict.allowed == (action != "refuse")
+    for fragment in fragments:
+        assert fragment in (verdict.reason or ""), verdict.reason
+    if action != "refuse":
+        assert verdict.reason is None
+        assert verdict.moves == count_moves(A, apply_plan(A, plan))
+
+
+def test_moves_are_counted_by_diff() -> None:
+    assert check(OUT, A, SafetyConfig(), [], now=NOW).moves == 8
+    assert check(TWO, A, SafetyConfig(), [], now=NOW).moves == 2
+    assert check(MOVE, A, SafetyConfig(), [], now=NOW).moves == 0
+
+
+def test_safety_config() -> None:
+    s = SafetyConfig.from_dict({"min_parallelism": {"*": 2}, "max_parallelism": {"count": 8}})
+    assert s.bounds("count") == (2, 8) and s.bounds("split") == (2, float("inf"))
+    assert SafetyConfig.from_dict(s.to_dict()) == s
+    assert SafetyConfig.from_dict(None) == SafetyConfig()
+    for bad, fragment in [
+        ({"cooldown_s": -1}, "config.cooldown_s: must be >= 0 seconds, got -1.0"),
+        ({"min_parallelism": {"count": 0}}, "config.min_parallelism.count: must be >= 1"),
+        (
+            {"min_parallelism": {"count": 5}, "max_parallelism": {"count": 4}},
+            "config.min_parallelism.count: must be <= max_parallelism 4, got 5",
+        ),
+        ({"max_moves_per_hour": -3}, "config.max_moves_per_hour: must be >= 0"),
+        ({"dry_run": "yes"}, "config.dry_run: expected true or false"),
+        ({"cooldown": 5}, "config.cooldown: unknown field"),
+    ]:
+        with pytest.raises(ConfigError) as info:
+            SafetyConfig.from_dict(bad)
+        assert fragment in str(info.value)
