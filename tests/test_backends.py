@@ -113,6 +113,32 @@ def test_stopping_an_unknown_worker_is_a_backend_error(kind: str) -> None:
     scenario(kind, body)
 
 
+def test_a_plan_asking_for_a_new_worker_gets_one_from_the_backend(
+    kind: str, tmp_path, no_leftover_processes: None
+) -> None:
+    from controlplane.abstraction import NEW_WORKER, scale
+    from examples import wordcount
+
+    params = {"records": 150_000, "rate": 20_000, "output": str(tmp_path)}
+
+    async def body(co: Coordinator, backend: WorkerBackend) -> None:
+        await backend.start_workers(1)
+        await co.wait_for_workers(1, 30)
+        job = await co.submit(load_job("examples.wordcount:build", params))
+        assert job.status == "running", job.error
+        rec = await co.apply_plan(job.id, scale(job.abstraction, "count", 3, workers=[NEW_WORKER]))
+        assert rec.status == "completed", rec.error
+        workers = {w.id: w for w in job.abstraction.workers}
+        assert len(workers) == 2 and {w.backend for w in workers.values()} == {kind}
+        assert len(set(job.layout.placement.values())) == 2
+        if kind == "spark":
+            assert {w.executor_id for w in workers.values()} == {"driver"}
+        assert await job.wait(60) == "finished", job.error
+
+    scenario(kind, body)
+    assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
+
+
 def test_settings_choose_the_backend() -> None:
     async def main() -> None:
         co = Coordinator(SECRET)

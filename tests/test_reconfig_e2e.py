@@ -27,16 +27,16 @@ def move_groups(layout: Layout, groups: list[int], frm: str, to: str) -> Layout:
 
 
 def test_rebalance_scale_migrate_while_records_flow(
-    cluster: BackgroundCluster, tmp_path: Path
+    any_cluster: BackgroundCluster, tmp_path: Path
 ) -> None:
     params = {"records": 60_000, "rate": 20_000, "output": str(tmp_path)}
-    job = cluster.submit(load_job("examples.wordcount:build", params))
-    co = cluster.coordinator
+    job = any_cluster.submit(load_job("examples.wordcount:build", params))
+    co = any_cluster.coordinator
     time.sleep(0.5)
     records = []
     # Rebalance: half of count-0's key groups to count-1.
     records.append(
-        cluster.call(
+        any_cluster.call(
             co.reconfigure(job.id, move_groups(job.layout, list(range(32)), "count-0", "count-1"))
         )
     )
@@ -48,21 +48,21 @@ def test_rebalance_scale_migrate_while_records_flow(
     p["count-2"] = p["sink-2"] = "w1"
     w["sink-2"] = 1.0
     records.append(
-        cluster.call(co.reconfigure(job.id, lay.replace(assignment=a, placement=p, weights=w)))
+        any_cluster.call(co.reconfigure(job.id, lay.replace(assignment=a, placement=p, weights=w)))
     )
     # Migrate count-1 and sink-1 to the other worker.
     lay = job.layout
     p = dict(lay.placement)
     other = "w1" if p["count-1"] == "w2" else "w2"
     p["count-1"] = p["sink-1"] = other
-    records.append(cluster.call(co.reconfigure(job.id, lay.replace(placement=p))))
+    records.append(any_cluster.call(co.reconfigure(job.id, lay.replace(placement=p))))
     # Scale back in to 2.
     lay = job.layout
     a, p, w = dict(lay.assignment), dict(lay.placement), dict(lay.weights)
     a["count-1"] = tuple(sorted(a["count-1"] + a.pop("count-2")))
     del p["count-2"], p["sink-2"], w["sink-2"]
     records.append(
-        cluster.call(co.reconfigure(job.id, lay.replace(assignment=a, placement=p, weights=w)))
+        any_cluster.call(co.reconfigure(job.id, lay.replace(assignment=a, placement=p, weights=w)))
     )
     for rec in records:
         assert rec.status == "completed", rec.error
@@ -70,7 +70,7 @@ def test_rebalance_scale_migrate_while_records_flow(
         assert rec.pause_ms and set(rec.pause_ms) <= rec.affected
     # Unaffected tasks never paused: the sources are not in any affected set.
     assert all("sentences-0" not in rec.affected for rec in records)
-    assert cluster.wait(job, 60) == "finished", job.error
+    assert any_cluster.wait(job, 60) == "finished", job.error
     got = wordcount.read_results(str(tmp_path))
     assert got == wordcount.reference(params)
     assert sum(got.values()) == 60_000 * 8
@@ -239,11 +239,15 @@ def fire_random_plans(cluster: BackgroundCluster, job, make_plan, count: int = 6
     return done
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize(
+    ("seed", "backend"), [(1, "local"), (2, "local"), (3, "spark")], ids=["1", "2", "3-spark"]
+)
 def test_random_plans_while_records_flow_keep_results_exact(
-    cluster: BackgroundCluster, tmp_path: Path, seed: int
+    request: pytest.FixtureRequest, tmp_path: Path, seed: int, backend: str
 ) -> None:
     import random
+
+    cluster = request.getfixturevalue("cluster" if backend == "local" else "spark_cluster")
 
     rng = random.Random(seed)
     params = {"records": 120_000, "rate": 20_000, "output": str(tmp_path)}

@@ -25,10 +25,10 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("parallelism", [1, 3])
 def test_wordcount_on_two_workers_equals_reference(
-    cluster: BackgroundCluster, tmp_path, parallelism: int
+    any_cluster: BackgroundCluster, tmp_path, parallelism: int
 ) -> None:
     params = {"records": 20_000, "parallelism": parallelism, "output": str(tmp_path)}
-    job = cluster.run(load_job("examples.wordcount:build", params))
+    job = any_cluster.run(load_job("examples.wordcount:build", params))
     assert job.status == "finished", job.error
     got = wordcount.read_results(str(tmp_path))
     assert got == wordcount.reference(params)
@@ -65,21 +65,23 @@ def test_metrics_report_rates_key_groups_traffic_and_latency(cluster: Background
 
 
 def test_barriers_align_across_workers_without_changing_results(
-    cluster: BackgroundCluster, tmp_path
+    any_cluster: BackgroundCluster, tmp_path
 ) -> None:
     records = 60_000
-    job = cluster.submit(
+    job = any_cluster.submit(
         load_job(
             "tests.e2e_jobs:counting_job",
             {"records": records, "rate": 30_000, "output": str(tmp_path)},
         )
     )
     ids = [
-        cluster.call(cluster.coordinator.inject_barrier(job.id, BarrierKind.CHECKPOINT, timeout=10))
+        any_cluster.call(
+            any_cluster.coordinator.inject_barrier(job.id, BarrierKind.CHECKPOINT, timeout=10)
+        )
         for _ in range(3)
     ]
     assert ids == sorted(ids) and len(set(ids)) == 3
-    assert cluster.wait(job, 30) == "finished", job.error
+    assert any_cluster.wait(job, 30) == "finished", job.error
     assert final_counts(tmp_path) == counting_reference(records)
 
 

@@ -24,6 +24,7 @@ from controlplane.abstraction import (
     from_graph,
     resolve_importable,
 )
+from controlplane.backends import BackendError
 from runtime.dataflow import JobGraph, logic_ref
 from runtime.layout import Layout
 
@@ -145,7 +146,10 @@ async def _substitute_new_workers(coordinator: Coordinator, a: Abstraction) -> A
     if coordinator.backend is None:
         raise ReconfigurationError("the plan asks for a new worker but no backend can start one")
     before = {w.id for w in coordinator.workers.values()}
-    await coordinator.backend.start_workers(len(placeholders))
+    try:
+        await coordinator.backend.start_workers(len(placeholders))
+    except BackendError as exc:
+        raise ReconfigurationError(f"cannot start a new worker: {exc}") from None
     try:
         await asyncio.wait_for(
             _registered(coordinator, before, len(placeholders)), NEW_WORKER_TIMEOUT_S
@@ -161,7 +165,7 @@ async def _substitute_new_workers(coordinator: Coordinator, a: Abstraction) -> A
     mapping = {p: fresh[i] for i, p in enumerate(placeholders)}
     data = a.to_dict()
     data["workers"] = [
-        Worker.from_info(mapping[w["id"]], backend=w["backend"]).to_dict()
+        Worker.from_info(mapping[w["id"]], backend=coordinator.backend.name).to_dict()
         if w["id"] in mapping
         else w
         for w in data["workers"]
