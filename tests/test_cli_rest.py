@@ -6,6 +6,7 @@ a plan file that cannot be read, a server that does not answer)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -279,3 +280,37 @@ def test_unauthenticated_unreachable_and_bad_address(api: Api) -> None:
     nobody = f"http://127.0.0.1:{free_port()}"
     error_line(cli(None, "job", "list", "--server", nobody), 2, f"cannot connect to {nobody}")
     error_line(cli(None, "workers", "list", "--server", "ftp://host"), 2, "server", "http://")
+
+
+LOGIC = '''"""A count that is a new piece of logic."""
+
+
+def count_word(word, _value, state):
+    n = state.get(0) + 1
+    state.set(n)
+    return ((word, n),)
+'''
+
+
+def test_code_upload_list_show_and_use_as_logic(api: Api, job: int, tmp_path: Path) -> None:
+    module = tmp_path / "recount.py"
+    module.write_text(LOGIC)
+    uploaded = ok_json(cli(api, "code", "upload", module, "--name", "recount", "--json"))
+    assert uploaded["name"] == "recount" and uploaded["callables"] == ["count_word"]
+    assert len(uploaded["sha256"]) == 64
+    ref = f"code:{uploaded['id']}:count_word"
+    again = ok(cli(api, "code", "upload", module))  # a new id; the table shows its references
+    assert re.search(rf"refs +code:{uploaded['id'] + 1}:count_word", again), again
+    assert uploaded["id"] in [c["id"] for c in ok_json(cli(api, "code", "list", "--json"))["items"]]
+    assert "state.set(n)" in ok(cli(api, "code", "show", uploaded["id"]))
+
+    out = ok(cli(api, "reconfigure", "logic", job, "count", ref, "--task", "count-0"))
+    assert "logic, completed" in out
+    assert count_tasks(abstraction(api, job))["count-0"]["logic"]["ref"] == ref
+
+    broken = tmp_path / "broken.py"
+    broken.write_text("def f(:\n")
+    error_line(cli(api, "code", "upload", broken), 1, "broken.py", "line 1", "422")
+    error_line(cli(api, "code", "upload", module, token=_token(api, "operate")), 1, "403")
+    result = cli(api, "code", "upload", tmp_path / "missing.py")
+    assert result.exit_code == 2 and "does not exist" in result.output

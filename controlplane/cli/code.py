@@ -1,4 +1,4 @@
-"""``streampilot code upload|list``: Python modules uploaded to the StreamManager, whose
+"""``streampilot code upload|list|show``: Python modules uploaded to the StreamManager, whose
 callables jobs and ``reconfigure logic`` refer to as ``code:<id>:<callable>``."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.syntax import Syntax
 
 from .client import Client
 from .output import console, record_table, table, when
@@ -63,3 +64,16 @@ def upload(
 def list_code(api: Client, limit: LimitOpt = 50, offset: OffsetOpt = 0) -> dict[str, Any]:
     """Uploaded modules, newest first."""
     return api.get("/code", limit=limit, offset=offset)
+
+
+def _print_source(code: dict[str, Any]) -> None:
+    _print_code(code)
+    console.print(Syntax(code["source"], "python", line_numbers=True))
+
+
+@rest_command(app, "show", _print_source)
+def show(
+    api: Client, code_id: Annotated[int, typer.Argument(min=1, help="uploaded module id")]
+) -> dict[str, Any]:
+    """One uploaded module with its source."""
+    return api.get(f"/code/{code_id}")

@@ -73,7 +73,8 @@ def _server(database_url: str, port: int, workers: int, log: Path) -> Iterator[s
     cmd += ["--port", str(port), "--db", database_url, "--local-workers", str(workers)]
     cmd += ["--log-level", "WARNING"]
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        # Its own session: Ctrl-C reaches the demo only, which then stops it with SIGTERM.
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + SERVER_START_TIMEOUT_S
         while not _healthy(base):
@@ -101,8 +102,7 @@ def _healthy(base: str) -> bool:
 
 
 def _rates_line(api: Client, job_id: int, t0: float) -> None:
-    """The job's rates and sink latency over the last seconds (nothing before its first
-    metrics arrive)."""
+    """The job's rates and sink latency over the last seconds (nothing while it has none)."""
     try:
         m = api.get(f"/jobs/{job_id}/metrics", window_s=METRICS_WINDOW_S)
     except ApiError:
@@ -110,6 +110,8 @@ def _rates_line(api: Client, job_id: int, t0: float) -> None:
     ops = {o["kind"]: o for o in m["operators"]}
     sentences = ops.get("source", {}).get("out_per_s", 0.0)
     words = ops.get("keyed", {}).get("in_per_s", 0.0)
+    if not sentences and not words:
+        return
     lat = m["latency"]
     console.print(
         f"  t+{time.monotonic() - t0:5.1f}s  {sentences:9,.0f} sentences/s  {words:9,.0f} "

@@ -1,9 +1,12 @@
-"""The options every REST command shares and the one place their failures become exit codes.
+"""The options every REST command shares, the one place their failures become exit
+codes, and the registration of commands written as functions of a client.
 
 ``--server`` and ``--token`` override :class:`~controlplane.cli.client.ClientSettings`
 (``STREAMPILOT_SERVER``, ``STREAMPILOT_TOKEN``). Inside :func:`connect`, an answer of 4xx
 or 5xx prints the server's message on one line and exits 1; an address that does not
-answer, or a bad option, exits 2.
+answer, or a bad option, exits 2. :func:`rest_command` turns ``call(api, job_id, ...)``
+into a command with those options and ``--json``: the sub-apps declare only their own
+arguments and how to render the answer.
 """
 
 from __future__ import annotations
@@ -118,9 +121,10 @@ def command_with(
     def command(**arguments: Any) -> None:
         run(**arguments)
 
+    # Typer reads __signature__ and __annotations__; it must not follow __wrapped__ to call.
     command.__signature__ = signature.replace(parameters=params, return_annotation=None)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in params}
-    del command.__wrapped__  # type: ignore[attr-defined]  # Typer must not see call's own
+    del command.__wrapped__  # type: ignore[attr-defined]
     return command
 
 
