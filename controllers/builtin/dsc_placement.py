@@ -221,6 +221,6 @@ class DscPlacement(Controller):
         logger.info("re-placing: cross-worker traffic down by %.0f of %.0f", gain, total)
         builder = PlanBuilder(a)
         builder.add(
-            [AssignResource(a.task(t).operator, t, w) for t, w in target.items() if w != now[t]]
+            [AssignResource(a.task(t).operator, t, target[t]) for t in now if target[t] != now[t]]
         )
         return builder.build(cfg.mode)

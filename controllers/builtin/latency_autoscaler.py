@@ -30,7 +30,9 @@ below the target; and whenever the job's parallelism changes (our plan applied, 
 else's) the overload window and the underload streak start again, so the next decision
 is made on measurements of the new configuration. The input-rate history (for the peak)
 is kept. This state lives in the instance (the host keeps it alive between periods).
-Only operators whose stage holds no source are scaled (sources cannot be rescaled live).
+Only operators whose stage holds no source are scaled (sources cannot be rescaled live);
+a stage whose new tasks find no worker with a free slot is left as it is (logged; give
+``workers: ["new"]`` to ask the backend for fresh ones).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from controlplane.abstraction import Abstraction, Plan
+from controlplane.abstraction import Abstraction, Plan, WorkerOverCapacity
 
 from ..base import Controller
 from ..config import check
@@ -249,9 +251,11 @@ class LatencyAutoscaler(Controller):
             )
         builder = PlanBuilder(view.abstraction)
         for stage, n in sizes.items():
-            if n != stage.tasks:
-                logger.info(
-                    "%s: stage %s from %d to %d tasks", state, stage.operators, stage.tasks, n
-                )
+            if n == stage.tasks:
+                continue
+            logger.info("%s: stage %s from %d to %d tasks", state, stage.operators, stage.tasks, n)
+            try:
                 builder.scale(stage.operators[0], n, workers=cfg.workers or None)
+            except WorkerOverCapacity as exc:
+                logger.warning("cannot scale %s to %d tasks: %s", stage.operators, n, exc)
         return builder.build(cfg.mode, cfg.batch_size)
