@@ -8,6 +8,7 @@ the steps before it):
 2. Mark jobs and reconfigurations a previous run left unfinished as failed.
 3. Start the coordinator and ``settings.local_workers`` local workers (the engine).
 4. Start mirroring job states into the database.
+5. Start the controllers recorded running (:class:`~controlplane.controllers.host.ControllerHost`).
 
 Routes live under ``/api/v1`` in one package per resource; ``/healthz`` and ``/metrics`` (Prometheus text; see :mod:`controlplane.metrics.routes`)
 need no token, nor do the pages: ``/`` (the dashboard, :mod:`controlplane.console`),
@@ -35,6 +36,8 @@ from controlplane.auth import service as auth
 from controlplane.code import routes as code
 from controlplane.code import service as code_service
 from controlplane.config import Settings
+from controlplane.controllers import routes as controller_routes
+from controlplane.controllers.host import ControllerHost
 from controlplane.engine import Engine
 from controlplane.jobs import routes as jobs
 from controlplane.metrics import routes as metrics
@@ -91,6 +94,10 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             # Step 4. Mirror job states.
             await tracker.start()
             app.state.sessions, app.state.engine, app.state.tracker = sessions, engine, tracker
+            # Step 5. Controllers.
+            controllers = ControllerHost(settings, engine, tracker, sessions)
+            await controllers.start()
+            app.state.controllers = controllers
             logger.info(
                 "streampilot serving with %s and %d local workers",
                 settings.redacted_database_url(),
@@ -98,6 +105,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             )
             yield
         finally:
+            if hasattr(app.state, "controllers"):
+                await app.state.controllers.close()
             await tracker.stop()
             await engine.close()
             await asyncio.to_thread(tracker.shutdown, engine.states())
@@ -120,7 +129,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     http.install(app)
 
     api = APIRouter(prefix=API_PREFIX)
-    for module in (jobs, versions, reconfigurations, metrics, workers, code, tokens):
+    for module in (jobs, versions, reconfigurations, metrics, workers, code, controller_routes, tokens):
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(metrics.prometheus)

@@ -47,6 +47,18 @@ class Settings(BaseSettings):
     migrate_on_start: bool = Field(True, description="upgrade the database schema at start-up")
     log_level: str = Field("INFO", description="log level of the control plane")
     worker_log_level: str = Field("WARNING", description="log level of local workers")
+    controller_memory_mb: int = Field(
+        1024, ge=64, description="address-space limit of each controller's process"
+    )
+    controller_cpu_s: int = Field(
+        600, ge=1, description="CPU seconds a controller's process may use before it is restarted"
+    )
+    controller_timeout_s: float = Field(
+        10.0, gt=0, description="a controller's decide / on_start / on_result returns within this"
+    )
+    controller_max_failures: int = Field(
+        3, ge=1, description="consecutive failures after which a controller is marked failed"
+    )
     backend: Literal["local", "spark"] = Field(
         "local", description="what starts workers: local subprocesses, or Spark tasks"
     )

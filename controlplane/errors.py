@@ -13,6 +13,8 @@ Exception tree::
     │   │                            bad_params, invalid_job, job_build_failed)
     │   ├── BadCode                  an uploaded module that is not UTF-8 Python importing
     │   │                            cleanly (the message names the file and line)
+    │   ├── BadController            a controller script or built-in that cannot be loaded
+    │   │                            (the message names the file, line and reason)
     │   └── PlanRefused              a plan refused by validation (code: the PlanError's
     │                                kind, e.g. key_group_conflict, unknown_worker, no_change)
     ├── Conflict                     valid, but not now
@@ -33,6 +35,7 @@ from controlplane.abstraction import AbstractionError, StaleVersion
 
 __all__ = [
     "BadCode",
+    "BadController",
     "BadJob",
     "Conflict",
     "Forbidden",
@@ -80,6 +83,10 @@ class BadJob(InvalidRequest):
 
 class BadCode(InvalidRequest):
     code = "bad_code"
+
+
+class BadController(InvalidRequest):
+    code = "bad_controller"
 
 
 class PlanRefused(InvalidRequest):

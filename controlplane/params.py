@@ -13,11 +13,12 @@ from typing import Annotated
 
 from fastapi import Path
 
-__all__ = ["MAX_ID", "CodeId", "JobId", "ReconfigurationId", "TokenId"]
+__all__ = ["MAX_ID", "CodeId", "ControllerId", "JobId", "ReconfigurationId", "TokenId"]
 
 MAX_ID = 2**31 - 1  # the largest value of a PostgreSQL INTEGER column
 
 CodeId = Annotated[int, Path(ge=1, le=MAX_ID, description="an uploaded module's id")]
+ControllerId = Annotated[int, Path(ge=1, le=MAX_ID, description="a controller id")]
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="a job id")]
 ReconfigurationId = Annotated[int, Path(ge=1, le=MAX_ID, description="a reconfiguration id")]
 TokenId = Annotated[int, Path(ge=1, le=MAX_ID, description="a token id")]

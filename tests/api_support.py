@@ -30,6 +30,8 @@ SERVER_START_TIMEOUT_S = 60.0  # migrations + 2 worker processes importing numpy
 SERVER_STOP_TIMEOUT_S = 30.0
 HTTP_TIMEOUT_S = 60.0  # one request (a submission deploys within 30 s)
 ADMIN_TOKEN = "sp_test-admin-" + secrets.token_hex(8)
+CONTROLLER_TIMEOUT_S = 2.0  # a controller's decide that hangs is killed after this
+CONTROLLER_MAX_FAILURES = 2  # failures in a row that mark a controller failed
 
 
 def free_port() -> int:
@@ -135,6 +137,18 @@ class Api:
 
         return wait_until(ended, timeout, f"reconfiguration {rid} of job {job_id} to end")
 
+    @contextlib.contextmanager
+    def running_job(self, body: dict[str, Any]) -> Iterator[int]:
+        """Submit job ``body``; yields its id, and stops it on exit."""
+        with self.client() as http:
+            r = http.post("/api/v1/jobs", json=body)
+            assert r.status_code == 201, r.text
+            job_id = r.json()["id"]
+            try:
+                yield job_id
+            finally:
+                http.delete(f"/api/v1/jobs/{job_id}")
+
     def wait_job(self, http: httpx.Client, job_id: int, statuses: set[str], timeout: float = 30.0):
         def reached() -> dict[str, Any] | None:
             body = http.get(f"/api/v1/jobs/{job_id}").json()
@@ -160,6 +174,8 @@ def running_server(backend: str, tmp_dir: str) -> Iterator[Api]:
             local_workers=2,
             admin_token=ADMIN_TOKEN,
             log_level="WARNING",
+            controller_timeout_s=CONTROLLER_TIMEOUT_S,
+            controller_max_failures=CONTROLLER_MAX_FAILURES,
         )
         server = ServerThread(settings)
         server.start()

@@ -52,8 +52,10 @@ class Server:
         }
         self.log = log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "controlplane.app:create_app", "--factory"]
-            + ["--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"],
+            [
+                *(sys.executable, "-m", "uvicorn", "controlplane.app:create_app", "--factory"),
+                *("--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"),
+            ],
             env=env,
             stdout=self.log,
             stderr=subprocess.STDOUT,

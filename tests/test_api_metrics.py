@@ -21,12 +21,8 @@ WORDCOUNT = {
 @pytest.fixture(scope="module")
 def job(api: Api) -> Iterator[int]:
     """A running word count (1000 sentences/s), stopped after the module."""
-    with api.client() as http:
-        r = http.post("/api/v1/jobs", json=WORDCOUNT)
-        assert r.status_code == 201, r.text
-        job_id = r.json()["id"]
+    with api.running_job(WORDCOUNT) as job_id:
         yield job_id
-        http.delete(f"/api/v1/jobs/{job_id}")
 
 
 def _window(api: Api, job_id: int, window_s: float = 2.0) -> dict[str, Any]:

@@ -22,14 +22,8 @@ PHASES = ("prepare", "sync", "update", "total")
 @pytest.fixture(scope="module")
 def job(api: Api) -> Iterator[int]:
     """A running, unbounded word count for the tests of this module (per server)."""
-    with api.client() as http:
-        r = http.post("/api/v1/jobs", json=WORDCOUNT)
-        assert r.status_code == 201, r.text
-        job_id = r.json()["id"]
-        try:
-            yield job_id
-        finally:
-            http.delete(f"/api/v1/jobs/{job_id}")
+    with api.running_job(WORDCOUNT) as job_id:
+        yield job_id
 
 
 def current(http: httpx.Client, job_id: int) -> dict[str, Any]:

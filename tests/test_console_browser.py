@@ -69,14 +69,8 @@ def browser() -> Iterator[Browser]:
 @pytest.fixture(scope="module")
 def job(api: Api) -> Iterator[int]:
     """A running, unbounded word count (1000 sentences/s), stopped after the module."""
-    with api.client() as http:
-        r = http.post("/api/v1/jobs", json=WORDCOUNT)
-        assert r.status_code == 201, r.text
-        job_id = r.json()["id"]
-        try:
-            yield job_id
-        finally:
-            http.delete(f"/api/v1/jobs/{job_id}")
+    with api.running_job(WORDCOUNT) as job_id:
+        yield job_id
 
 
 @dataclass

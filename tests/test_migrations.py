@@ -16,7 +16,16 @@ from sqlalchemy import inspect
 
 from controlplane import db
 
-TABLES = {"jobs", "abstraction_versions", "reconfigurations", "tokens", "code"}
+TABLES = {
+    "jobs",
+    "abstraction_versions",
+    "reconfigurations",
+    "tokens",
+    "code",
+    "controllers",
+    "controller_decisions",
+    "controller_logs",
+}
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

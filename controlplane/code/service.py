@@ -12,15 +12,13 @@ Functions take the session as a keyword argument and never commit.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import subprocess
-import sys
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controlplane.errors import BadCode, NotFound
+from controlplane.isolation import run_check
 from controlplane.pagination import fetch_page
 from runtime import codeload
 
@@ -36,30 +34,14 @@ CHECK_TIMEOUT_S = 20.0  # importing an upload (in a throwaway process) takes at 
 
 def _check(source: str, filename: str) -> list[str]:
     """The callables ``source`` defines, found by importing it in a throwaway process."""
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "runtime.codecheck", filename],
-            input=source,
-            capture_output=True,
-            text=True,
-            timeout=CHECK_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise BadCode(
-            f"{filename}: importing the module did not finish within {CHECK_TIMEOUT_S:.0f}s; "
-            "move long-running work out of module level"
-        ) from None
-    lines = proc.stdout.strip().splitlines()
-    try:
-        result = json.loads(lines[-1]) if lines else None
-    except json.JSONDecodeError:
-        result = None
-    if not isinstance(result, dict):
-        raise BadCode(
-            f"{filename}: the interpreter exited with code {proc.returncode} while importing "
-            "the module; a module must not exit or crash at import"
-        )
+    result = run_check(
+        "runtime.codecheck",
+        [filename],
+        source,
+        timeout=CHECK_TIMEOUT_S,
+        error=BadCode,
+        doing=f"{filename}: importing the module",
+    )
     if "error" in result:
         raise BadCode(str(result["error"]))
     return [str(c) for c in result["callables"]]

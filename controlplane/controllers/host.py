@@ -1,0 +1,501 @@
+"""The controller host: runs each ``running`` controller in its own subprocess.
+
+One :class:`_Runner` (an asyncio task on the server's loop) per running controller; its
+child is ``python -m controlplane.controllers.child`` with an address-space limit
+(``settings.controller_memory_mb``) and a CPU-time limit (``settings.controller_cpu_s``),
+in its own session, killed with the host. Each period, in order:
+
+1. Build the view (the job's current abstraction, its metrics window, the workers, the
+   outcomes of this controller's earlier plans). A job that has ended stops its
+   controllers (status ``stopped``, with the reason).
+2. Send it to the child; ``decide`` must answer within ``settings.controller_timeout_s``.
+3. Check the answer: a plan (JSON) against the view's version, or nothing.
+4. Apply the safety limits (:func:`controllers.check_safety`): a refusal is recorded,
+   a dry run is recorded, else the plan goes through the same validation as REST
+   (:func:`controlplane.reconfigurations.service.request_reconfiguration`, on this
+   controller's job only) and is carried out.
+5. Wait for the reconfiguration to end, record the outcome, and hand it to the child's
+   ``on_result``.
+
+A controller that raises, hangs (its child is killed and restarted), dies, returns garbage
+or a plan validation refuses has a failure recorded with the reason, and never touches the
+job; ``settings.controller_max_failures`` failures in a row mark it ``failed`` and stop
+it. Nothing a child does can raise out of its runner: the server never crashes with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import logging
+import resource
+import signal
+import sys
+import time
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from controlplane import db
+from controlplane.config import Settings
+from controlplane.engine import Engine, job_key
+from controlplane.errors import Conflict, PlanRefused, ServiceError
+from controlplane.jobs import service as jobs
+from controlplane.jobs.models import TERMINAL_JOB_STATUSES
+from controlplane.metrics import service as metrics
+from controlplane.reconfigurations import service as reconfigurations
+from controlplane.tracking import Tracker
+from controlplane.versions import service as versions
+
+from . import service
+
+__all__ = ["ControllerHost"]
+
+logger = logging.getLogger(__name__)
+
+SPAWN_TIMEOUT_S = 30.0  # a child loads its script (imports, constructor) within this
+OUTCOME_TIMEOUT_S = 150.0  # a reconfiguration ends within this (prepare + sync + update)
+OUTCOME_POLL_S = 0.2  # how often the outcome of a submitted plan is looked up
+MIN_WINDOW_S = 5.0  # the metrics window of a view covers at least this
+MAX_WINDOW_S = 300.0  # and at most what the coordinator keeps
+LOG_FLUSH_S = 1.0  # a child's output is written to the database this often
+STOP_GRACE_S = 3.0  # a child exits on SIGTERM within this, or is killed
+_PR_SET_PDEATHSIG = 1
+
+
+class ChildFailed(Exception):
+    """The child died, hung or answered with an error; the message says which."""
+
+    def __init__(self, message: str, *, restart: bool) -> None:
+        super().__init__(message)
+        self.restart = restart
+
+
+class ControllerHost:
+    """Starts, stops and supervises controller runners (see the module docstring).
+
+    :meth:`start` and :meth:`close` run on the server's event loop; :meth:`wake` may be
+    called from any thread (request handlers, after their unit of work committed)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        engine: Engine,
+        tracker: Tracker,
+        sessions: sessionmaker[Session],
+    ) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.tracker = tracker
+        self.sessions = sessions
+        self.runners: dict[int, _Runner] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self) -> None:
+        """Start the controllers recorded ``running`` (their jobs permitting)."""
+        self.loop = asyncio.get_running_loop()
+        ids = await asyncio.to_thread(self._call, service.running_ids)
+        for cid in ids:
+            self._ensure(cid)
+
+    async def close(self) -> None:
+        runners, self.runners = list(self.runners.values()), {}
+        for r in runners:
+            r.task.cancel()
+        await asyncio.gather(*(r.finished() for r in runners), return_exceptions=True)
+
+    def wake(self, controller_id: int) -> None:
+        """Start or stop the runner of a controller to match its recorded status."""
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self._ensure, controller_id)
+
+    def _ensure(self, controller_id: int) -> None:
+        runner = self.runners.get(controller_id)
+        if runner is not None and not runner.task.done():
+            runner.task.cancel()  # it re-reads its row: restart with the latest status
+        self.runners[controller_id] = _Runner(self, controller_id)
+
+    def _call(self, fn: Any, **kwargs: Any) -> Any:
+        with db.unit_of_work(self.sessions) as session:
+            return fn(session=session, **kwargs)
+
+
+class _Child:
+    """A controller's process and its JSON-lines protocol (see :mod:`.child`)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, on_line: Any) -> None:
+        self.proc = proc
+        self._pump = asyncio.create_task(self._read_stderr(on_line))
+
+    @classmethod
+    async def spawn(cls, settings: Settings, on_line: Any) -> _Child:
+        memory = settings.controller_memory_mb * 1024 * 1024
+        cpu = settings.controller_cpu_s
+
+        def limits() -> None:  # in the child, between fork and exec
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+            with contextlib.suppress(Exception):
+                ctypes.CDLL("libc.so.6").prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "controlplane.controllers.child",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            preexec_fn=limits if sys.platform.startswith("linux") else None,
+            start_new_session=True,
+            limit=64 * 1024 * 1024,  # a reply carries a plan: allow long lines
+        )
+        return cls(proc, on_line)
+
+    async def _read_stderr(self, on_line: Any) -> None:
+        assert self.proc.stderr is not None
+        while line := await self.proc.stderr.readline():
+            on_line(line.decode("utf-8", "replace").rstrip())
+
+    async def call(self, request: dict[str, Any], timeout: float, doing: str) -> dict[str, Any]:
+        """Send one request and return the reply; :class:`ChildFailed` if the child dies,
+        hangs past ``timeout`` (it is then killed) or answers with an error."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            await self.proc.stdin.drain()
+            line = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
+        except TimeoutError:
+            await self.kill()
+            raise ChildFailed(
+                f"{doing} did not return within {timeout:g}s; the process was killed",
+                restart=True,
+            ) from None
+        except (ConnectionError, BrokenPipeError):
+            line = b""
+        if not line:
+            code = await self._exit_code()
+            why = {
+                -signal.SIGKILL: " (killed: over its memory limit, or by the host)",
+                -signal.SIGXCPU: " (over its CPU-time limit)",
+            }.get(code, "")
+            raise ChildFailed(f"the controller's process exited with {code}{why}", restart=True)
+        try:
+            reply = json.loads(line)
+        except json.JSONDecodeError:
+            raise ChildFailed(f"{doing}: unreadable reply {line[:200]!r}", restart=True) from None
+        if reply.get("type") == "error":
+            raise ChildFailed(str(reply.get("error")), restart=False)
+        return reply
+
+    async def _exit_code(self) -> int | None:
+        try:
+            return await asyncio.wait_for(self.proc.wait(), STOP_GRACE_S)
+        except TimeoutError:
+            return None
+
+    async def kill(self) -> None:
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            await self.proc.wait()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(self._pump, STOP_GRACE_S)
+
+    async def close(self) -> None:
+        if self.proc.stdin is not None and self.proc.returncode is None:
+            self.proc.stdin.close()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.proc.wait(), STOP_GRACE_S)
+        await self.kill()
+
+
+class _Runner:
+    """Drives one controller: the numbered steps of the module docstring, forever."""
+
+    def __init__(self, host: ControllerHost, controller_id: int) -> None:
+        self.host = host
+        self.id = controller_id
+        self.settings = host.settings
+        self.child: _Child | None = None
+        self.logs: list[tuple[str, str]] = []
+        self.task = asyncio.create_task(self._main(), name=f"controller-{controller_id}")
+        self._flusher = asyncio.create_task(self._flush_logs())
+
+    async def finished(self) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+    # -- the loop -------------------------------------------------------------------------
+
+    async def _main(self) -> None:
+        try:
+            await self._loop()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug of the host itself: log it, never crash the server
+            logger.exception("controller %s: host error", self.id)
+        finally:
+            if self.child is not None:
+                await self.child.close()
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._flusher
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self._write_logs)
+
+    async def _loop(self) -> None:
+        row = await self._db(service.get_controller, controller_id=self.id)
+        if row.status != "running":
+            return
+        spec = {
+            "type": "load",
+            "config": row.config,
+            **(
+                {"builtin": row.builtin}
+                if row.builtin
+                else {"source": row.source, "filename": row.filename}
+            ),
+        }
+        interval, first = float(row.interval_s), True
+        while True:
+            try:
+                if self.child is None:
+                    self.child = await _Child.spawn(self.settings, self._on_line)
+                    loaded = await self.child.call(spec, SPAWN_TIMEOUT_S, "loading the controller")
+                    interval = float(loaded["interval_s"])
+                    first = True
+                await asyncio.sleep(interval)
+                if not await self._period(first):
+                    return
+                first = False
+            except ChildFailed as exc:
+                if not await self._failed(str(exc), restart=exc.restart):
+                    return
+
+    async def _period(self, first: bool) -> bool:
+        """One period (steps 1 to 5); False when the controller must stop."""
+        assert self.child is not None
+        # Step 1. The view (unless the controller was stopped or failed meanwhile).
+        built = await self._db(self._build_view)
+        if built is None:
+            return False
+        if isinstance(built, str):
+            await self._db(service.set_status, controller_id=self.id, status="stopped", error=built)
+            self._host_log(f"stopped: {built}")
+            return False
+        view_doc, view = built
+        # Step 2. Decide.
+        reply = await self.child.call(
+            {"type": "decide", "view": view_doc, "first": first},
+            self.settings.controller_timeout_s,
+            "decide(view)",
+        )
+        # Step 3. A plan, or nothing.
+        plan = self._plan_of(reply, view)
+        if plan is None:
+            await self._db(service.note_decided, controller_id=self.id, with_plan=False)
+            await self._db(service.note_success, controller_id=self.id)
+            return True
+        await self._db(service.note_decided, controller_id=self.id, with_plan=True)
+        # Step 4. Safety, then validation.
+        outcome = await self._submit(plan, view, view_doc)
+        # Step 5. Outcome.
+        await self.child.call(
+            {"type": "result", "outcome": outcome},
+            self.settings.controller_timeout_s,
+            "on_result(outcome)",
+        )
+        return True
+
+    def _plan_of(self, reply: dict[str, Any], view: Any) -> Any:
+        from controlplane.abstraction import AbstractionError, Plan
+
+        if reply.get("type") != "plan":
+            raise ChildFailed(f"decide: unexpected reply {str(reply)[:200]}", restart=True)
+        if reply.get("plan") is None:
+            return None
+        try:
+            plan = Plan.from_dict(reply["plan"])
+        except AbstractionError as exc:
+            raise ChildFailed(f"decide returned an unreadable plan: {exc}", restart=False) from None
+        if not plan.ops:
+            return None
+        if plan.base_version != view.abstraction.version:
+            raise ChildFailed(
+                f"decide returned a plan against version {plan.base_version}, but the view "
+                f"holds version {view.abstraction.version}",
+                restart=False,
+            )
+        return plan
+
+    async def _submit(self, plan: Any, view: Any, view_doc: dict[str, Any]) -> dict[str, Any]:
+        from controllers import SafetyConfig, check_safety, preview
+        from controlplane.abstraction import PlanError
+
+        row = await self._db(service.get_controller, controller_id=self.id)
+        record = {"controller_id": self.id, "view": _summary(view), "plan": plan.to_dict()}
+        try:
+            preview(view.abstraction, plan)
+        except PlanError as exc:  # the controller's fault: count it
+            decision = await self._db(
+                service.record_decision, **record, status="refused", moves=0, error=str(exc)
+            )
+            await self._failed(f"plan refused by validation: {exc}", restart=False)
+            return service.outcome_of(decision)
+        verdict = check_safety(
+            plan, view.abstraction, SafetyConfig.from_dict(row.safety), view.history, now=view.now
+        )
+        if verdict.action == "refuse":
+            self._host_log(f"plan refused by the safety limits: {verdict.reason}")
+            decision = await self._db(
+                service.record_decision,
+                **record,
+                status="refused",
+                moves=verdict.moves,
+                error=verdict.reason,
+            )
+            return service.outcome_of(decision)
+        if verdict.action == "dry_run":
+            self._host_log(f"dry run: plan with {len(plan.ops)} operations recorded, not applied")
+            decision = await self._db(
+                service.record_decision, **record, status="dry_run", moves=verdict.moves
+            )
+            return service.outcome_of(decision)
+        try:
+            decision = await asyncio.to_thread(self._request, plan, record, verdict.moves)
+        except ServiceError as exc:
+            decision = await self._db(
+                service.record_decision,
+                **record,
+                status="refused",
+                moves=verdict.moves,
+                error=exc.message,
+            )
+            self._host_log(f"plan refused: {exc.message}")
+            if isinstance(exc, PlanRefused):  # the controller's fault: count it
+                await self._failed(f"plan refused by validation: {exc.message}", restart=False)
+            elif not isinstance(exc, Conflict):
+                raise
+            return service.outcome_of(decision)
+        self._host_log(f"plan applied as reconfiguration {decision.reconfiguration_id}")
+        deadline = time.monotonic() + OUTCOME_TIMEOUT_S
+        while time.monotonic() < deadline:
+            settled = await self._db(service.settle_decision, decision_id=decision.id)
+            if settled is not None:
+                await self._db(service.note_success, controller_id=self.id)
+                return service.outcome_of(settled)
+            await asyncio.sleep(OUTCOME_POLL_S)
+        raise ChildFailed(
+            f"reconfiguration {decision.reconfiguration_id} did not end within "
+            f"{OUTCOME_TIMEOUT_S:g}s",
+            restart=False,
+        )
+
+    def _request(self, plan: Any, record: dict[str, Any], moves: int) -> Any:
+        """Submit ``plan`` for this controller's job, as REST does, and record the decision
+        in the same unit of work."""
+        row_job = None
+        with db.unit_of_work(self.host.sessions) as session:
+            row = service.get_controller(session=session, controller_id=self.id)
+            row_job = row.job_id
+            rec = reconfigurations.request_reconfiguration(
+                session=session,
+                engine=self.host.engine,
+                launch=self.host.tracker.launch,
+                job_id=row_job,
+                origin=f"controller {self.id}",
+                build=lambda _view: plan,
+            )
+            return service.record_decision(
+                session=session,
+                **record,
+                status="pending",
+                moves=moves,
+                reconfiguration_id=rec.id,
+            )
+
+    def _build_view(self, *, session: Session) -> tuple[dict[str, Any], Any] | str | None:
+        """(view JSON, View); or why the controller must stop; or None if it is no longer
+        ``running`` (stopped, or failed by its last plan)."""
+        from controllers import View
+
+        row = service.get_controller(session=session, controller_id=self.id)
+        if row.status != "running":
+            return None
+        job = jobs.get_job(session=session, engine=self.host.engine, job_id=row.job_id)
+        if job.status in TERMINAL_JOB_STATUSES:
+            return f"job {job.id} is {job.status}"
+        document = versions.get_version(session=session, job_id=job.id).document
+        window = min(max(float(row.interval_s), MIN_WINDOW_S), MAX_WINDOW_S)
+        try:
+            window_doc: dict[str, Any] | None = metrics.job_metrics(
+                session=session, engine=self.host.engine, job_id=job.id, window_s=window
+            ).model_dump(mode="json")
+        except ServiceError:
+            window_doc = None
+        view_doc = {
+            "job_id": job_key(job.id),
+            "now": time.time(),
+            "abstraction": document,
+            "metrics": window_doc,
+            "history": service.history(session=session, controller_id=self.id),
+        }
+        return view_doc, View.from_dict(view_doc)
+
+    # -- failures and logs --------------------------------------------------------------------
+
+    async def _failed(self, reason: str, *, restart: bool) -> bool:
+        """Record a failure; False when the controller is now failed (stop running it)."""
+        self._host_log(f"failure: {reason}")
+        if restart and self.child is not None:
+            await self.child.kill()
+            self.child = None
+        row = await self._db(
+            service.note_failure,
+            controller_id=self.id,
+            reason=reason,
+            max_failures=self.settings.controller_max_failures,
+            restarted=restart,
+        )
+        if row.status != "running":
+            self._host_log(f"marked {row.status}: {row.error}")
+            return False
+        return True
+
+    def _on_line(self, line: str) -> None:
+        self.logs.append(("script", line))
+
+    def _host_log(self, message: str) -> None:
+        logger.info("controller %s: %s", self.id, message)
+        self.logs.append(("host", message))
+
+    async def _flush_logs(self) -> None:
+        while True:
+            await asyncio.sleep(LOG_FLUSH_S)
+            try:
+                await asyncio.to_thread(self._write_logs)
+            except Exception:
+                logger.exception("controller %s: could not write its log", self.id)
+
+    def _write_logs(self) -> None:
+        lines, self.logs = self.logs, []
+        if lines:
+            with db.unit_of_work(self.host.sessions) as session:
+                service.add_logs(session=session, controller_id=self.id, lines=lines)
+
+    async def _db(self, fn: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(self.host._call, fn, **kwargs)
+
+
+def _summary(view: Any) -> dict[str, Any]:
+    """What a decision records of the view it was made on."""
+    m = view.metrics
+    summary: dict[str, Any] = {"version": view.abstraction.version, "time": view.now}
+    if m is not None:
+        summary["latency_p99_ms"] = m.latency.p99_ms
+        summary["operators"] = {
+            o.operator: {"in_per_s": o.in_per_s, "busy": o.busy} for o in m.operators
+        }
+    return summary

@@ -1,0 +1,309 @@
+"""Controllers: attach (check, store), list, read, start/stop, and the records the host
+keeps (views it builds, decisions, outcomes, failures, log lines).
+
+Attaching checks the script in a throwaway interpreter (``python -m
+controlplane.controllers.child --check``, bounded by :data:`CHECK_TIMEOUT_S`): it must
+compile, define exactly one ``controllers.Controller`` subclass and accept its config;
+a built-in is looked up by name the same way. Functions take the session as a keyword
+argument and never commit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from controlplane.errors import BadController, Conflict, NotFound
+from controlplane.isolation import run_check
+from controlplane.jobs import service as jobs
+from controlplane.jobs.models import TERMINAL_JOB_STATUSES
+from controlplane.pagination import fetch_page
+from controlplane.reconfigurations.models import Reconfiguration
+
+from .models import Controller, ControllerDecision, ControllerLog
+
+__all__ = [
+    "CHECK_TIMEOUT_S",
+    "MAX_LOG_LINES",
+    "attach",
+    "get_controller",
+    "list_controllers",
+    "list_decisions",
+    "list_logs",
+    "set_status",
+]
+
+logger = logging.getLogger(__name__)
+
+CHECK_TIMEOUT_S = 30.0  # loading a script (imports, constructor) takes at most this
+MAX_SOURCE_BYTES = 1 << 20
+MAX_LOG_LINES = 2000  # log lines kept per controller (older ones are dropped)
+MAX_LOG_LINE = 2000  # characters kept of one log line
+HISTORY = 50  # outcomes of earlier plans a view carries
+
+
+def check_script(request: Mapping[str, Any], filename: str) -> dict[str, Any]:
+    """Load the controller in a throwaway process; its ``loaded`` reply, or
+    :class:`BadController` with the reason and line."""
+    reply = run_check(
+        "controlplane.controllers.child",
+        ["--check", filename],
+        json.dumps(dict(request)),
+        timeout=CHECK_TIMEOUT_S,
+        error=BadController,
+        doing=f"{filename}: loading the controller",
+    )
+    if reply.get("type") != "loaded":
+        raise BadController(str(reply.get("error")))
+    return reply
+
+
+def attach(
+    *,
+    session: Session,
+    name: str,
+    job_id: int,
+    filename: str | None,
+    data: bytes | None,
+    builtin: str | None,
+    config: Mapping[str, Any] | None,
+    safety: Mapping[str, Any],
+) -> Controller:
+    """Check and record a controller for ``job_id``, status ``running`` (the host starts it
+    once the unit of work commits)."""
+    from controllers import SafetyConfig
+
+    job = jobs.get_row(session=session, job_id=job_id)
+    if job.status in TERMINAL_JOB_STATUSES:
+        raise Conflict(f"job {job_id} is {job.status}: attach controllers to a running job")
+    if (data is None) == (builtin is None):
+        raise BadController("give either a .py file or the name of a built-in, not both")
+    try:
+        safety = SafetyConfig.from_dict(safety).to_dict()
+    except ValueError as exc:
+        raise BadController(f"safety: {exc}") from None
+    source = None
+    if data is not None:
+        filename = filename or "controller.py"
+        if not filename.endswith(".py"):
+            raise BadController(f"{filename!r} is not a Python file: upload a .py file")
+        if len(data) > MAX_SOURCE_BYTES:
+            raise BadController(f"{filename} is {len(data)} bytes; the limit is {MAX_SOURCE_BYTES}")
+        try:
+            source = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadController(f"{filename} is not UTF-8 text (byte {exc.start})") from None
+        request: dict[str, Any] = {"source": source, "config": config}
+    else:
+        filename = None
+        request = {"builtin": builtin, "config": config}
+    loaded = check_script(request, filename or f"<builtin {builtin}>")
+    row = Controller(
+        name=name,
+        job_id=job_id,
+        builtin=builtin,
+        filename=filename,
+        source=source,
+        class_name=str(loaded["class"]),
+        config=dict(config or {}),
+        safety=safety,
+        interval_s=float(loaded["interval_s"]),
+        status="running",
+        error=None,
+        restarts=0,
+        failures=0,
+        decisions_without_plan=0,
+    )
+    session.add(row)
+    session.flush()
+    logger.info("controller %s (%s) attached to job %s", row.id, row.class_name, job_id)
+    return row
+
+
+def get_controller(*, session: Session, controller_id: int) -> Controller:
+    row = session.get(Controller, controller_id)
+    if row is None:
+        raise NotFound(f"controller {controller_id} does not exist")
+    return row
+
+
+def list_controllers(
+    *, session: Session, limit: int, offset: int, job_id: int | None = None
+) -> tuple[list[Controller], int]:
+    query = select(Controller)
+    if job_id is not None:
+        query = query.where(Controller.job_id == job_id)
+    return fetch_page(session, query, Controller.id.desc(), limit, offset)
+
+
+def set_status(
+    *, session: Session, controller_id: int, status: str, error: str | None = None
+) -> Controller:
+    """Start (``running``: failures reset) or stop a controller; starting one whose job has
+    ended is a :class:`Conflict`."""
+    row = get_controller(session=session, controller_id=controller_id)
+    if status == "running":
+        job = jobs.get_row(session=session, job_id=row.job_id)
+        if job.status in TERMINAL_JOB_STATUSES:
+            raise Conflict(f"job {row.job_id} is {job.status}: its controllers cannot run any more")
+        row.failures = 0
+    row.status, row.error = status, error
+    session.flush()
+    return row
+
+
+def list_decisions(
+    *, session: Session, controller_id: int, limit: int, offset: int
+) -> tuple[list[ControllerDecision], int]:
+    get_controller(session=session, controller_id=controller_id)
+    query = select(ControllerDecision).where(ControllerDecision.controller_id == controller_id)
+    return fetch_page(session, query, ControllerDecision.id.desc(), limit, offset)
+
+
+def list_logs(
+    *, session: Session, controller_id: int, limit: int, offset: int
+) -> tuple[list[ControllerLog], int]:
+    get_controller(session=session, controller_id=controller_id)
+    query = select(ControllerLog).where(ControllerLog.controller_id == controller_id)
+    return fetch_page(session, query, ControllerLog.id.desc(), limit, offset)
+
+
+# -- what the host records -------------------------------------------------------------------
+
+
+def add_logs(*, session: Session, controller_id: int, lines: list[tuple[str, str]]) -> None:
+    """Append (source, message) lines, keeping the newest :data:`MAX_LOG_LINES`."""
+    for source, message in lines:
+        session.add(
+            ControllerLog(
+                controller_id=controller_id, source=source, message=message[:MAX_LOG_LINE]
+            )
+        )
+    session.flush()
+    count = session.scalar(select(func.count()).where(ControllerLog.controller_id == controller_id))
+    if count and count > MAX_LOG_LINES:
+        cutoff = session.scalar(
+            select(ControllerLog.id)
+            .where(ControllerLog.controller_id == controller_id)
+            .order_by(ControllerLog.id.desc())
+            .offset(MAX_LOG_LINES)
+            .limit(1)
+        )
+        session.execute(
+            delete(ControllerLog).where(
+                ControllerLog.controller_id == controller_id, ControllerLog.id <= cutoff
+            )
+        )
+
+
+def history(*, session: Session, controller_id: int) -> list[dict[str, Any]]:
+    """The outcomes of the controller's last plans, oldest first, as a view carries them."""
+    rows = session.scalars(
+        select(ControllerDecision)
+        .where(
+            ControllerDecision.controller_id == controller_id,
+            ControllerDecision.status != "pending",
+        )
+        .order_by(ControllerDecision.id.desc())
+        .limit(HISTORY)
+    )
+    return [outcome_of(r) for r in reversed(list(rows))]
+
+
+def outcome_of(row: ControllerDecision) -> dict[str, Any]:
+    """The ``controllers.Outcome`` JSON of a decided plan."""
+    ended = row.ended_at or row.time
+    return {
+        "time": ended.timestamp(),
+        "plan": row.plan,
+        "status": row.status,
+        "error": row.error,
+        "moves": row.moves,
+        "reconfiguration_id": row.reconfiguration_id,
+    }
+
+
+def record_decision(
+    *,
+    session: Session,
+    controller_id: int,
+    view: dict[str, Any],
+    plan: dict[str, Any],
+    status: str,
+    moves: int,
+    error: str | None = None,
+    reconfiguration_id: int | None = None,
+) -> ControllerDecision:
+    row = ControllerDecision(
+        controller_id=controller_id,
+        view=view,
+        plan=plan,
+        status=status,
+        applied=reconfiguration_id is not None,
+        moves=moves,
+        reconfiguration_id=reconfiguration_id,
+        error=error,
+        ended_at=None if status == "pending" else datetime.now(UTC),
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def settle_decision(*, session: Session, decision_id: int) -> ControllerDecision | None:
+    """The decision, ended if its reconfiguration has; None while it is still under way."""
+    row = session.get(ControllerDecision, decision_id)
+    if row is None or row.status != "pending":
+        return row
+    rec = session.get(Reconfiguration, row.reconfiguration_id) if row.reconfiguration_id else None
+    if rec is None:
+        row.status, row.error, row.ended_at = (
+            "failed",
+            "its reconfiguration is gone",
+            datetime.now(UTC),
+        )
+    elif rec.status in ("completed", "failed", "aborted"):
+        row.status, row.error, row.ended_at = rec.status, rec.error, datetime.now(UTC)
+    else:
+        return None
+    session.flush()
+    return row
+
+
+def note_decided(*, session: Session, controller_id: int, with_plan: bool) -> None:
+    row = get_controller(session=session, controller_id=controller_id)
+    row.last_decision_at = datetime.now(UTC)
+    if not with_plan:
+        row.decisions_without_plan += 1
+
+
+def note_failure(
+    *, session: Session, controller_id: int, reason: str, max_failures: int, restarted: bool
+) -> Controller:
+    """Count a failure (and a restart of its process); past ``max_failures`` in a row the
+    controller is marked ``failed`` with the reason."""
+    row = get_controller(session=session, controller_id=controller_id)
+    row.failures += 1
+    row.restarts += int(restarted)
+    row.error = reason
+    if row.failures >= max_failures and row.status == "running":
+        row.status = "failed"
+        row.error = f"{row.failures} failures in a row; last: {reason}"
+    session.flush()
+    return row
+
+
+def note_success(*, session: Session, controller_id: int) -> None:
+    row = get_controller(session=session, controller_id=controller_id)
+    if row.failures:
+        row.failures = 0
+
+
+def running_ids(*, session: Session) -> list[int]:
+    return list(session.scalars(select(Controller.id).where(Controller.status == "running")))
