@@ -1,0 +1,1 @@
+"""Small raw datasets for ``streampilot dataset prepare``: see :mod:`.sample`."""
