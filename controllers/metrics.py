@@ -203,10 +203,14 @@ class MetricsWindow:
                 loads[g] = loads.get(g, 0.0) + n / self.window_s
         return dict(sorted(loads.items()))
 
-    def processing_speeds(self, operator: str) -> dict[str, float]:
-        """Records per busy second of each measured task of ``operator`` (see
-        :attr:`TaskSample.speed`); tasks too idle to measure are left out."""
-        return {t.task: s for t in self.tasks_of(operator) if (s := t.speed) is not None}
+    def processing_speeds(self, operator: str, min_busy: float = MIN_BUSY) -> dict[str, float]:
+        """Records per busy second of each task of ``operator`` busy at least ``min_busy`` of
+        the window (see :attr:`TaskSample.speed`); the others are left out."""
+        return {
+            t.task: s
+            for t in self.tasks_of(operator)
+            if (s := t.speed) is not None and t.busy >= min_busy
+        }
 
     def service_rate(self, operator: str) -> float | None:
         """Records one task of ``operator`` processes per busy second, over all its measured

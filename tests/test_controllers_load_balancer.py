@@ -49,6 +49,12 @@ CASES = [
         None,
     ),
     (
+        "speeds measured on idle tasks (busy 0.02 and 0.08 < min_busy) are not trusted",
+        counts(EVEN, (4000, 1000)),
+        {},
+        None,
+    ),
+    (
         "under the threshold (hysteresis): 0.14 < 0.2",
         counts({g: 11.5 if g < 8 else 8.65 for g in range(16)}, (400, 400)),
         {},

@@ -11,9 +11,12 @@ Each period, for every keyed operator (``operators``, default all) receiving at 
 
 1. ``loads``: records per second of each key group (``MetricsWindow.key_group_loads``),
    summed per task by the abstraction's current ownership.
-2. ``speeds``: each task's records per busy second (``MetricsWindow.processing_speeds``);
-   tasks too idle to measure get the mean of the measured ones. With ``time_aware`` off,
-   or nothing measured, every speed is 1.
+2. ``speeds``: each task's records per busy second (``MetricsWindow.processing_speeds``),
+   measured on tasks busy at least ``min_busy`` of the window (on an idle task the cost
+   per record is mostly per-batch overhead, which falls as batches fill: it says nothing
+   of the worker's speed); the others get the mean of the measured ones. With
+   ``time_aware`` off, or nothing measured, every speed is 1, which balances records as
+   Trisk does.
 3. The imbalance is ``(max - mean) / mean`` of ``load / speed`` (the busy time each task
    needs). Over ``threshold`` the operator is rebalanced until at most ``target`` (the
    gap between the two is the hysteresis that keeps noise from moving groups back and
@@ -38,7 +41,7 @@ from controlplane.abstraction import AssignWorkload, Operator, Plan, imbalance
 
 from ..base import Controller
 from ..config import check
-from ..metrics import MetricsWindow
+from ..metrics import MIN_BUSY, MetricsWindow
 from ..plans import PlanBuilder
 from ..view import View
 
@@ -56,6 +59,7 @@ class LoadBalancerConfig:
     time_aware: bool = True  # TAG: load in proportion to each task's measured speed
     stateless: bool = True  # also weight non-keyed tasks behind rebalance edges by speed
     min_rate: float = 1.0  # records/s below which an operator's loads are noise
+    min_busy: float = 0.1  # speeds of tasks idler than this are per-batch overhead, not speed
     mode: Literal["pause", "fluid"] = "pause"
     batch_size: int | None = None
 
@@ -68,6 +72,7 @@ class LoadBalancerConfig:
             self.target,
         )
         check(self.min_rate >= 0, "min_rate", "must be >= 0", self.min_rate)
+        check(0 <= self.min_busy <= 1, "min_busy", "must be in [0, 1]", self.min_busy)
         check(
             self.batch_size is None or (self.batch_size >= 1 and self.mode == "fluid"),
             "batch_size",
@@ -76,13 +81,16 @@ class LoadBalancerConfig:
         )
 
 
-def task_speeds(metrics: MetricsWindow, tasks: Sequence[str]) -> dict[str, float]:
-    """Records per busy second of each of ``tasks`` (an operator's); unmeasured tasks get
-    the mean of the measured ones, and every task gets 1.0 when none was measured."""
+def task_speeds(
+    metrics: MetricsWindow, tasks: Sequence[str], min_busy: float = MIN_BUSY
+) -> dict[str, float]:
+    """Records per busy second of each of ``tasks`` (an operator's), measured on tasks busy
+    at least ``min_busy``; the others get the mean of the measured ones, and every task gets
+    1.0 when none was measured."""
     operators = {t.rpartition("-")[0] for t in tasks}
     measured: dict[str, float] = {}
     for op in operators:
-        measured.update(metrics.processing_speeds(op))
+        measured.update(metrics.processing_speeds(op, min_busy))
     known = [measured[t] for t in tasks if t in measured]
     fill = sum(known) / len(known) if known else 1.0
     return {t: measured.get(t, fill) for t in tasks}
@@ -155,11 +163,12 @@ class LoadBalancer(Controller):
 
     def _balance_keyed(self, builder: PlanBuilder, op: Operator, metrics: MetricsWindow) -> None:
         cfg = self.config
-        loads = metrics.key_group_loads(op.name)
+        groups = range(op.max_parallelism or 0)
+        loads = {g: v for g, v in metrics.key_group_loads(op.name).items() if g in groups}
         if sum(loads.values()) < max(cfg.min_rate, 1e-9):
             return
         current = {t.id: t.workload.key_groups or () for t in op.tasks}
-        speeds = task_speeds(metrics, list(current)) if cfg.time_aware else {}
+        speeds = task_speeds(metrics, list(current), cfg.min_busy) if cfg.time_aware else {}
         uniform = not speeds or max(speeds.values()) <= min(speeds.values()) * (1 + 1e-9)
         per_task = {t: sum(loads.get(g, 0.0) for g in gs) for t, gs in current.items()}
         before = imbalance(per_task[t] / speeds.get(t, 1.0) for t in current)
@@ -180,6 +189,6 @@ class LoadBalancer(Controller):
         cfg = self.config
         if metrics.input_rate(op.name) < max(cfg.min_rate, 1e-9):
             return
-        speeds = metrics.processing_speeds(op.name) if cfg.time_aware else {}
+        speeds = metrics.processing_speeds(op.name, cfg.min_busy) if cfg.time_aware else {}
         costs = {t: 1.0 / s for t, s in speeds.items() if t in op.task_ids}
         builder.rebalance(op.name, costs, threshold=cfg.threshold)
