@@ -6,7 +6,10 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -215,3 +218,28 @@ def test_builtins_registry() -> None:
         assert c.decide(view_of(wordcount())) is None, name  # no metrics: nothing to do
         with pytest.raises(ConfigError, match="unknown field"):
             cls({"no_such_field": 1})
+
+
+def test_view_of_builds_replay_views() -> None:
+    a = wordcount()
+    v = View.of(a, now=5.0)
+    assert v == view_of(a, now=5.0) and v.metrics.samples == 0
+    recorded_metrics = recorded().metrics
+    assert View.of(a, recorded_metrics, now=5.0).metrics.input_rate("count") == 60.0
+
+
+def test_controllers_import_only_the_abstraction() -> None:
+    """DESIGN 8: controllers import only themselves, stdlib/numpy and the abstraction (which
+    brings the runtime's pure dataflow module); not the server, the database or pydantic."""
+    code = (
+        "import sys, controllers; print(' '.join(sorted(m for m in sys.modules "
+        "if m.split('.')[0] in ('controlplane', 'pydantic', 'fastapi', 'sqlalchemy'))))"
+    )
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
+    )
+    modules = out.stdout.split()
+    assert modules and all(
+        m == "controlplane" or m.startswith("controlplane.abstraction") for m in modules
+    )

@@ -42,7 +42,7 @@ import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from controlplane.abstraction import Abstraction, Plan, WorkerOverCapacity
 
@@ -205,8 +205,8 @@ class LatencyAutoscaler(Controller):
     config_class = LatencyAutoscalerConfig
     config: LatencyAutoscalerConfig
 
-    def __init__(self, config: object = None) -> None:
-        super().__init__(config)  # type: ignore[arg-type]
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        super().__init__(config)
         cfg = self.config
         self._probes: deque[bool] = deque(maxlen=cfg.overload_window)
         self._rates: deque[float] = deque(maxlen=cfg.peak_window)

@@ -18,6 +18,7 @@ import logging
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from controlplane.abstraction import AssignLogic, Plan
 
@@ -50,8 +51,8 @@ class LogicUpdater(Controller):
     config_class = LogicUpdaterConfig
     config: LogicUpdaterConfig
 
-    def __init__(self, config: object = None) -> None:
-        super().__init__(config)  # type: ignore[arg-type]
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        super().__init__(config)
         self._misses: Counter[tuple[str, str]] = Counter()
 
     def on_start(self, view: View) -> None:
