@@ -63,6 +63,12 @@ CASES = [
     ("too little traffic to measure", counts({0: 0.5}, (400, 400)), {"min_rate": 1.0}, None),
     ("other operators selected", counts(HOT, (400, 400)), {"operators": ["split"]}, None),
     (
+        "max_moves caps one plan: the hottest-gap group first",
+        counts(HOT, (400, 400)),
+        {"max_moves": 1},
+        keyed({"count-0": range(1, 8), "count-1": [0, *range(8, 16)]}),
+    ),
+    (
         "fluid mode and batches are carried",
         counts(HOT, (400, 400)),
         {"mode": "fluid", "batch_size": 2},

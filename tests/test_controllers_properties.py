@@ -3,15 +3,22 @@ plan they return validates and keeps every key group owned exactly once."""
 
 from __future__ import annotations
 
+import json
+
 from controllers_support import task, view_of, window, wordcount
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controllers import BUILTINS, Controller, Plan, View, decision_of
+from controllers import BUILTINS, Controller, Plan, View, count_moves, decision_of
 from controlplane.abstraction import Abstraction, AssignWorkload, apply_plan
 
 CONFIGS = {
-    "load_balancer": [{}, {"time_aware": False}, {"threshold": 0.0, "target": 0.0}],
+    "load_balancer": [
+        {},
+        {"time_aware": False},
+        {"threshold": 0.0, "target": 0.0},
+        {"threshold": 0.0, "target": 0.0, "max_moves": 2},
+    ],
     "latency_autoscaler": [
         {"overload_window": 1, "overload_factor": 0.0, "max_latency_ms": 100.0},
         {"underload_window": 1, "low_watermark": 0.9},
@@ -64,8 +71,10 @@ def views(draw: st.DrawFn, a: Abstraction) -> View:
     return view_of(a, window(tasks, traffic=traffic, p99_ms=p99))
 
 
-def check_plan(a: Abstraction, plan: Plan) -> None:
+def check_plan(a: Abstraction, plan: Plan, max_moves: int | None = None) -> None:
     b = apply_plan(a, plan)  # every ref the built-ins name resolves
+    if max_moves is not None:
+        assert count_moves(a, b) <= max_moves
     for op in b.operators:
         if op.keyed:
             owned = [g for t in op.tasks for g in t.workload.key_groups or ()]
@@ -85,4 +94,11 @@ def test_builtin_plans_always_validate(data: st.DataObject, name: str) -> None:
     for view in [first, *(data.draw(views(a)) for _ in range(2))]:
         plan = decision_of(controller.decide(view), view)
         if plan is not None:
-            check_plan(a, plan)
+            check_plan(a, plan, config.get("max_moves"))
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_random_views_round_trip_through_json(data: st.DataObject) -> None:
+    view = data.draw(views(data.draw(jobs())))
+    assert View.from_dict(json.loads(json.dumps(view.to_dict()))) == view

@@ -23,7 +23,8 @@ Each period, for every keyed operator (``operators``, default all) receiving at 
    forth): with equal speeds by the abstraction's
    :func:`~controlplane.abstraction.rebalance` (:func:`greedy_balance`), otherwise by
    :func:`proportional_balance`, the same greedy with each task's load divided by its
-   speed. Both move one key group at a time from the most to the least loaded task.
+   speed. Both move one key group at a time from the most to the least loaded task;
+   ``max_moves`` caps the moves of one plan (the greedy then goes on next period).
 
 With ``stateless`` on, non-keyed operators fed by a rebalance edge get weights inversely
 proportional to their measured cost per record (TAG for stateless tasks, through
@@ -60,6 +61,8 @@ class LoadBalancerConfig:
     stateless: bool = True  # also weight non-keyed tasks behind rebalance edges by speed
     min_rate: float = 1.0  # records/s below which an operator's loads are noise
     min_busy: float = 0.1  # speeds of tasks idler than this are per-batch overhead, not speed
+    max_moves: int | None = None  # key groups one plan may move (keep it within the safety
+    #                               limit's max_moves_per_hour, or the plan is refused)
     mode: Literal["pause", "fluid"] = "pause"
     batch_size: int | None = None
 
@@ -73,6 +76,12 @@ class LoadBalancerConfig:
         )
         check(self.min_rate >= 0, "min_rate", "must be >= 0", self.min_rate)
         check(0 <= self.min_busy <= 1, "min_busy", "must be in [0, 1]", self.min_busy)
+        check(
+            self.max_moves is None or self.max_moves >= 1,
+            "max_moves",
+            "must be >= 1 (or null: no limit)",
+            self.max_moves,
+        )
         check(
             self.batch_size is None or (self.batch_size >= 1 and self.mode == "fluid"),
             "batch_size",
@@ -101,6 +110,7 @@ def proportional_balance(
     loads: Mapping[int, float],
     speeds: Mapping[str, float],
     target: float = 0.0,
+    max_moves: int | None = None,
 ) -> dict[str, tuple[int, ...]]:
     """Key groups moved one at a time so that each task's load is proportional to its
     speed: :func:`~controlplane.abstraction.greedy_balance` on ``load / speed``.
@@ -108,9 +118,10 @@ def proportional_balance(
     Each step takes the task with the highest ``load / speed`` (``hi``) and the lowest
     (``lo``) and moves the group of ``hi`` that leaves the larger of the two smallest,
     among the moves that leave both below ``hi``'s value now (ties: the lower group). It
-    stops when the :func:`imbalance` of ``load / speed`` is at most ``target`` or no move
-    qualifies; each step lowers the sorted vector of values, so it always stops. Groups
-    missing from ``loads`` weigh 0; ``speeds`` must be > 0 for every task.
+    stops when the :func:`imbalance` of ``load / speed`` is at most ``target``, no move
+    qualifies or ``max_moves`` steps were made; each step lowers the sorted vector of
+    values, so it always stops. Groups missing from ``loads`` weigh 0; ``speeds`` must be
+    > 0 for every task.
     """
     order = list(current)
     owned = {t: set(current[t]) for t in order}
@@ -119,7 +130,8 @@ def proportional_balance(
     def busy(t: str) -> float:
         return task_load[t] / speeds[t]
 
-    for _ in range(sum(len(gs) for gs in owned.values()) * len(order) + 1):
+    steps = sum(len(gs) for gs in owned.values()) * len(order) + 1
+    for _ in range(steps if max_moves is None else min(steps, max_moves)):
         if imbalance(busy(t) for t in order) <= target:
             break
         hi = max(order, key=lambda t: (busy(t), -order.index(t)))
@@ -177,10 +189,12 @@ class LoadBalancer(Controller):
         logger.info(
             "operator %r: imbalance %.2f > %.2f, rebalancing", op.name, before, cfg.threshold
         )
-        if uniform:
+        if uniform and cfg.max_moves is None:
             builder.rebalance(op.name, loads, threshold=cfg.target)
             return
-        after = proportional_balance(current, loads, speeds, cfg.target)
+        if uniform:
+            speeds = dict.fromkeys(current, 1.0)
+        after = proportional_balance(current, loads, speeds, cfg.target, cfg.max_moves)
         changed = {t: gs for t, gs in after.items() if gs != current[t]}
         if changed:
             builder.add(AssignWorkload(op.name, changed))
