@@ -6,7 +6,8 @@ the steps before it):
 1. Upgrade the database schema (``settings.migrate_on_start``), register
    ``settings.admin_token`` and install the uploaded code modules.
 2. Mark jobs and reconfigurations a previous run left unfinished as failed.
-3. Start the coordinator and ``settings.local_workers`` local workers (the engine).
+3. Start the coordinator and ``settings.local_workers`` workers with ``settings.backend``
+   (the engine).
 4. Start mirroring job states into the database.
 5. Start the controllers recorded running (:class:`~controlplane.controllers.host.ControllerHost`).
 
@@ -99,9 +100,10 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             await controllers.start()
             app.state.controllers = controllers
             logger.info(
-                "streampilot serving with %s and %d local workers",
+                "streampilot serving with %s and %d %s workers",
                 settings.redacted_database_url(),
                 settings.local_workers,
+                settings.backend,
             )
             yield
         finally:

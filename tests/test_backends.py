@@ -171,6 +171,20 @@ def test_unreachable_master_is_a_clear_error_not_a_hang(spark) -> None:
     assert asyncio.run(main()) < 10
 
 
+def test_server_with_an_unreachable_spark_master_exits_with_the_reason(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    command = [
+        *(sys.executable, "-m", "controlplane.cli", "server", "--backend", "spark"),
+        *("--spark-master", "spark://127.0.0.1:1", "--port", "0"),
+        *("--db", f"sqlite:///{tmp_path}/sp.db"),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "the Spark master spark://127.0.0.1:1 cannot be reached" in done.stderr
+
+
 def test_lost_spark_task_is_reported_with_the_spark_reason(
     spark, tmp_path, no_leftover_processes: None
 ) -> None:

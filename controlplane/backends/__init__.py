@@ -34,6 +34,7 @@ async def make_backend(settings: Settings, coordinator: Coordinator, secret: str
             secret,
             session,
             log_level=settings.worker_log_level,
+            register_timeout_s=settings.workers_timeout_s,
             owns_session=True,
         )
     return LocalBackend(coordinator.address, secret, log_level=settings.worker_log_level)

@@ -165,7 +165,8 @@ def spark_reason(exc: BaseException) -> str:
     for pattern in patterns:
         found = re.search(pattern, text)
         if found:
-            return found.group(1).strip()[:REASON_CHARS]
+            reason = found.group(1).split(" Consider setting ")[0]  # Spark's advice on tracing
+            return reason.strip()[:REASON_CHARS]
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
     return first[:REASON_CHARS]
 

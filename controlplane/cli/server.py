@@ -45,24 +45,39 @@ def server(
         int | None, typer.Option(help="local worker processes to start (default: 2)")
     ] = None,
     log_level: Annotated[str | None, typer.Option(help="log level (default: INFO)")] = None,
+    backend: Annotated[
+        str | None, typer.Option(help="what starts workers: local or spark (default: local)")
+    ] = None,
+    spark_master: Annotated[
+        str | None, typer.Option(help="Spark master URL with --backend spark (default: local[2])")
+    ] = None,
 ) -> None:
     """Run the StreamManager: REST API under /api/v1, console at /docs.
 
-    It runs a coordinator and local workers. Options override STREAMPILOT_* environment
-    variables."""
+    It runs a coordinator and workers (local processes, or Spark tasks with --backend spark;
+    --local-workers says how many). Options override STREAMPILOT_* environment variables."""
     import uvicorn
 
     from controlplane.app import create_app
 
     settings = server_settings(
-        host=host, port=port, database_url=db, local_workers=local_workers, log_level=log_level
+        host=host,
+        port=port,
+        database_url=db,
+        local_workers=local_workers,
+        log_level=log_level,
+        backend=backend,
+        spark_master=spark_master,
     )
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    workers = f"{settings.local_workers} {settings.backend} workers"
+    if settings.backend == "spark":
+        workers += f" on Spark {settings.spark_master}"
     err.print(
         f"streampilot server on http://{settings.host}:{settings.port} "
-        f"(database {settings.redacted_database_url()}, {settings.local_workers} local workers)"
+        f"(database {settings.redacted_database_url()}, {workers})"
     )
     uvicorn.run(
         create_app(settings),
