@@ -3,11 +3,25 @@ with hysteresis, and the M/M/k sizing."""
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import replace
+
 import pytest
 from controllers_support import rebalanced, task, view_of, window
 
-from controllers import ConfigError, LatencyAutoscaler, Plan, PlanBuilder, View
+from controllers import (
+    ConfigError,
+    LatencyAutoscaler,
+    Outcome,
+    Plan,
+    PlanBuilder,
+    SafetyConfig,
+    View,
+    check_safety,
+    decision_of,
+)
 from controllers.builtin.latency_autoscaler import LatencyAutoscalerConfig, scale_out, stages
+from controllers.queueing import P99_OVER_MEAN, sojourn_s
 from controlplane.abstraction import Abstraction, apply_plan
 
 A = rebalanced(n_workers=3)  # lines (1) -rebalance-> split (3) -key-> count (2) -fwd-> out (2)
@@ -145,3 +159,62 @@ def test_autoscaler_config_is_checked() -> None:
         with pytest.raises(ConfigError) as info:
             LatencyAutoscaler(bad)
         assert fragment in str(info.value)
+
+
+def simulate(a: Abstraction, rate: float, backlog: float) -> tuple[View, float]:
+    """One 10 s period of a fluid queue in front of split (SPLIT_SPEED per task; 2 words a
+    sentence, which count keeps up with): the view it shows and the backlog it leaves. p99
+    is the model's (4.6 x the mean sojourn) while split keeps up, and the backlog's wait
+    when it does not."""
+    k = a.operator("split").parallelism
+    served = min(rate + backlog / 10, k * SPLIT_SPEED)
+    backlog = max(0.0, backlog + (rate - served) * 10)
+    per = served / k
+    kc = a.operator("count").parallelism
+    tasks = [task("lines-0", in_per_s=rate)]
+    tasks += [
+        task(f"split-{i}", in_per_s=per, busy=per / SPLIT_SPEED, queued=round(backlog / k))
+        for i in range(k)
+    ]
+    words = 2 * served / kc
+    tasks += [task(f"count-{i}", in_per_s=words, busy=words / COUNT_SPEED) for i in range(kc)]
+    if backlog > 0:
+        p99 = 1000.0 * backlog / served
+    else:
+        mean_s = sojourn_s(rate, SPLIT_SPEED, k) + sojourn_s(2 * rate, COUNT_SPEED, kc)
+        p99 = 1000.0 * P99_OVER_MEAN * mean_s
+    return view_of(a, window(tasks, p99_ms=p99)), backlog
+
+
+def test_follows_a_rate_step_under_the_safety_limits() -> None:
+    """200/s, then 600/s (split needs 5 tasks of 125/s), then 150/s: the autoscaler scales
+    out soon after the step, never in while the rate is high, and back in after it; the
+    host's safety limits (a minute of cooldown) hold every plan."""
+    controller = LatencyAutoscaler({"overload_window": 3, "underload_window": 6})
+    safety = SafetyConfig(cooldown_s=60.0, max_parallelism={"*": 12})
+    a, backlog, history = A, 0.0, []
+    sizes = []
+    schedule = [200.0] * 10 + [600.0] * 30 + [150.0] * 40
+    for period_index, rate in enumerate(schedule):
+        now = 10.0 * period_index
+        view, backlog = simulate(a, rate, backlog)
+        view = replace(view, now=now, history=tuple(history))
+        plan = decision_of(controller.decide(view), view)
+        if plan is not None:
+            verdict = check_safety(plan, a, safety, history, now=now)
+            status = "completed" if verdict.action == "apply" else "refused"
+            if verdict.allowed:
+                a = apply_plan(a, plan)
+            history.append(Outcome(now, plan, status, verdict.reason, verdict.moves))
+            controller.on_result(history[-1])
+        sizes.append(a.operator("split").parallelism)
+    # Recorded run: 3 x10, 5 at period 11, 6 at 17 (the backlog of the step still drained
+    # slowly; the plan of period 13 waited out the cooldown), 2 at period 45.
+    assert sizes[:10] == [3] * 10  # steady at 200/s
+    assert max(sizes[10:40]) >= 5 and sizes[15] >= 5  # out within five periods of the step
+    assert all(x <= y for x, y in itertools.pairwise(sizes[10:40]))  # never in under load
+    assert sizes[-1] <= 2 < sizes[39]  # back in after the rate fell
+    changes = sum(x != y for x, y in itertools.pairwise(sizes))
+    assert changes <= 4, sizes
+    refused = [o for o in history if o.status == "refused"]
+    assert refused and all("cooldown" in (o.error or "") for o in refused)
