@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,12 +41,14 @@ def ok_json(result: Result) -> Any:
 
 
 def error_line(result: Result, exit_code: int, *words: str) -> str:
-    """The one ``error: ...`` line a failed command prints, checked to name ``words``."""
+    """The one ``error: ...`` line a failed command prints (last on stderr, after any
+    progress), checked to name ``words``."""
     assert result.exit_code == exit_code, result.output
     assert "Traceback" not in result.output
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: "), lines
+    assert lines and lines[-1].startswith("error: "), result.stderr
+    assert sum(line.startswith("error: ") for line in lines) == 1, result.stderr
+    lines = lines[-1:]
     for word in words:
         assert word in lines[0], lines[0]
     return lines[0]
@@ -282,6 +285,7 @@ def test_unauthenticated_unreachable_and_bad_address(api: Api) -> None:
     error_line(cli(None, "workers", "list", "--server", "ftp://host"), 2, "server", "http://")
 
 
+SLOW_IMPORT_S = 1.5
 LOGIC = '''"""A count that is a new piece of logic."""
 
 
@@ -314,3 +318,25 @@ def test_code_upload_list_show_and_use_as_logic(api: Api, job: int, tmp_path: Pa
     error_line(cli(api, "code", "upload", module, token=_token(api, "operate")), 1, "403")
     result = cli(api, "code", "upload", tmp_path / "missing.py")
     assert result.exit_code == 2 and "does not exist" in result.output
+
+
+SLOW_IMPORT = f"""import time
+
+time.sleep({SLOW_IMPORT_S})  # a logic swap to this module prepares for this long
+{LOGIC}"""
+
+
+def test_reconfigure_gives_up_following_after_its_timeout(
+    api: Api, job: int, tmp_path: Path
+) -> None:
+    module = tmp_path / "slow.py"
+    module.write_text(SLOW_IMPORT)
+    ref = f"code:{ok_json(cli(api, 'code', 'upload', module, '--json'))['id']}:count_word"
+    started = time.monotonic()
+    result = cli(api, "reconfigure", "logic", job, "count", ref, "--timeout", 0.3)
+    assert time.monotonic() - started < SLOW_IMPORT_S
+    line = error_line(result, 1, "is still", "after 0.3s", f"streampilot reconfig show {job} ")
+    rid = int(line.rsplit(" ", 1)[1])
+    with api.client() as http:
+        assert api.wait_reconfiguration(http, job, rid)["status"] == "completed"
+    assert ok_json(cli(api, "reconfig", "show", job, rid, "--json"))["origin"] == "logic"
