@@ -9,7 +9,13 @@ import pytest
 from controllers_support import task, view_of, window, wordcount
 
 from controllers import AssignResource, DscPlacement, Plan
-from controllers.builtin.dsc_placement import DscPlacementConfig, classify, cross_traffic, place
+from controllers.builtin.dsc_placement import (
+    DscPlacementConfig,
+    classify,
+    clusters,
+    cross_traffic,
+    place,
+)
 from controlplane.abstraction import Abstraction, apply_plan
 
 # Word count on two workers of 4 slots: task i of every operator on w{i}.
@@ -49,6 +55,25 @@ def test_classes_use_mean_and_mean_absolute_deviation() -> None:
     flat = classify({("a-0", "b-0"): 5.0, ("a-1", "b-1"): 5.0})
     assert flat.high == flat.low == () and len(flat.medium) == 2
     assert classify({}).mean == 0.0
+
+
+def test_clusters_follow_high_then_medium_channels_under_the_bound() -> None:
+    tasks = [t.id for op in BAD.operators for t in op.tasks]
+    groups = clusters(tasks, TRAFFIC, {}, lambda n, _busy: n <= 4)
+    assert groups == [
+        ["sentences-0", "split-0", "count-0", "count-1"],  # high, then the busiest medium
+        ["sentences-1", "split-1"],  # high; a medium merge would make 6 tasks
+        ["sink-0"],
+        ["sink-1"],
+    ]
+    pairs = clusters(tasks, TRAFFIC, {}, lambda n, _busy: n <= 2)
+    assert pairs == [  # the medium count -> sink channels can still pair up
+        ["sentences-0", "split-0"],
+        ["sentences-1", "split-1"],
+        ["count-0", "sink-0"],
+        ["count-1", "sink-1"],
+    ]
+    assert sorted(t for g in pairs for t in g) == sorted(tasks)
 
 
 CASES = [
@@ -91,19 +116,19 @@ def test_dsc_table(
 
 
 def test_capacity_bound_alpha() -> None:
-    # alpha 0.5 of 4 slots: clusters of at most 2 tasks; only the high pairs form.
+    # alpha 0.5 of 4 slots: clusters of at most 2 tasks, the pairs above.
     cfg = DscPlacementConfig(alpha=0.5)
     result = place(BAD, TRAFFIC, {}, cfg)
     assert result["sentences-0"] == result["split-0"] and result["sentences-1"] == result["split-1"]
     assert result["sentences-0"] != result["sentences-1"]  # two clusters of 2 on 2 workers
     assert sorted(list(result.values()).count(w) for w in ("w0", "w1")) == [4, 4]
     # The CPU bound: at 0.3 busy each, alpha 0.8 of one CPU holds a pair (0.6), not three
-    # tasks (0.9), although 3 slots (0.8 x 4) would: again only the high pairs form, and
-    # they cannot share a worker.
+    # tasks (0.9), although 3 slots (0.8 x 4) would: the clusters are the pairs again, and
+    # the two source pairs cannot share a worker.
     busy = {t: 0.3 for t in result}
     cpu = place(BAD, TRAFFIC, busy, DscPlacementConfig(alpha=0.8))
     assert cpu["sentences-0"] == cpu["split-0"] != cpu["sentences-1"] == cpu["split-1"]
-    assert cpu["count-0"] != cpu["count-1"]  # the rest balanced: two tasks per worker
+    assert sorted(list(cpu.values()).count(w) for w in ("w0", "w1")) == [4, 4]
 
 
 def test_rest_is_balanced_on_alive_workers() -> None:

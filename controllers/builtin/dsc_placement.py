@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -45,6 +45,7 @@ __all__ = [
     "DscPlacement",
     "DscPlacementConfig",
     "classify",
+    "clusters",
     "cross_traffic",
     "place",
 ]
@@ -130,6 +131,39 @@ class _Bins:
         self.busy[w] += busy
 
 
+def clusters(
+    tasks: Sequence[str],
+    rates: Mapping[Channel, float],
+    busy: Mapping[str, float],
+    fits: Callable[[int, float], bool],
+    deviation: float = 1.0,
+) -> list[list[str]]:
+    """Step 2: ``tasks`` grouped by union-find along high, then medium channels (busiest
+    first) while ``fits(tasks, busy time)`` of the merged group (some worker could take it
+    under the bound). Every task is in exactly one group; groups keep the order of
+    ``tasks``."""
+    root = {t: t for t in tasks}
+    members = {t: [t] for t in tasks}
+
+    def find(t: str) -> str:
+        while root[t] != t:
+            t = root[t]
+        return t
+
+    classes = classify({c: r for c, r in rates.items() if c[0] in root and c[1] in root}, deviation)
+    for s, t in (*classes.high, *classes.medium):
+        rs, rt = find(s), find(t)
+        if rs == rt:
+            continue
+        merged = members[rs] + members[rt]
+        if fits(len(merged), sum(busy.get(x, 0.0) for x in merged)):
+            root[rt] = rs
+            members[rs] = merged
+            del members[rt]
+    order = {t: i for i, t in enumerate(tasks)}
+    return [sorted(ms, key=order.__getitem__) for ms in members.values()]
+
+
 def place(
     a: Abstraction,
     rates: Mapping[Channel, float],
@@ -144,39 +178,19 @@ def place(
     if not workers:
         return now
     bins = _Bins(workers, cfg.alpha)
-    # Step 2: clusters by union-find, merged along high then medium channels.
-    root = {t: t for t in tasks}
-    members = {t: [t] for t in tasks}
-
-    def find(t: str) -> str:
-        while root[t] != t:
-            t = root[t]
-        return t
-
-    classes = classify(
-        {c: r for c, r in rates.items() if c[0] in root and c[1] in root}, cfg.deviation
-    )
-    for s, t in (*classes.high, *classes.medium):
-        rs, rt = find(s), find(t)
-        if rs == rt:
-            continue
-        merged = members[rs] + members[rt]
-        if bins.fits_anywhere(len(merged), sum(busy.get(x, 0.0) for x in merged)):
-            root[rt] = rs
-            members[rs] = merged
-            del members[rt]
-    # Step 3: clusters first (most internal traffic first), then single tasks.
+    groups = clusters(tasks, rates, busy, bins.fits_anywhere, cfg.deviation)
     order = {t: i for i, t in enumerate(tasks)}
-    clusters = [sorted(ms, key=order.__getitem__) for ms in members.values() if len(ms) > 1]
 
     def internal(ms: list[str]) -> float:
         inside = set(ms)
         return sum(r for (s, t), r in rates.items() if s in inside and t in inside)
 
-    clusters.sort(key=lambda ms: (-internal(ms), order[ms[0]]))
+    # Step 3: clusters first (most internal traffic first), then single tasks.
     result: dict[str, str] = {}
-    singles = [t for ms in members.values() if len(ms) == 1 for t in ms]
-    for ms in clusters:
+    singles = [ms[0] for ms in groups if len(ms) == 1]
+    for ms in sorted(
+        (g for g in groups if len(g) > 1), key=lambda ms: (-internal(ms), order[ms[0]])
+    ):
         load = sum(busy.get(t, 0.0) for t in ms)
         fits = [w for w in bins.workers if bins.fits(w, len(ms), load)]
         if not fits:
