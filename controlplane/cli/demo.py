@@ -72,7 +72,7 @@ def _server(database_url: str, port: int, workers: int, log: Path) -> Iterator[s
     base = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "controlplane.cli", "server", "--host", "127.0.0.1"]
     cmd += ["--port", str(port), "--db", database_url, "--local-workers", str(workers)]
-    cmd += ["--log-level", "WARNING"]
+    cmd += ["--backend", "local", "--log-level", "WARNING"]
     with log.open("wb") as out:
         # Its own session: Ctrl-C reaches the demo only, which then stops it with SIGTERM.
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
