@@ -7,7 +7,8 @@ alive in the controller's own subprocess, so attributes carry state across calls
    subclass with ``config_class`` (a frozen dataclass) gets it parsed and checked
    (:func:`controllers.config.parse_config`, raising :class:`ConfigError`); otherwise
    ``self.config`` is a read-only mapping. A config field ``interval_s`` overrides the
-   class's :attr:`Controller.interval_s`.
+   class's :attr:`Controller.interval_s`. A subclass that defines ``__init__`` takes the
+   same argument and calls ``super().__init__(config)`` first.
 2. ``on_start(view)`` once, with the first view, before any ``decide``.
 3. ``decide(view)`` every ``interval_s`` seconds: return a
    :class:`~controlplane.abstraction.Plan` built against ``view.abstraction`` (see
