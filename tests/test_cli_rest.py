@@ -320,6 +320,12 @@ def test_code_upload_list_show_and_use_as_logic(api: Api, job: int, tmp_path: Pa
     assert result.exit_code == 2 and "does not exist" in result.output
 
 
+def uploaded_logic(api: Api, module: Path, source: str) -> str:
+    """Upload ``source`` as ``module`` through the CLI; the reference of its count_word."""
+    module.write_text(source)
+    return f"code:{ok_json(cli(api, 'code', 'upload', module, '--json'))['id']}:count_word"
+
+
 SLOW_IMPORT = f"""import time
 
 time.sleep({SLOW_IMPORT_S})  # a logic swap to this module prepares for this long
@@ -329,9 +335,7 @@ time.sleep({SLOW_IMPORT_S})  # a logic swap to this module prepares for this lon
 def test_reconfigure_gives_up_following_after_its_timeout(
     api: Api, job: int, tmp_path: Path
 ) -> None:
-    module = tmp_path / "slow.py"
-    module.write_text(SLOW_IMPORT)
-    ref = f"code:{ok_json(cli(api, 'code', 'upload', module, '--json'))['id']}:count_word"
+    ref = uploaded_logic(api, tmp_path / "slow.py", SLOW_IMPORT)
     started = time.monotonic()
     result = cli(api, "reconfigure", "logic", job, "count", ref, "--timeout", 0.3)
     assert time.monotonic() - started < SLOW_IMPORT_S
@@ -340,3 +344,21 @@ def test_reconfigure_gives_up_following_after_its_timeout(
     with api.client() as http:
         assert api.wait_reconfiguration(http, job, rid)["status"] == "completed"
     assert ok_json(cli(api, "reconfig", "show", job, rid, "--json"))["origin"] == "logic"
+
+
+REFUSED_ON_WORKERS = f"""import sys
+
+if getattr(sys.modules["__main__"].__spec__, "name", None) == "runtime.worker":
+    raise RuntimeError("this module refuses to load on a worker")
+{LOGIC}"""
+
+
+def test_a_failed_reconfiguration_exits_1_with_its_reason(
+    api: Api, job: int, tmp_path: Path
+) -> None:
+    ref = uploaded_logic(api, tmp_path / "picky.py", REFUSED_ON_WORKERS)
+    version = abstraction(api, job)["job"]["version"]
+    result = cli(api, "reconfigure", "logic", job, "count", ref)
+    error_line(result, 1, "refuses to load on a worker")
+    assert "logic, " in result.stdout and "error: " in result.stdout  # the record, with why
+    assert abstraction(api, job)["job"]["version"] == version
