@@ -91,9 +91,11 @@ async def run_local(
     timeout: float | None = None,
     on_tick: Callable[[Job], Awaitable[None] | None] | None = None,
     tick_s: float = 1.0,
+    backend: Literal["local", "spark"] = "local",
 ) -> RunResult:
-    """Run ``graph`` on ``workers`` local workers until it ends (or ``timeout``, then stop)."""
-    async with LocalCluster(workers, config) as cluster:
+    """Run ``graph`` on ``workers`` workers of ``backend`` until it ends (or ``timeout``,
+    then stop)."""
+    async with LocalCluster(workers, config, backend=backend) as cluster:
         job = await cluster.coordinator.submit(graph)
         deadline = None if timeout is None else time.monotonic() + timeout
         while not job.done:

@@ -226,6 +226,26 @@ def test_a_worker_that_cannot_dial_back_fails_its_start_with_the_cause(
     asyncio.run(main())
 
 
+def test_a_coordinator_on_every_interface_is_dialled_at_the_driver_host(
+    spark, no_leftover_processes: None
+) -> None:
+    async def main() -> None:
+        from controlplane.backends.spark import SparkBackend, spark_session
+
+        co = Coordinator(SECRET, host="0.0.0.0")
+        await co.start()
+        backend = SparkBackend(co, SECRET, spark_session("local[2]"))
+        try:
+            await asyncio.wait_for(backend.start_workers(1), STEP_TIMEOUT_S)
+            [info] = co.alive_workers()
+            assert info.host == "127.0.0.1"  # spark.driver.host, on the route to it
+        finally:
+            await co.close()
+            await backend.close()
+
+    asyncio.run(main())
+
+
 def test_no_free_core_is_an_error_within_the_register_timeout(
     spark, no_leftover_processes: None
 ) -> None:

@@ -253,7 +253,7 @@ class SparkBackend(WorkerBackend):
         name = f"spark-{self._token}-{next(self._ids)}"
         handle = _Handle(name, group=f"streampilot-{name}")
         self.handles[name] = handle
-        host, port = self.coordinator.address
+        host, port = self._dial_address()
         spec = {
             "coordinator": [host, port],
             "secret": self.secret,
@@ -293,6 +293,14 @@ class SparkBackend(WorkerBackend):
         if handle.worker_id is not None:
             self.coordinator.worker_failed(handle.worker_id, why)
 
+    def _dial_address(self) -> tuple[str, int]:
+        """Where executors dial the coordinator: its address, or, when it listens on every
+        interface, the driver's advertised host (executors reach the driver there anyway)."""
+        host, port = self.coordinator.address
+        if host in ("0.0.0.0", "::", ""):
+            host = self.session.sparkContext.getConf().get("spark.driver.host") or host
+        return host, port
+
     async def _wait_registered(self, handles: list[_Handle]) -> None:
         deadline = time.monotonic() + self.register_timeout_s
         while True:
@@ -314,7 +322,7 @@ class SparkBackend(WorkerBackend):
                     f"{len(waiting)} of {len(handles)} Spark workers did not register within "
                     f"{self.register_timeout_s:g}s ({self._why_waiting()}); are there enough free "
                     "executor cores, and can executors reach the coordinator at "
-                    f"{self.coordinator.address[0]}:{self.coordinator.address[1]}?"
+                    "{}:{}?".format(*self._dial_address())
                 )
             await asyncio.sleep(POLL_S)
 
