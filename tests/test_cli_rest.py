@@ -5,8 +5,11 @@ a plan file that cannot be read, a server that does not answer)."""
 
 from __future__ import annotations
 
+import functools
+import http.server
 import json
 import re
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -362,3 +365,23 @@ def test_a_failed_reconfiguration_exits_1_with_its_reason(
     error_line(result, 1, "refuses to load on a worker")
     assert "logic, " in result.stdout and "error: " in result.stdout  # the record, with why
     assert abstraction(api, job)["job"]["version"] == version
+
+
+class QuietFiles(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_an_answer_that_is_not_the_apis_json_is_still_one_line(tmp_path: Path) -> None:
+    """Another HTTP server at the address: its status and first line are reported."""
+    handler = functools.partial(QuietFiles, directory=str(tmp_path))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as other:
+        thread = threading.Thread(target=other.serve_forever, daemon=True)
+        thread.start()
+        try:
+            address = f"http://127.0.0.1:{other.server_address[1]}"
+            result = runner.invoke(app, ["job", "list", "--server", address, "--token", "sp_x"])
+        finally:
+            other.shutdown()
+            thread.join(5)
+    error_line(result, 1, "HTTP 404 http_error")
