@@ -104,8 +104,9 @@ class Reservation:
 
 @dataclass(frozen=True)
 class Progress:
-    """Where a reconfiguration stands. ``version`` and ``abstraction`` (the new current
-    version and its document) are set on the final report of a completed one."""
+    """Where a reconfiguration stands. The final report sets ``version`` (the version the
+    job is left at) and ``abstractions``: the documents of the versions it made, oldest
+    first (one; or one per step in fluid mode, where a failed step keeps those before it)."""
 
     status: str
     error: str | None = None
@@ -114,7 +115,7 @@ class Progress:
     pause_ms: Mapping[str, float] = field(default_factory=dict)
     runtime_id: int | None = None
     version: int | None = None
-    abstraction: dict[str, Any] | None = None
+    abstractions: tuple[dict[str, Any], ...] = ()
 
     @property
     def done(self) -> bool:
@@ -469,7 +470,7 @@ class Engine:
                 raise
             changes.put_nowait(None)
             await writer
-            await report(_outcome(job, run))
+            await report(_outcome(job, run, plan.base_version))
         finally:
             writer.cancel()
             self._busy.discard(rid)
@@ -549,7 +550,7 @@ def _state(job: Job) -> JobState:
     return JobState(job.id, job.status, job.error, version)
 
 
-def _outcome(job: Job, run: asyncio.Task[Any]) -> Progress:
+def _outcome(job: Job, run: asyncio.Task[Any], base_version: int) -> Progress:
     try:
         rec = run.result()
     except AbstractionError as exc:
@@ -560,8 +561,9 @@ def _outcome(job: Job, run: asyncio.Task[Any]) -> Progress:
         logger.exception("reconfiguration of job %s raised", job.id)
         return Progress("failed", error=f"internal error: {type(exc).__name__}: {exc}")
     progress = Progress.of(rec)
-    if rec.status != "completed":
+    made = tuple(
+        a.to_dict() for a in job.versions if base_version < a.version <= (rec.version or 0)
+    )
+    if rec.status != "completed" and not made:
         return progress
-    current = job.abstraction
-    document = current.to_dict() if current is not None and current.version == rec.version else None
-    return replace(progress, version=rec.version, abstraction=document)
+    return replace(progress, version=rec.version, abstractions=made)

@@ -351,6 +351,13 @@ class JobRuntime:
                 task.resume()
         self.worker.state.drop(rid)
 
+    def update_received(self, rid: int) -> None:
+        """The update of ``rid`` has arrived and will run: a prepare read after it (the next
+        step of a fluid plan, sent as soon as the workers with tasks in this one are done)
+        waits for it instead of finding the reconfiguration still pending."""
+        if self.pending is not None and self.pending.rid == rid:
+            self.pending.updating = True
+
     async def update(self, rid: int) -> None:
         """Step 3: every affected task here applies its part and resumes independently."""
         p = self.pending

@@ -251,6 +251,9 @@ class Worker:
             elif kind == "prepare":
                 await self._prepare(msg)
             elif kind == "update":
+                job = self.jobs.get(msg["job_id"])
+                if job is not None:  # before a later prepare of this job can be read
+                    job.update_received(int(msg["rid"]))
                 t = asyncio.create_task(self._update(msg))
                 self._updates.add(t)
                 t.add_done_callback(self._updates.discard)

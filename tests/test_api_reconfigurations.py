@@ -277,3 +277,46 @@ def test_one_reconfiguration_at_a_time(api: Api, job: int) -> None:
         assert worker not in {w for w in ("w1", "w2")}
         assert next(w for w in a["workers"] if w["id"] == worker)["status"] == "alive"
         assert http.get(f"/api/v1/jobs/{job}").json()["status"] == "running"
+
+
+def test_fluid_scale_moves_key_groups_in_small_steps(api: Api) -> None:
+    """A fluid scale-out is one reconfiguration made of several short live steps, each its
+    own version; scaling back in with ``fluid`` too leaves every key group owned once."""
+    with api.running_job(WORDCOUNT) as job, api.client() as http:
+        v = current(http, job)["job"]["version"]
+        r = http.post(
+            f"/api/v1/jobs/{job}/scale",
+            json={"operator": "count", "parallelism": 4, "mode": "fluid", "batch_size": 16},
+        )
+        assert r.status_code == 202, r.text
+        assert r.json()["mode"] == "fluid"
+        rec = api.wait_reconfiguration(http, job, r.json()["id"])
+        assert rec["status"] == "completed", rec
+        # setup (new tasks) + 64 key groups, 16 per step
+        assert rec["result_version"] == v + 1 + 4
+        made = [
+            x
+            for x in http.get(f"/api/v1/jobs/{job}/abstraction/versions").json()["items"]
+            if x["version"] > v
+        ]
+        assert sorted(x["version"] for x in made) == list(range(v + 1, v + 6))
+        assert {x["reconfiguration_id"] for x in made} == {rec["id"]}
+        step = http.get(f"/api/v1/jobs/{job}/abstraction/diff?from={v + 2}&to={v + 3}").json()
+        moves = [m for o in step["operators"] for m in o["key_group_moves"]]
+        assert len(moves) == 16
+        groups = key_groups(current(http, job))
+        assert sorted(len(g) for g in groups.values()) == [32, 32, 32, 32]
+        r = http.post(
+            f"/api/v1/jobs/{job}/scale",
+            json={"operator": "count", "parallelism": 2, "mode": "fluid", "batch_size": 32},
+        )
+        back = api.wait_reconfiguration(http, job, r.json()["id"])
+        assert back["status"] == "completed", back
+        groups = key_groups(current(http, job))
+        assert sorted(g for gs in groups.values() for g in gs) == list(range(128))
+        r = http.post(
+            f"/api/v1/jobs/{job}/rebalance",
+            json={"operator": "count", "batch_size": 4},
+        )
+        assert r.status_code == 422, r.text
+        assert "fluid" in r.json()["error"]["message"]

@@ -14,6 +14,7 @@ functions, shared by the StreamManager, the coordinator and the controllers::
   :class:`Plan`.
 - :mod:`.validate`: :func:`apply_plan`, :func:`check_abstraction`.
 - :mod:`.diff`: :func:`diff`, :class:`Diff`.
+- :mod:`.fluid`: :func:`fluid_steps` (a plan in small steps, for ``mode: fluid``).
 - :mod:`.helpers`: :func:`scale`, :func:`rebalance`, :func:`migrate`, :func:`update_logic`
   (on the algorithms of :mod:`.balance`).
 
@@ -53,6 +54,7 @@ from .errors import (
     UnknownWorker,
     WorkerOverCapacity,
 )
+from .fluid import fluid_steps
 from .helpers import migrate, rebalance, scale, update_logic
 from .model import Abstraction, Operator, from_graph
 from .ops import AssignLogic, AssignResource, AssignWorkload, Op, Plan, op_from_dict
@@ -108,6 +110,7 @@ __all__ = [
     "check_abstraction",
     "diff",
     "even_split",
+    "fluid_steps",
     "from_graph",
     "greedy_balance",
     "imbalance",

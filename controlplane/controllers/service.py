@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, func, select
@@ -45,7 +45,8 @@ CHECK_TIMEOUT_S = 30.0  # loading a script (imports, constructor) takes at most 
 MAX_SOURCE_BYTES = 1 << 20
 MAX_LOG_LINES = 2000  # log lines kept per controller (older ones are dropped)
 MAX_LOG_LINE = 2000  # characters kept of one log line
-HISTORY = 50  # outcomes of earlier plans a view carries
+HISTORY = 50  # outcomes of earlier plans a view carries (plus those the limits count)
+MOVES_WINDOW_S = 3600.0  # as controllers.safety: moves per hour count the last hour
 
 
 def check_script(request: Mapping[str, Any], filename: str) -> dict[str, Any]:
@@ -203,17 +204,23 @@ def add_logs(*, session: Session, controller_id: int, lines: list[tuple[str, str
 
 
 def history(*, session: Session, controller_id: int) -> list[dict[str, Any]]:
-    """The outcomes of the controller's last plans, oldest first, as a view carries them."""
-    rows = session.scalars(
-        select(ControllerDecision)
-        .where(
-            ControllerDecision.controller_id == controller_id,
-            ControllerDecision.status != "pending",
-        )
-        .order_by(ControllerDecision.id.desc())
-        .limit(HISTORY)
+    """The outcomes a view carries, oldest first: the last :data:`HISTORY` ones, and every
+    applied or dry-run one of the last hour (the safety limits count those, so refusals
+    must not push them out)."""
+    ended = (
+        ControllerDecision.controller_id == controller_id,
+        ControllerDecision.status != "pending",
     )
-    return [outcome_of(r) for r in reversed(list(rows))]
+    recent = select(ControllerDecision).where(*ended).order_by(ControllerDecision.id.desc())
+    hour_ago = datetime.now(UTC) - timedelta(seconds=MOVES_WINDOW_S)
+    counted = select(ControllerDecision).where(
+        *ended,
+        ControllerDecision.status != "refused",
+        ControllerDecision.time >= hour_ago,
+    )
+    rows = {r.id: r for r in session.scalars(recent.limit(HISTORY))}
+    rows.update({r.id: r for r in session.scalars(counted)})
+    return [outcome_of(rows[i]) for i in sorted(rows)]
 
 
 def outcome_of(row: ControllerDecision) -> dict[str, Any]:

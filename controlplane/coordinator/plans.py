@@ -28,6 +28,7 @@ from controlplane.backends import BackendError
 from runtime.dataflow import JobGraph, logic_ref
 from runtime.layout import Layout
 
+from .fluid import run_fluid
 from .reconfig import Reconfiguration, ReconfigurationError, refuse_if_busy, run_locked
 from .restart import restart_locked
 
@@ -35,7 +36,14 @@ if TYPE_CHECKING:
     from .core import Coordinator
     from .model import Job
 
-__all__ = ["NEW_WORKER_TIMEOUT_S", "abstraction_of", "apply", "layout_of", "refresh_workers"]
+__all__ = [
+    "NEW_WORKER_TIMEOUT_S",
+    "abstraction_of",
+    "apply",
+    "layout_of",
+    "refresh_workers",
+    "substitute_new_workers",
+]
 
 NEW_WORKER_TIMEOUT_S = 30.0  # a worker asked of the backend registers within this
 
@@ -106,7 +114,8 @@ async def apply(
     refused plan (nothing is changed), :class:`ReconfigurationBusy` when ``wait`` is false
     and another reconfiguration runs, :class:`ReconfigurationError` when the job cannot
     change now. Returns the record; on ``completed`` the job's abstraction is the new
-    version. With ``restart``, the plan is carried out by the stop-and-restart baseline
+    version. A plan in ``fluid`` mode runs as a sequence of small steps, each its own
+    version (:mod:`.fluid`). With ``restart``, the plan is carried out by the stop-and-restart baseline
     (:mod:`.restart`) instead, for comparison. ``on_change(record)`` follows the record
     from its creation through every status change (see :func:`.reconfig.run_locked`).
     """
@@ -115,7 +124,16 @@ async def apply(
         backend = coordinator.backend.name if coordinator.backend is not None else "local"
         current = refresh_workers(job.abstraction, coordinator.alive_workers(), backend)
         new = apply_plan(current, plan)
-        new = await _substitute_new_workers(coordinator, new)
+        if plan.mode == "fluid" and not restart:
+            return await run_fluid(
+                coordinator,
+                job,
+                current,
+                plan,
+                sync_timeout_s=sync_timeout_s,
+                on_change=on_change,
+            )
+        new = await substitute_new_workers(coordinator, new)
         layout = layout_of(new, job.graph, current, job.layout)
         if restart:
             rec = await restart_locked(coordinator, job, layout, on_change=on_change)
@@ -136,7 +154,7 @@ async def apply(
         return rec
 
 
-async def _substitute_new_workers(coordinator: Coordinator, a: Abstraction) -> Abstraction:
+async def substitute_new_workers(coordinator: Coordinator, a: Abstraction) -> Abstraction:
     """Start one worker per ``new-<k>`` placeholder and put its real id in its place."""
     placeholders = [w.id for w in a.workers if w.placeholder and w.id.startswith(f"{NEW_WORKER}-")]
     used = {t.resources.worker for op in a.operators for t in op.tasks}

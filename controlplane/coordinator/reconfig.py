@@ -89,6 +89,7 @@ class Reconfiguration:
     ended_at: float | None = None
     barrier_id: int | None = None
     version: int | None = None  # the abstraction version it made (or left) current
+    steps: int = 1  # live protocol runs it took (fluid mode: one per batch, see .fluid)
     listener: Callable[[Reconfiguration], None] | None = field(default=None, repr=False)
     # Protocol state (filled by the coordinator's message handler).
     _prepared: dict[str, asyncio.Future] = field(default_factory=dict, repr=False)
@@ -180,6 +181,14 @@ async def reconfigure(
         return await run_locked(coordinator, job, new, plan=plan, sync_timeout_s=sync_timeout_s)
 
 
+def new_record(job: Job, layout: Layout, plan: Any) -> Reconfiguration:
+    """A record, kept in the job's history, for a change that starts from ``layout`` and
+    whose target and affected tasks are filled in as it goes (fluid mode)."""
+    rec = Reconfiguration(next(_ids), job.id, layout, layout, set(), plan=plan)
+    job.reconfigurations.append(rec)
+    return rec
+
+
 def refuse_if_busy(job: Job, wait: bool) -> None:
     """Raise :class:`ReconfigurationBusy` if ``job`` is changing and the caller won't wait."""
     if job.lock.locked() and not wait:
@@ -194,11 +203,14 @@ async def run_locked(
     plan: Any = None,
     sync_timeout_s: float | None = None,
     on_change: Callable[[Reconfiguration], None] | None = None,
+    record: bool = True,
 ) -> Reconfiguration:
     """:func:`reconfigure` for a caller that already holds ``job.lock``.
 
     ``on_change(record)`` is called when the record is created and whenever its status
-    changes or it ends (on the coordinator's loop; it must not block).
+    changes or it ends (on the coordinator's loop; it must not block). With ``record``
+    false the record is not kept in the job's history (a step of a fluid plan, whose own
+    record is kept instead).
     """
     if job.status != "running":
         raise ReconfigurationError(f"job {job.id} is {job.status}, not running")
@@ -206,7 +218,8 @@ async def run_locked(
     rec = Reconfiguration(
         next(_ids), job.id, job.layout, new, affected_tasks(job.graph, job.layout, new), plan=plan
     )
-    job.reconfigurations.append(rec)
+    if record:
+        job.reconfigurations.append(rec)
     if on_change is not None:
         rec.listener = on_change
         on_change(rec)

@@ -68,7 +68,11 @@ def scale(
 ) -> ReconfigurationRead:
     """Give an operator (and the operators forward-connected to it) ``parallelism``
     tasks, moving as few key groups as possible."""
-    build = service.scale_plan(body.operator, body.parallelism, body.workers)
+    build = service.paced(
+        service.scale_plan(body.operator, body.parallelism, body.workers),
+        body.mode,
+        body.batch_size,
+    )
     return _request(session, engine, tracker, job_id, "scale", build)
 
 
@@ -81,7 +85,11 @@ def rebalance(
     tracker: TrackerDep,
 ) -> ReconfigurationRead:
     """Even out an operator's work over its tasks (same tasks, same workers)."""
-    build = service.rebalance_plan(body.operator, body.loads, body.threshold, body.window_s)
+    build = service.paced(
+        service.rebalance_plan(body.operator, body.loads, body.threshold, body.window_s),
+        body.mode,
+        body.batch_size,
+    )
     return _request(session, engine, tracker, job_id, "rebalance", build)
 
 

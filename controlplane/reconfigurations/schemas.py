@@ -79,7 +79,15 @@ class PlanCreate(_Strict):
         return self.model_dump()
 
 
-class ScaleRequest(_Strict):
+class _Paced(_Strict):
+    """How key groups move: all at once (``pause``) or ``batch_size`` at a time, each batch
+    its own short reconfiguration and version (``fluid``)."""
+
+    mode: Mode = "pause"
+    batch_size: int | None = Field(None, ge=1, description="fluid mode: key groups per batch")
+
+
+class ScaleRequest(_Paced):
     operator: str
     parallelism: int = Field(ge=1)
     workers: list[str] | None = Field(
@@ -87,7 +95,7 @@ class ScaleRequest(_Strict):
     )
 
 
-class RebalanceRequest(_Strict):
+class RebalanceRequest(_Paced):
     operator: str
     loads: dict[str, float] | None = Field(
         None,

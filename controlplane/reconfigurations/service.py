@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import select
@@ -51,6 +52,7 @@ __all__ = [
     "list_reconfigurations",
     "logic_plan",
     "migrate_plan",
+    "paced",
     "parse_plan",
     "rebalance_plan",
     "record_progress",
@@ -117,6 +119,19 @@ def rebalance_plan(
         return plan
 
     return build
+
+
+def paced(build: PlanBuilder, mode: str, batch_size: int | None) -> PlanBuilder:
+    """``build``'s plan carried out in ``mode`` (``fluid``: ``batch_size`` key groups per
+    step); :class:`PlanRefused` for a batch size without fluid mode."""
+
+    def paced_build(view: JobView) -> Plan:
+        try:
+            return replace(build(view), mode=mode, batch_size=batch_size)
+        except AbstractionError as exc:
+            raise from_abstraction_error(exc) from None
+
+    return paced_build
 
 
 def _key_group(key: str, operator: str) -> int:
@@ -218,8 +233,8 @@ def list_reconfigurations(
 
 
 def record_progress(*, session: Session, reconfiguration_id: int, progress: Progress) -> None:
-    """Store what the engine reported; a completed one also records the new abstraction
-    version. A record that has ended is not changed again."""
+    """Store what the engine reported; a final report also records the abstraction
+    versions it made. A record that has ended is not changed again."""
     rec = session.get(Reconfiguration, reconfiguration_id)
     if rec is None or rec.status in TERMINAL_RECONFIGURATION_STATUSES:
         return
@@ -232,15 +247,12 @@ def record_progress(*, session: Session, reconfiguration_id: int, progress: Prog
     rec.runtime_id = progress.runtime_id if progress.runtime_id is not None else rec.runtime_id
     if progress.done:
         rec.ended_at = db.utcnow()
-    if progress.status == "completed":
+    if progress.status == "completed" or progress.abstractions:
         rec.result_version = progress.version
-        if progress.abstraction is not None:
-            job = jobs.get_row(session=session, job_id=rec.job_id)
+        job = jobs.get_row(session=session, job_id=rec.job_id)
+        for document in progress.abstractions:
             versions.add_version(
-                session=session,
-                job=job,
-                document=progress.abstraction,
-                reconfiguration_id=rec.id,
+                session=session, job=job, document=document, reconfiguration_id=rec.id
             )
     session.flush()
 
