@@ -12,6 +12,9 @@ much) with the stop-and-restart baseline, a few seconds apart:
 - migrate two count tasks (each to the other's worker, so each worker keeps one);
 - swap the count logic.
 
+The rebalance and the scale changes also run in fluid mode (``FLUID_BATCH`` key groups per
+step, each step its own short reconfiguration).
+
 For each: completion time and its phases, the longest pause, p99 and max latency of the
 seconds from the change to 3 s after its end against the seconds before it, and the sink
 throughput over the same window against the seconds before it. Then the
@@ -27,6 +30,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -44,6 +48,7 @@ WARMUP_S = 6.0
 AFTER_S = 3.0  # the "after" window: the seconds following a change
 BEFORE_S = 4.0  # the "before" window: steady seconds right before a change
 RECOVER_S = 20.0  # at most this long to wait for latency to come back to steady state
+FLUID_BATCH = 4  # key groups per step in fluid mode (of 128; 64 move in a rebalance)
 
 
 def half_rate_default() -> float:
@@ -104,11 +109,17 @@ def steps() -> list[tuple[str, str, object]]:
     def to(n: int):
         return lambda j: scale(j.abstraction, "count", n)
 
+    def fluid(build):
+        return lambda j: replace(build(j), mode="fluid", batch_size=FLUID_BATCH)
+
     return [
         ("rebalance half the key groups", "live", halves),
+        ("rebalance half the key groups", "fluid", fluid(halves)),
         ("rebalance half the key groups", "restart", halves),
         ("scale out 2 -> 4", "live", to(4)),
         ("scale in 4 -> 2", "live", to(2)),
+        ("scale out 2 -> 4", "fluid", fluid(to(4))),
+        ("scale in 4 -> 2", "fluid", fluid(to(2))),
         ("scale out 2 -> 4", "restart", to(4)),
         ("scale in 4 -> 2", "restart", to(2)),
         ("migrate two tasks (swap workers)", "live", swap_workers),
@@ -149,6 +160,7 @@ async def run_state_size(state_mb: float, rate_words: float) -> dict:
                 "error": rec.error,
                 "timings_ms": rec.timings_ms,
                 "max_pause_ms": max(rec.pause_ms.values(), default=0.0),
+                "steps": rec.steps,
                 "affected_tasks": len(rec.affected),
                 "latency_before_ms": before["latency"],
                 "latency_after_ms": after["latency"],

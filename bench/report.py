@@ -68,9 +68,10 @@ def reconfig_section(d: dict) -> list[str]:
         "Throughput: sink records per second over that window, as a ratio of the rate before. "
         "A move between tasks on the same worker hands the state over without copying it (the "
         "scale helper places a new task beside the one it takes key groups from when it can), "
-        "which is why scaling moves little state across workers here. The baseline keeps its "
-        "snapshot in the coordinator's memory and reuses the running worker processes: an "
-        "optimistic stop-and-restart (no durable savepoint, no process or JVM start).",
+        "which is why scaling moves little state across workers here. Fluid: the same plan in "
+        "steps of a few key groups, each its own short live reconfiguration. The baseline "
+        "writes its savepoint to local disk (fsync) and reads it back, and reuses the running "
+        "worker processes: an optimistic stop-and-restart (no process or JVM start).",
         "",
     ]
     for size in d["state_sizes"]:
@@ -82,20 +83,23 @@ def reconfig_section(d: dict) -> list[str]:
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for c in size["changes"]:
-            for how in ("live", "restart"):
+            for how in ("live", "fluid", "restart"):
+                if how not in c:
+                    continue
                 r = c[how]
                 t = r["timings_ms"]
                 phases = (
                     f"{fmt(t.get('prepare'))} / {fmt(t.get('sync'))} / {fmt(t.get('update'))}"
-                    if how == "live"
+                    if how != "restart"
                     else f"snapshot {fmt(t.get('snapshot'))} / redeploy {fmt(t.get('redeploy'))}"
                 )
                 ratio = ""
                 if how == "restart":
                     rr = c["restart_over_live"]
                     ratio = f"{fmt(rr['completion'])}x, {fmt(rr['peak_latency'])}x"
+                label = f"fluid, {r['steps']} steps" if how == "fluid" else how
                 out.append(
-                    f"| {c['change']} | {how} | {r['status']} | {fmt(t.get('total'))} ({phases}) | "
+                    f"| {c['change']} | {label} | {r['status']} | {fmt(t.get('total'))} ({phases}) | "
                     f"{fmt(r['max_pause_ms'])} | {fmt(r['latency_before_ms']['p99_ms'])} -> "
                     f"{fmt(r['latency_after_ms']['p99_ms'])} | {fmt(r['latency_after_ms']['max_ms'])} | "
                     f"{fmt(r.get('throughput_ratio'))} | {ratio} |"
@@ -117,6 +121,50 @@ def reconfig_section(d: dict) -> list[str]:
     return out
 
 
+def spark_section(d: dict) -> list[str]:
+    m, ratios = d["machine"], d["spark_over_local"]
+    local, spark = d["backends"]["local"], d["backends"]["spark"]
+
+    def row(name: str, key: str, get, unit: str) -> str:
+        ratio = ratios.get(key) if key else None
+        return f"| {name} | {fmt(get(local))}{unit} | {fmt(get(spark))}{unit} | {fmt(ratio)} |"
+
+    def plan(kind: str, field: str):
+        return lambda b: b["plans"][kind][field]
+
+    return [
+        "## Spark backend against local (word count)",
+        "",
+        f"Run {d['date']} on {m['cpu']} ({m['cores']} cores), Python {m['python']}; "
+        f"`{d['command'].strip()}`; {d['workers']} workers each, Spark `{d['spark_master']}` "
+        f"(session start {fmt(d['spark_session_start_s'])} s, once). Every figure is the median "
+        f"of {len(local['max_throughput']['steady_words_per_s_rounds'])} interleaved runs per "
+        "backend; latency and plans at half the local maximum throughput.",
+        "",
+        "| measure | local | spark | spark / local |",
+        "|---|---|---|---|",
+        row(
+            "max sustained throughput",
+            "steady_words_per_s",
+            lambda b: b["max_throughput"]["steady_words_per_s"],
+            " words/s",
+        ),
+        row("p50 latency", "latency_p50_ms", lambda b: b["latency"]["latency_ms"]["p50_ms"], " ms"),
+        row("p99 latency", "latency_p99_ms", lambda b: b["latency"]["latency_ms"]["p99_ms"], " ms"),
+        row("rebalance: total", "", plan("rebalance", "total_ms"), " ms"),
+        row("rebalance: longest pause", "", plan("rebalance", "max_pause_ms"), " ms"),
+        row("scale-out: total", "", plan("scale_out", "total_ms"), " ms"),
+        row("scale-out: longest pause", "", plan("scale_out", "max_pause_ms"), " ms"),
+        "",
+        "Per-run throughput (words/s): local "
+        + ", ".join(fmt(x) for x in local["max_throughput"]["steady_words_per_s_rounds"])
+        + "; spark "
+        + ", ".join(fmt(x) for x in spark["max_throughput"]["steady_words_per_s_rounds"])
+        + ".",
+        "",
+    ]
+
+
 def main() -> None:
     lines = [
         "# Benchmarks",
@@ -133,6 +181,9 @@ def main() -> None:
     rc = load("reconfig")
     if rc:
         lines += reconfig_section(rc)
+    sp = load("spark")
+    if sp:
+        lines += spark_section(sp)
     (HERE.parent / "BENCHMARKS.md").write_text("\n".join(lines))
     print("wrote BENCHMARKS.md")
 

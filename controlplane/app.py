@@ -131,7 +131,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     http.install(app)
 
     api = APIRouter(prefix=API_PREFIX)
-    for module in (jobs, versions, reconfigurations, metrics, workers, code, controller_routes, tokens):
+    for module in (
+        jobs,
+        versions,
+        reconfigurations,
+        metrics,
+        workers,
+        code,
+        controller_routes,
+        tokens,
+    ):
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(metrics.prometheus)
