@@ -85,7 +85,7 @@ def test_job_submit_list_show_stop(api: Api) -> None:
     assert mine["params"] == {"records": "0", "rate": "500"}
     job_id = mine["id"]
 
-    table = ok(cli(api, "job", "list", "--limit", 1))
+    table = ok(cli(api, "job", "list", "--limit", 1, "--status", "running"))
     assert "cli-jobs" in table and f"1 of {listed['total']} jobs" in table
     assert "next: --offset 1" in table or listed["total"] == 1
     assert "running" in ok(cli(api, "job", "show", job_id))

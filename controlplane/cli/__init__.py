@@ -3,7 +3,7 @@
 Local, without a server: ``run`` (a job on local worker processes) and ``demo`` (starts a
 StreamManager and drives a word count through REST). The StreamManager itself: ``server``
 and ``db upgrade``. Over REST, one sub-app per resource: ``job``, ``abstraction``,
-``reconfigure``, ``reconfig``, ``workers``, ``code`` and ``token``; they find the server
+``reconfigure``, ``reconfig``, ``workers``, ``code``, ``controller`` and ``token``; they find the server
 and token in ``--server`` / ``--token`` or ``STREAMPILOT_SERVER`` / ``STREAMPILOT_TOKEN``
 (see :mod:`controlplane.cli.client`).
 
@@ -16,7 +16,17 @@ from __future__ import annotations
 
 import typer
 
-from . import abstraction, code, demo, jobs, reconfigs, reconfigure, tokens, workers
+from . import (
+    abstraction,
+    code,
+    controllers,
+    demo,
+    jobs,
+    reconfigs,
+    reconfigure,
+    tokens,
+    workers,
+)
 from .local import run
 from .server import db_app, server
 
@@ -38,4 +48,5 @@ app.add_typer(reconfigure.app, name="reconfigure")
 app.add_typer(reconfigs.app, name="reconfig")
 app.add_typer(workers.app, name="workers")
 app.add_typer(code.app, name="code")
+app.add_typer(controllers.app, name="controller")
 app.add_typer(tokens.app, name="token")
