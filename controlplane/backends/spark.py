@@ -405,7 +405,7 @@ def _worker_task(specs: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         "--log-level",
         spec["log_level"],
     ]
-    env = {**os.environ, **spec["env"]}
+    env = {k: v for k, v in os.environ.items() if k not in _SPARK_PRIVATE} | spec["env"]
     with tempfile.TemporaryFile() as stderr:
         try:
             proc = subprocess.Popen(
@@ -425,6 +425,10 @@ def _worker_task(specs: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     if errors:
         print(errors, file=sys.stderr)
     yield {"pid": proc.pid, "code": code}
+
+
+# Spark's own secrets in its Python worker's environment: not the worker's business.
+_SPARK_PRIVATE = ("PYTHON_WORKER_FACTORY_SECRET", "PYSPARK_GATEWAY_SECRET")
 
 
 def _route_address(coordinator_host: str) -> str:
