@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from controlplane.abstraction import AbstractionError, Plan, apply_plan, diff
-from controlplane.backends import WorkerBackend, make_backend
+from controlplane.backends import BackendError, WorkerBackend, make_backend
 from controlplane.config import Settings
 from controlplane.coordinator import Coordinator, CoordinatorError, Job
 from controlplane.coordinator.plans import refresh_workers
@@ -326,12 +326,16 @@ class Engine:
 
     def add_workers(self, count: int) -> list[WorkerView]:
         """Start ``count`` workers with the backend and wait until they have registered
-        (``settings.workers_timeout_s``); :class:`Unavailable` if they do not."""
+        (``settings.workers_timeout_s``); :class:`Unavailable` if they do not, or the
+        backend cannot start them (its reason: e.g. Spark's)."""
 
         async def add() -> list[WorkerView]:
             if self.backend is None:
                 raise Unavailable("the worker backend is not running")
-            pids = set(await self.backend.start_workers(count))
+            try:
+                pids = set(await self.backend.start_workers(count))
+            except BackendError as exc:
+                raise Unavailable(f"cannot start workers: {exc}") from None
             deadline = time.monotonic() + self.settings.workers_timeout_s
             while True:
                 new = [w for w in self._worker_views() if w.pid in pids and w.status == "alive"]
@@ -365,7 +369,10 @@ class Engine:
                     f"worker {worker_id!r} (pid {view.pid}) was not started by this control "
                     "plane's backend: stop it where it was started"
                 )
-            await self.backend.stop_worker(view.pid)
+            try:
+                await self.backend.stop_worker(view.pid)
+            except BackendError as exc:
+                raise Unavailable(f"cannot stop worker {worker_id!r}: {exc}") from None
             return replace(view, status="stopped")
 
         return self._call(drain, CLOSE_TIMEOUT_S)
