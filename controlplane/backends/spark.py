@@ -22,8 +22,9 @@ Lifecycle of one worker:
    Stopping returns once the job has ended and the coordinator has seen the worker go.
 
 Spark never retries a worker's task (a retried attempt refuses to start): the control plane
-replaces lost workers itself. The task's process dies with its parent
-(``PR_SET_PDEATHSIG``) and when Spark's daemon shuts down (SIGHUP to its process group).
+replaces lost workers itself. The worker process dies with its parent, Spark's Python worker
+(``PR_SET_PDEATHSIG``), which Spark kills when it cancels the task or shuts down. It runs
+in its own session, like a local worker, so it gets the same share of the CPU.
 """
 
 from __future__ import annotations
@@ -414,6 +415,9 @@ def _worker_task(specs: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
                 stdin=subprocess.DEVNULL,
                 stderr=stderr,
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                # Its own session, as a local worker: the kernel shares CPU between
+                # sessions (autogroups), and a worker must not share one with the executor.
+                start_new_session=True,
             )
         except OSError as exc:
             raise RuntimeError(f"cannot start a worker with {python}: {exc}") from None
