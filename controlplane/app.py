@@ -40,6 +40,7 @@ from controlplane.config import Settings
 from controlplane.controllers import routes as controller_routes
 from controlplane.controllers.host import ControllerHost
 from controlplane.engine import Engine
+from controlplane.events import routes as event_routes
 from controlplane.jobs import routes as jobs
 from controlplane.metrics import routes as metrics
 from controlplane.reconfigurations import routes as reconfigurations
@@ -139,6 +140,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         workers,
         code,
         controller_routes,
+        event_routes,
         tokens,
     ):
         api.include_router(module.router)

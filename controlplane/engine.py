@@ -254,6 +254,10 @@ class Engine:
     def alive_workers(self) -> int:
         return len(self.coordinator.alive_workers())
 
+    def workers_now(self) -> list[WorkerView]:
+        """Every worker that has registered, lost ones too (call on the loop)."""
+        return self._worker_views()
+
     # -- synchronous API, for request threads --------------------------------------------
 
     def submit(self, graph: JobGraph, job_id: str) -> JobState:

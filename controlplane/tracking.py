@@ -3,10 +3,11 @@ abstraction versions and reconfigurations.
 
 - At start-up (:meth:`Tracker.recover`), before the engine runs: jobs recorded as not
   ended cannot be followed any more (their workers died with the previous process), so
-  they are marked failed; reconfigurations not ended are marked failed.
-- While running: job states are mirrored every ``MIRROR_INTERVAL_S`` (reads refresh them
-  too), and each reconfiguration's progress is written as the engine reports it, with
-  the new abstraction version when it completes.
+  they are marked failed; reconfigurations not ended are marked failed; workers of earlier
+  runs still recorded alive are marked lost.
+- While running: job states and the worker registry are mirrored every
+  ``MIRROR_INTERVAL_S`` (reads refresh jobs too), and each reconfiguration's progress is
+  written as the engine reports it, with the new abstraction version when it completes.
 - At shutdown (:meth:`Tracker.shutdown`), after the engine has closed: reconfigurations
   cut short are marked failed, and jobs get their final (stopped) state.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -28,6 +30,7 @@ from controlplane import db
 from controlplane.engine import Engine, JobState, Progress, Reservation
 from controlplane.jobs import service as jobs
 from controlplane.reconfigurations import service as reconfigurations
+from controlplane.workers import service as workers
 
 __all__ = ["MIRROR_INTERVAL_S", "Tracker"]
 
@@ -41,6 +44,7 @@ RESTARTED = "the control plane restarted; the job's workers are gone (submit it 
 INTERRUPTED_BY_RESTART = "interrupted: the control plane restarted"
 INTERRUPTED_BY_SHUTDOWN = "interrupted: the control plane shut down"
 STOPPED_BY_SHUTDOWN = "stopped: the control plane shut down"
+WORKER_OF_EARLIER_RUN = "the control plane restarted; its workers exited with it"
 
 
 class Tracker:
@@ -49,6 +53,8 @@ class Tracker:
         self.sessions = sessions
         self._mirror: asyncio.Task[None] | None = None
         self._mirrored: dict[str, JobState] = {}
+        self._workers_mirrored: tuple = ()
+        self.instance = uuid.uuid4().hex  # names this run's workers in the database
 
     def recover(self) -> None:
         """Mark what the previous process left unfinished as failed (call before start)."""
@@ -56,6 +62,13 @@ class Tracker:
             n_jobs = jobs.sync_states(session=session, states={}, missing=RESTARTED)
             n_recs = reconfigurations.fail_unfinished(
                 session=session, reason=INTERRUPTED_BY_RESTART
+            )
+            workers.end_alive(
+                session=session,
+                instance=self.instance,
+                this_run=False,
+                status="lost",
+                reason=WORKER_OF_EARLIER_RUN,
             )
         if n_jobs or n_recs:
             logger.warning(
@@ -83,6 +96,13 @@ class Tracker:
                 for rid, s in states.items()
             }
             jobs.sync_states(session=session, states=final, missing=STOPPED_BY_SHUTDOWN)
+            workers.end_alive(
+                session=session,
+                instance=self.instance,
+                this_run=True,
+                status="stopped",
+                reason="the control plane shut down",
+            )
 
     def launch(self, reconfiguration_id: int, reservation: Reservation) -> None:
         """Carry out a recorded reconfiguration, writing its progress (thread-safe)."""
@@ -115,6 +135,7 @@ class Tracker:
     async def _mirror_states(self) -> None:
         while True:
             await asyncio.sleep(MIRROR_INTERVAL_S)
+            await self._mirror_workers()
             states = self.engine.states()
             if states == self._mirrored:
                 continue
@@ -124,6 +145,22 @@ class Tracker:
                 logger.exception("could not record job states; retrying")
                 continue
             self._mirrored = states
+
+    async def _mirror_workers(self) -> None:
+        views = self.engine.workers_now()
+        seen = tuple((v.id, v.status, v.error) for v in views)
+        if seen == self._workers_mirrored:
+            return
+        try:
+            await asyncio.to_thread(self._write_workers, views)
+        except Exception:
+            logger.exception("could not record the workers; retrying")
+            return
+        self._workers_mirrored = seen
+
+    def _write_workers(self, views: list) -> None:
+        with db.unit_of_work(self.sessions) as session:
+            workers.mirror(session=session, instance=self.instance, views=views)
 
     def _write_states(self, states: Mapping[str, JobState]) -> None:
         with db.unit_of_work(self.sessions) as session:

@@ -145,11 +145,13 @@ def test_restart_keeps_history_and_reports_the_truth(
             )
             assert r.status_code == 202, r.text
             stuck = r.json()["id"]
-            wait_until(
-                lambda: reconfiguration(http, held, stuck)["status"] == "syncing",
-                10,
-                "the held job's reconfiguration to be syncing",
-            )
+
+            def syncing() -> bool:
+                rec = reconfiguration(http, held, stuck)
+                assert rec["status"] not in ("completed", "failed", "aborted"), rec
+                return rec["status"] == "syncing"
+
+            wait_until(syncing, 10, "the held job's reconfiguration to be syncing")
         except BaseException:
             first.end(signal.SIGKILL)
             raise
@@ -178,6 +180,14 @@ def test_restart_keeps_history_and_reports_the_truth(
                 interrupted["error"] == "interrupted: the control plane restarted (it was syncing)"
             )
             assert http.get(f"/api/v1/code/{code['id']}").json()["callables"] == ["split"]
+            # The first run's workers are in the history, lost with the reason; the jobs'
+            # failure is in the events.
+            history = http.get("/api/v1/workers/history").json()["items"]
+            earlier = [w for w in history if w["status"] != "alive"]
+            assert len(earlier) == 2, history
+            assert all("control plane restarted" in w["error"] for w in earlier)
+            failed = http.get("/api/v1/events", params={"kind": "job.failed"}).json()["items"]
+            assert {e["job_id"] for e in failed} == {counted, held}
             # Uploaded code is installed again: a logic swap to it works after the restart.
             again = submit(http, "again", "examples.wordcount:build", {"records": 0, "rate": 1000})
             r = http.post(

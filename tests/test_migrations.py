@@ -25,6 +25,8 @@ TABLES = {
     "controllers",
     "controller_decisions",
     "controller_logs",
+    "events",
+    "workers",
 }
 
 

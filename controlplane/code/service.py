@@ -18,6 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controlplane.errors import BadCode, NotFound
+from controlplane.events import service as events
 from controlplane.isolation import run_check
 from controlplane.pagination import fetch_page
 from runtime import codeload
@@ -73,6 +74,12 @@ def upload(*, session: Session, filename: str, name: str | None, data: bytes) ->
         codeload.install(row.id, source, filename=filename, replace=True)
     except codeload.CodeError as exc:  # it imported in the check: not deterministic?
         raise BadCode(str(exc)) from None
+    events.record(
+        session=session,
+        kind="code.uploaded",
+        message=f"code {row.id} uploaded: {filename} ({', '.join(callables) or 'no callables'})",
+        data={"code": row.id, "sha256": row.sha256},
+    )
     logger.info("code %s uploaded: %s (%d callables)", row.id, filename, len(callables))
     return row
 

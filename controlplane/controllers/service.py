@@ -20,6 +20,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from controlplane.errors import BadController, Conflict, NotFound
+from controlplane.events import service as events
 from controlplane.isolation import run_check
 from controlplane.jobs import service as jobs
 from controlplane.jobs.models import TERMINAL_JOB_STATUSES
@@ -123,6 +124,7 @@ def attach(
     )
     session.add(row)
     session.flush()
+    _event(session, row, "attached", f"{builtin or filename} ({row.class_name})")
     logger.info("controller %s (%s) attached to job %s", row.id, row.class_name, job_id)
     return row
 
@@ -154,9 +156,22 @@ def set_status(
         if job.status in TERMINAL_JOB_STATUSES:
             raise Conflict(f"job {row.job_id} is {job.status}: its controllers cannot run any more")
         row.failures = 0
+    if row.status != status:
+        _event(session, row, "started" if status == "running" else status, error or "")
     row.status, row.error = status, error
     session.flush()
     return row
+
+
+def _event(session: Session, row: Controller, what: str, detail: str) -> None:
+    events.record(
+        session=session,
+        kind=f"controller.{what}",
+        job_id=row.job_id,
+        message=f"controller {row.id} ({row.name}) of job {row.job_id} {what}"
+        + (f": {detail}" if detail else ""),
+        data={"controller": row.id},
+    )
 
 
 def list_decisions(
@@ -302,6 +317,7 @@ def note_failure(
     if row.failures >= max_failures and row.status == "running":
         row.status = "failed"
         row.error = f"{row.failures} failures in a row; last: {reason}"
+        _event(session, row, "failed", row.error)
     session.flush()
     return row
 

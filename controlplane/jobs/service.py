@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from controlplane import db
 from controlplane.engine import Engine, JobState, job_key
 from controlplane.errors import BadJob, NotFound
+from controlplane.events import service as events
 from controlplane.pagination import fetch_page
 from controlplane.versions import service as versions
 from runtime.dataflow import DataflowError, JobGraph, JobRefError, load_job
@@ -79,7 +80,14 @@ def submit_job(
     key = job_key(job.id)
     state = engine.submit(graph, key)
     db.after_rollback(session, lambda: engine.stop(key))
-    job.status, job.error = state.status, state.error
+    events.record(
+        session=session,
+        kind="job.submitted",
+        job_id=job.id,
+        message=f"job {job.id} ({name}) submitted: {ref}",
+        data={"job": ref, "params": dict(params)},
+    )
+    _update(job, state.status, state.error)
     if state.abstraction is not None:
         versions.add_version(session=session, job=job, document=state.abstraction)
     logger.info("job %s submitted: %s", job.id, state.status)
@@ -138,7 +146,7 @@ def refresh(job: Job, state: JobState | None) -> bool:
         return False
     changed = False
     if (job.status, job.error) != (state.status, state.error):
-        job.status, job.error = state.status, state.error
+        _update(job, state.status, state.error)
         changed = True
     if state.version is not None and (job.version or 0) < state.version:
         job.version = state.version
@@ -150,7 +158,27 @@ def mark_unreachable(job: Job, reason: str) -> None:
     """Record that a job which has not ended can no longer be followed (its workers are
     gone): it is ``failed`` with ``reason``."""
     if job.status not in TERMINAL_JOB_STATUSES:
-        job.status, job.error = "failed", reason
+        _update(job, "failed", reason)
+
+
+def _update(job: Job, status: str, error: str | None) -> None:
+    """Set the job's status, with an event when it starts running or ends."""
+    before = job.status
+    job.status, job.error = status, error
+    if status == before or not (
+        status in TERMINAL_JOB_STATUSES or (status == "running" and before == "starting")
+    ):
+        return
+    session = object_session(job)
+    if session is not None:
+        why = f": {error}" if error else ""
+        events.record(
+            session=session,
+            kind=f"job.{status}",
+            job_id=job.id,
+            message=f"job {job.id} ({job.name}) {status}{why}",
+            data={"error": error} if error else {},
+        )
 
 
 def sync_states(

@@ -38,6 +38,7 @@ from controlplane.errors import (
     ReconfigurationInProgress,
     from_abstraction_error,
 )
+from controlplane.events import service as events
 from controlplane.jobs import service as jobs
 from controlplane.jobs.models import TERMINAL_JOB_STATUSES
 from controlplane.pagination import fetch_page
@@ -247,6 +248,17 @@ def record_progress(*, session: Session, reconfiguration_id: int, progress: Prog
     rec.runtime_id = progress.runtime_id if progress.runtime_id is not None else rec.runtime_id
     if progress.done:
         rec.ended_at = db.utcnow()
+        total = progress.timings_ms.get("total")
+        took = f" in {total:.1f} ms" if total is not None else ""
+        why = f": {progress.error}" if progress.error else ""
+        events.record(
+            session=session,
+            kind=f"reconfiguration.{progress.status}",
+            job_id=rec.job_id,
+            message=f"reconfiguration {rec.id} ({rec.origin}) of job {rec.job_id} "
+            f"{progress.status}{took}{why}",
+            data={"reconfiguration": rec.id, "timings_ms": dict(progress.timings_ms)},
+        )
     if progress.status == "completed" or progress.abstractions:
         rec.result_version = progress.version
         job = jobs.get_row(session=session, job_id=rec.job_id)

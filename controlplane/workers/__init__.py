@@ -1,3 +1,4 @@
-"""Workers: ``schemas`` (API shapes) and ``routes`` (/workers). No table and no service
-module yet: the coordinator's registry is the truth, and the engine's ``worker_views``,
-``add_workers`` and ``drain_worker`` are the service functions."""
+"""Workers: ``models`` (the ``workers`` table: every registration, per control-plane run),
+``schemas``, ``service`` (mirroring the registry, history) and ``routes`` (/workers). The
+coordinator's registry is the truth for live workers (the engine's ``worker_views``,
+``add_workers`` and ``drain_worker``); the table keeps their history."""

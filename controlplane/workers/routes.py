@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from controlplane.deps import EngineDep, require
+from controlplane.deps import EngineDep, SessionDep, require
+from controlplane.pagination import Page, PageParams
 
-from .schemas import WorkerRead, WorkersCreate
+from . import service
+from .schemas import WorkerRead, WorkerRecordRead, WorkersCreate
 
 __all__ = ["router"]
 
@@ -17,6 +19,14 @@ router = APIRouter(prefix="/workers", tags=["workers"])
 def list_workers(engine: EngineDep) -> list[WorkerRead]:
     """Every worker that registered with the coordinator (lost ones too)."""
     return [WorkerRead.of(w) for w in engine.worker_views()]
+
+
+@router.get("/history", dependencies=[Depends(require("read"))])
+def worker_history(session: SessionDep, page: PageParams) -> Page[WorkerRecordRead]:
+    """Every worker of this and earlier runs of the control plane, newest first, with why
+    each one was lost."""
+    rows, total = service.list_history(session=session, limit=page.limit, offset=page.offset)
+    return Page(items=[WorkerRecordRead.model_validate(r) for r in rows], total=total, **vars(page))
 
 
 @router.post("", status_code=201, dependencies=[Depends(require("admin"))])

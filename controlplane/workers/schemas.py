@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from controlplane.engine import WorkerView
 
-__all__ = ["WorkerRead", "WorkersCreate"]
+__all__ = ["WorkerRead", "WorkerRecordRead", "WorkersCreate"]
 
 MAX_NEW_WORKERS = 16  # one request starts at most this many local processes
 
@@ -47,3 +48,21 @@ class WorkerRead(BaseModel):
             error=w.error,
             executor_id=w.executor_id,
         )
+
+
+class WorkerRecordRead(BaseModel):
+    """A worker of this or an earlier run of the control plane, as last seen."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    instance: str = Field(description="the control-plane run it belonged to")
+    worker_id: str
+    host: str
+    pid: int
+    cpus: float
+    memory_mb: int
+    executor_id: str | None
+    status: Literal["alive", "lost", "stopped"]
+    error: str | None = Field(description="why it was lost")
+    registered_at: datetime
+    ended_at: datetime | None
