@@ -385,3 +385,19 @@ def test_an_answer_that_is_not_the_apis_json_is_still_one_line(tmp_path: Path) -
             other.shutdown()
             thread.join(5)
     error_line(result, 1, "HTTP 404 http_error")
+
+
+def test_fluid_scale_runs_in_steps(api: Api, job: int) -> None:
+    before = abstraction(api, job)
+    version, n = before["job"]["version"], len(count_tasks(before))
+    out = ok(cli(api, "reconfigure", "scale", job, "count", n + 1, "--fluid", 4))
+    assert "fluid mode" in out, out
+    rec = ok_json(cli(api, "reconfig", "list", job, "--json"))["items"][0]
+    assert (rec["mode"], rec["status"]) == ("fluid", "completed")
+    assert rec["result_version"] > version + 2  # setup + several batches of 4 key groups
+    groups = [
+        g for t in count_tasks(abstraction(api, job)).values() for g in t["workload"]["key_groups"]
+    ]
+    assert sorted(groups) == list(range(128))
+    bad = cli(api, "reconfigure", "scale", job, "count", n, "--fluid", 0)
+    assert bad.exit_code == 2 and "--fluid" in bad.stderr, bad.output

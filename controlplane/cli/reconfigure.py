@@ -115,6 +115,21 @@ def _read_plan(path: Path) -> dict[str, Any]:
     return plan
 
 
+FluidOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--fluid",
+        min=1,
+        metavar="N",
+        help="fluid mode: move N key groups per step, each step its own short reconfiguration",
+    ),
+]
+
+
+def _pace(fluid: int | None) -> dict[str, Any]:
+    return {} if fluid is None else {"mode": "fluid", "batch_size": fluid}
+
+
 @_command("scale")
 def scale(
     api: Client,
@@ -125,12 +140,13 @@ def scale(
         list[str] | None,
         typer.Option(help='where new tasks go, in turn (repeat; "new" starts a fresh worker)'),
     ] = None,
+    fluid: FluidOpt = None,
 ) -> dict[str, Any]:
     """Give an operator PARALLELISM tasks, moving as few key groups as possible.
 
     The operators forward-connected to it scale with it."""
     body = {"operator": operator, "parallelism": parallelism, "workers": worker or None}
-    return api.post(f"/jobs/{job_id}/scale", body)
+    return api.post(f"/jobs/{job_id}/scale", {**body, **_pace(fluid)})
 
 
 @_command("rebalance")
@@ -145,10 +161,11 @@ def rebalance(
     window: Annotated[
         float, typer.Option(min=0.1, max=300, help="seconds of measured load to balance")
     ] = 10.0,
+    fluid: FluidOpt = None,
 ) -> dict[str, Any]:
     """Even out an operator's measured load over its tasks (same tasks, same workers)."""
     body = {"operator": operator, "threshold": threshold, "window_s": window}
-    return api.post(f"/jobs/{job_id}/rebalance", body)
+    return api.post(f"/jobs/{job_id}/rebalance", {**body, **_pace(fluid)})
 
 
 @_command("migrate")
