@@ -30,6 +30,7 @@ import contextlib
 import ctypes
 import json
 import logging
+import os
 import resource
 import signal
 import sys
@@ -140,10 +141,13 @@ class _Child:
             with contextlib.suppress(Exception):
                 ctypes.CDLL("libc.so.6").prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
+        # One BLAS thread: numpy's per-thread buffers would eat the address-space limit.
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "controlplane.controllers.child",
+            env=env,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
