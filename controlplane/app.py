@@ -121,7 +121,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """The application for ``settings`` (default: from the environment). Nothing starts
     until the ASGI server runs its lifespan."""
     settings = settings or Settings()
-    app = FastAPIOffline(  # /docs and /redoc assets served by the app: no CDN, no internet
+    app = FastAPIOffline(  # /docs assets served by the app: no CDN, no internet
+        redoc_url=None,  # /redoc: see controlplane.console (its bundle's logo made local)
         title="streampilot",
         version=package_version("streampilot"),
         summary="Control plane for Python stream jobs: live scaling, rebalancing, "

@@ -6,24 +6,40 @@ browser's ``localStorage``, lists the jobs, and for the selected job shows the a
 as a table of tasks, the metrics window (polled about every 2 s) and the reconfiguration
 history with its phase timings; with an ``operate`` token it can scale and rebalance.
 
-:func:`install` adds two things to an app, neither in the OpenAPI description:
+:func:`install` adds these to an app, none in the OpenAPI description:
 
 - ``GET /``: the page (``static/index.html``);
-- ``/console/static/...``: its assets.
+- ``/console/static/...``: its assets;
+- ``GET /redoc``: the Redoc reference, with fastapi-offline's bundle served from
+  ``/console/redoc.standalone.js`` with the one address it hard-codes (its logo, on its
+  CDN) pointed at the app's own icon, so that the page asks nothing of the internet.
 """
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
-from fastapi import FastAPI
-from fastapi.responses import FileResponse
+import fastapi_offline
+from fastapi import FastAPI, Request
+from fastapi.openapi.docs import get_redoc_html
+from fastapi.responses import FileResponse, HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 __all__ = ["STATIC_DIR", "STATIC_URL", "install"]
 
 STATIC_DIR = Path(__file__).parent / "static"
 STATIC_URL = "/console/static"
+OFFLINE_DOCS_URL = "/static-offline-docs"  # where fastapi-offline serves its assets
+REDOC_BUNDLE = Path(fastapi_offline.__file__).parent / "static" / "redoc.standalone.js"
+REDOC_CDN_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"
+
+
+@cache
+def _redoc_bundle() -> bytes:
+    """fastapi-offline's Redoc bundle with its CDN logo replaced by the app's icon."""
+    text = REDOC_BUNDLE.read_text(encoding="utf-8")
+    return text.replace(REDOC_CDN_LOGO, f"{OFFLINE_DOCS_URL}/favicon.png").encode()
 
 
 def install(app: FastAPI) -> None:
@@ -33,3 +49,18 @@ def install(app: FastAPI) -> None:
     @app.get("/", include_in_schema=False)
     def console() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+    @app.get("/console/redoc.standalone.js", include_in_schema=False)
+    def redoc_bundle() -> Response:
+        return Response(_redoc_bundle(), media_type="text/javascript")
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "")
+        return get_redoc_html(
+            openapi_url=f"{root}{app.openapi_url}",
+            title=f"{app.title} - ReDoc",
+            redoc_js_url=f"{root}/console/redoc.standalone.js",
+            redoc_favicon_url=f"{root}{OFFLINE_DOCS_URL}/favicon.png",
+            with_google_fonts=False,
+        )
