@@ -27,13 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import json
 import logging
-import os
-import resource
-import signal
-import sys
 import time
 from typing import Any
 
@@ -51,6 +45,7 @@ from controlplane.tracking import Tracker
 from controlplane.versions import service as versions
 
 from . import service
+from .process import ChildFailed, ControllerProcess
 
 __all__ = ["ControllerHost"]
 
@@ -62,16 +57,6 @@ OUTCOME_POLL_S = 0.2  # how often the outcome of a submitted plan is looked up
 MIN_WINDOW_S = 5.0  # the metrics window of a view covers at least this
 MAX_WINDOW_S = 300.0  # and at most what the coordinator keeps
 LOG_FLUSH_S = 1.0  # a child's output is written to the database this often
-STOP_GRACE_S = 3.0  # a child exits on SIGTERM within this, or is killed
-_PR_SET_PDEATHSIG = 1
-
-
-class ChildFailed(Exception):
-    """The child died, hung or answered with an error; the message says which."""
-
-    def __init__(self, message: str, *, restart: bool) -> None:
-        super().__init__(message)
-        self.restart = restart
 
 
 class ControllerHost:
@@ -123,98 +108,6 @@ class ControllerHost:
             return fn(session=session, **kwargs)
 
 
-class _Child:
-    """A controller's process and its JSON-lines protocol (see :mod:`.child`)."""
-
-    def __init__(self, proc: asyncio.subprocess.Process, on_line: Any) -> None:
-        self.proc = proc
-        self._pump = asyncio.create_task(self._read_stderr(on_line))
-
-    @classmethod
-    async def spawn(cls, settings: Settings, on_line: Any) -> _Child:
-        memory = settings.controller_memory_mb * 1024 * 1024
-        cpu = settings.controller_cpu_s
-
-        def limits() -> None:  # in the child, between fork and exec
-            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
-            with contextlib.suppress(Exception):
-                ctypes.CDLL("libc.so.6").prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-        # One BLAS thread: numpy's per-thread buffers would eat the address-space limit.
-        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "controlplane.controllers.child",
-            env=env,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            preexec_fn=limits if sys.platform.startswith("linux") else None,
-            start_new_session=True,
-            limit=64 * 1024 * 1024,  # a reply carries a plan: allow long lines
-        )
-        return cls(proc, on_line)
-
-    async def _read_stderr(self, on_line: Any) -> None:
-        assert self.proc.stderr is not None
-        while line := await self.proc.stderr.readline():
-            on_line(line.decode("utf-8", "replace").rstrip())
-
-    async def call(self, request: dict[str, Any], timeout: float, doing: str) -> dict[str, Any]:
-        """Send one request and return the reply; :class:`ChildFailed` if the child dies,
-        hangs past ``timeout`` (it is then killed) or answers with an error."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        try:
-            self.proc.stdin.write((json.dumps(request) + "\n").encode())
-            await self.proc.stdin.drain()
-            line = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
-        except TimeoutError:
-            await self.kill()
-            raise ChildFailed(
-                f"{doing} did not return within {timeout:g}s; the process was killed",
-                restart=True,
-            ) from None
-        except (ConnectionError, BrokenPipeError):
-            line = b""
-        if not line:
-            code = await self._exit_code()
-            why = {
-                -signal.SIGKILL: " (killed: over its memory limit, or by the host)",
-                -signal.SIGXCPU: " (over its CPU-time limit)",
-            }.get(code, "")
-            raise ChildFailed(f"the controller's process exited with {code}{why}", restart=True)
-        try:
-            reply = json.loads(line)
-        except json.JSONDecodeError:
-            raise ChildFailed(f"{doing}: unreadable reply {line[:200]!r}", restart=True) from None
-        if reply.get("type") == "error":
-            raise ChildFailed(str(reply.get("error")), restart=False)
-        return reply
-
-    async def _exit_code(self) -> int | None:
-        try:
-            return await asyncio.wait_for(self.proc.wait(), STOP_GRACE_S)
-        except TimeoutError:
-            return None
-
-    async def kill(self) -> None:
-        if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.kill()
-            await self.proc.wait()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(self._pump, STOP_GRACE_S)
-
-    async def close(self) -> None:
-        if self.proc.stdin is not None and self.proc.returncode is None:
-            self.proc.stdin.close()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.proc.wait(), STOP_GRACE_S)
-        await self.kill()
-
-
 class _Runner:
     """Drives one controller: the numbered steps of the module docstring, forever."""
 
@@ -222,7 +115,7 @@ class _Runner:
         self.host = host
         self.id = controller_id
         self.settings = host.settings
-        self.child: _Child | None = None
+        self.child: ControllerProcess | None = None
         self.logs: list[tuple[str, str]] = []
         self.task = asyncio.create_task(self._main(), name=f"controller-{controller_id}")
         self._flusher = asyncio.create_task(self._flush_logs())
@@ -266,7 +159,7 @@ class _Runner:
         while True:
             try:
                 if self.child is None:
-                    self.child = await _Child.spawn(self.settings, self._on_line)
+                    self.child = await ControllerProcess.spawn(self.settings, self._on_line)
                     loaded = await self.child.call(spec, SPAWN_TIMEOUT_S, "loading the controller")
                     interval = float(loaded["interval_s"])
                     first = True
