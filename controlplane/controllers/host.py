@@ -33,7 +33,16 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from controllers import (
+    DecisionError,
+    SafetyConfig,
+    View,
+    check_safety,
+    decision_of,
+    preview,
+)
 from controlplane import db
+from controlplane.abstraction import AbstractionError, Plan, PlanError
 from controlplane.config import Settings
 from controlplane.engine import Engine, job_key
 from controlplane.errors import Conflict, PlanRefused, ServiceError
@@ -207,30 +216,20 @@ class _Runner:
         return True
 
     def _plan_of(self, reply: dict[str, Any], view: Any) -> Any:
-        from controlplane.abstraction import AbstractionError, Plan
-
+        """The plan in ``decide``'s reply, checked as the SDK checks it
+        (:func:`controllers.decision_of`); None for no decision."""
         if reply.get("type") != "plan":
             raise ChildFailed(f"decide: unexpected reply {str(reply)[:200]}", restart=True)
         if reply.get("plan") is None:
             return None
         try:
-            plan = Plan.from_dict(reply["plan"])
+            return decision_of(Plan.from_dict(reply["plan"]), view)
         except AbstractionError as exc:
             raise ChildFailed(f"decide returned an unreadable plan: {exc}", restart=False) from None
-        if not plan.ops:
-            return None
-        if plan.base_version != view.abstraction.version:
-            raise ChildFailed(
-                f"decide returned a plan against version {plan.base_version}, but the view "
-                f"holds version {view.abstraction.version}",
-                restart=False,
-            )
-        return plan
+        except DecisionError as exc:
+            raise ChildFailed(str(exc), restart=False) from None
 
     async def _submit(self, plan: Any, view: Any, view_doc: dict[str, Any]) -> dict[str, Any]:
-        from controllers import SafetyConfig, check_safety, preview
-        from controlplane.abstraction import PlanError
-
         row = await self._db(service.get_controller, controller_id=self.id)
         record = {"controller_id": self.id, "view": _summary(view), "plan": plan.to_dict()}
         try:
@@ -316,8 +315,6 @@ class _Runner:
     def _build_view(self, *, session: Session) -> tuple[dict[str, Any], Any] | str | None:
         """(view JSON, View); or why the controller must stop; or None if it is no longer
         ``running`` (stopped, or failed by its last plan)."""
-        from controllers import View
-
         row = service.get_controller(session=session, controller_id=self.id)
         if row.status != "running":
             return None
