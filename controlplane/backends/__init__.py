@@ -23,11 +23,14 @@ __all__ = ["BackendError", "LocalBackend", "WorkerBackend", "make_backend"]
 
 async def make_backend(settings: Settings, coordinator: Coordinator, secret: str) -> WorkerBackend:
     """The backend ``settings.backend`` names, for a started ``coordinator``. For ``spark``
-    this creates the SparkSession (in a thread, bounded: see :func:`.spark.spark_session`)
-    and raises :class:`BackendError` when Spark cannot start or its master cannot be reached."""
+    this creates the SparkSession (in a thread, bounded: see :func:`.spark.spark_session`),
+    which the backend stops when it closes (a session this process already ran is used and
+    left running), and raises :class:`BackendError` when Spark cannot start or its master
+    cannot be reached."""
     if settings.backend == "spark":
-        from .spark import SparkBackend, spark_session
+        from .spark import SparkBackend, session_running, spark_session
 
+        owned = not session_running()
         session = await asyncio.to_thread(spark_session, settings.spark_master, settings.spark_conf)
         return SparkBackend(
             coordinator,
@@ -35,6 +38,6 @@ async def make_backend(settings: Settings, coordinator: Coordinator, secret: str
             session,
             log_level=settings.worker_log_level,
             register_timeout_s=settings.workers_timeout_s,
-            owns_session=True,
+            owns_session=owned,
         )
     return LocalBackend(coordinator.address, secret, log_level=settings.worker_log_level)

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
     from controlplane.coordinator import Coordinator
 
-__all__ = ["SparkBackend", "spark_reason", "spark_session"]
+__all__ = ["SparkBackend", "session_running", "spark_reason", "spark_session"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,14 +81,13 @@ def spark_session(master: str, conf: Mapping[str, str] | None = None) -> SparkSe
     ``SESSION_START_TIMEOUT_S``. Raises :class:`BackendError` when pyspark is not installed,
     the master URL is malformed or its master cannot be reached."""
     try:
-        from pyspark import SparkContext
         from pyspark.sql import SparkSession
     except ImportError:
         raise BackendError(
             "the spark backend needs pyspark: pip install 'streampilot[spark]'"
         ) from None
     _probe_master(master)
-    if SparkContext._active_spark_context is not None:  # one SparkContext per process
+    if session_running():  # one SparkContext per process
         return SparkSession.builder.getOrCreate()  # no options: nothing is reconfigured
     options = {**DEFAULT_CONF, **(conf or {})}
     if master.startswith("local"):  # executors are this process's JVM: use this Python
@@ -121,6 +120,15 @@ def spark_session(master: str, conf: Mapping[str, str] | None = None) -> SparkSe
         # setting says which Python runs the tasks (and so the workers).
         session.sparkContext.pythonExec = options["spark.pyspark.python"]
     return session
+
+
+def session_running() -> bool:
+    """Whether this process already runs a SparkContext (:func:`spark_session` returns it)."""
+    try:
+        from pyspark import SparkContext
+    except ImportError:
+        return False
+    return SparkContext._active_spark_context is not None  # no public way to ask
 
 
 def _probe_master(master: str) -> None:
