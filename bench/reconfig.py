@@ -12,8 +12,9 @@ much) with the stop-and-restart baseline, a few seconds apart:
 - migrate two count tasks (each to the other's worker, so each worker keeps one);
 - swap the count logic.
 
-The rebalance and the scale changes also run in fluid mode (``FLUID_BATCH`` key groups per
-step, each step its own short reconfiguration).
+The rebalance, scale and migrate changes also run in fluid mode (``FLUID_BATCH`` key
+groups per step, each step its own short reconfiguration; a migrating task hands its key
+groups to a stand-in on the target worker first).
 
 For each: completion time and its phases, the longest pause, p99 and max latency of the
 seconds from the change to 3 s after its end against the seconds before it, and the sink
@@ -123,6 +124,7 @@ def steps() -> list[tuple[str, str, object]]:
         ("scale out 2 -> 4", "restart", to(4)),
         ("scale in 4 -> 2", "restart", to(2)),
         ("migrate two tasks (swap workers)", "live", swap_workers),
+        ("migrate two tasks (swap workers)", "fluid", fluid(swap_workers)),
         ("migrate two tasks (swap workers)", "restart", swap_workers),
         ("swap logic", "live", logic),
         ("swap logic", "restart", logic),

@@ -222,10 +222,11 @@ def groups_moved(job, since: int) -> int:
 
 
 def paced_randomly(rng, kind: str, plan):
-    """Half of the plans that move key groups run in fluid mode, in batches of 4, 16 or all."""
+    """Half of the plans that move key groups or keyed tasks run in fluid mode, in batches of
+    4, 16 or all (a keyed task then moves through a stand-in)."""
     from dataclasses import replace
 
-    if kind in ("rebalance", "scale", "combined") and rng.random() < 0.5:
+    if kind in ("rebalance", "scale", "migrate", "combined") and rng.random() < 0.5:
         return f"{kind} (fluid)", replace(plan, mode="fluid", batch_size=rng.choice([4, 16, None]))
     return kind, plan
 
