@@ -314,6 +314,21 @@ def test_fluid_scale_moves_key_groups_in_small_steps(api: Api) -> None:
         assert back["status"] == "completed", back
         groups = key_groups(current(http, job))
         assert sorted(g for gs in groups.values() for g in gs) == list(range(128))
+        # A fluid migration: through a stand-in on the target worker, 16 groups a step.
+        a = current(http, job)
+        task = tasks_of(a, "count")["count-0"]
+        other = next(w["id"] for w in a["workers"] if w["id"] != task["resources"]["worker"])
+        r = http.post(
+            f"/api/v1/jobs/{job}/migrate",
+            json={"task": "count-0", "worker": other, "mode": "fluid", "batch_size": 16},
+        )
+        assert r.status_code == 202, r.text
+        moved = api.wait_reconfiguration(http, job, r.json()["id"])
+        assert moved["status"] == "completed", moved
+        assert moved["result_version"] - moved["base_version"] > 3
+        after = current(http, job)
+        assert tasks_of(after, "count")["count-0"]["resources"]["worker"] == other
+        assert sorted(tasks_of(after, "count")) == ["count-0", "count-1"]  # stand-in gone
         r = http.post(
             f"/api/v1/jobs/{job}/rebalance",
             json={"operator": "count", "batch_size": 4},

@@ -174,9 +174,12 @@ def migrate(
     job_id: JobArg,
     task: Annotated[str, typer.Argument(help="task to move, e.g. count-0")],
     worker: Annotated[str, typer.Argument(help='worker id, or "new" for a fresh worker')],
+    fluid: FluidOpt = None,
 ) -> dict[str, Any]:
-    """Move one task, with its state, to another worker."""
-    return api.post(f"/jobs/{job_id}/migrate", {"task": task, "worker": worker})
+    """Move one task, with its state, to another worker (with --fluid, a keyed task hands
+    its key groups over in steps through a stand-in on that worker)."""
+    body = {"task": task, "worker": worker, **_pace(fluid)}
+    return api.post(f"/jobs/{job_id}/migrate", body)
 
 
 @_command("logic")

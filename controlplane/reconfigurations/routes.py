@@ -98,7 +98,7 @@ def migrate(
     job_id: JobId, body: MigrateRequest, session: SessionDep, engine: EngineDep, tracker: TrackerDep
 ) -> ReconfigurationRead:
     """Move one task to another worker (or to a fresh one: ``"new"``) with its state."""
-    build = service.migrate_plan(body.task, body.worker)
+    build = service.paced(service.migrate_plan(body.task, body.worker), body.mode, body.batch_size)
     return _request(session, engine, tracker, job_id, "migrate", build)
 
 

@@ -109,7 +109,7 @@ class RebalanceRequest(_Paced):
     window_s: float = Field(10.0, gt=0, le=300, description="measurement window for loads")
 
 
-class MigrateRequest(_Strict):
+class MigrateRequest(_Paced):
     task: str
     worker: str = Field(description='a worker id, or "new" for a fresh worker')
 
