@@ -3,9 +3,9 @@
 For each backend in turn, on ``--workers`` workers (Spark: ``local[N]`` tasks of this
 process's SparkSession, so only who starts the worker processes differs):
 
-1. Maximum sustained throughput of the unthrottled word count (as ``bench/throughput.py``).
+1. Maximum sustained throughput of the unthrottled word count (``bench/throughput.py``'s).
 2. Latency at one common rate: ``--load`` (0.3) of the local backend's maximum, for
-   ``--latency-seconds`` after a 3 s warm-up.
+   ``--latency-seconds`` after a 3 s warm-up (``bench/throughput.py``'s).
 3. One rebalance (a skewed load over ``count``'s key groups) and one scale-out of
    ``count`` by one task, live on a job at that rate: total time and longest task pause.
 
@@ -27,12 +27,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.throughput import WORDS, per_second_rates, write_report
+from bench.throughput import WORDS, latency_at, max_throughput, write_report
 from controlplane.abstraction import rebalance, scale
 from controlplane.coordinator import RuntimeConfig
-from controlplane.runner import LocalCluster, run_local
+from controlplane.runner import LocalCluster
 from runtime.dataflow import load_job
-from runtime.metrics import LatencyHistogram, summarize_latency
 
 BACKENDS = ("local", "spark")
 WARMUP_S = 3.0  # latency and plans are measured once the job has run this long
@@ -49,48 +48,6 @@ def wordcount(workers: int, **params: object):
         "examples.wordcount:build",
         {"parallelism": workers, "zipf": 1.0, "keys": 10_000, **params},
     )
-
-
-async def max_throughput(backend: str, workers: int, sentences: int, config) -> dict:
-    result = await run_local(
-        wordcount(workers, records=sentences),
-        workers=workers,
-        config=config,
-        timeout=300,
-        backend=backend,
-    )
-    if result.status != "finished":
-        raise RuntimeError(f"{backend} throughput run ended {result.status}: {result.error}")
-    rates = per_second_rates(result.job, "count")
-    overall = sentences * WORDS / result.summary["duration_s"]
-    return {
-        "duration_s": result.summary["duration_s"],
-        "overall_words_per_s": round(overall),
-        "steady_words_per_s": round(statistics.median(rates)) if rates else round(overall),
-        "per_second_words": rates,
-    }
-
-
-async def latency_at(backend: str, workers: int, words_per_s: float, seconds: float, config):
-    result = await run_local(
-        wordcount(workers, records=0, rate=words_per_s / WORDS),
-        workers=workers,
-        config=config,
-        timeout=seconds + WARMUP_S,
-        backend=backend,
-    )
-    job = result.job
-    start = (job.started_at or 0) + WARMUP_S
-    hist = LatencyHistogram()
-    for t, _task, snap in job.metrics.samples:
-        if t >= start and "latency" in snap:
-            hist.merge(LatencyHistogram.from_dict(snap["latency"]))
-    rates = per_second_rates(job, "count")
-    return {
-        "target_words_per_s": round(words_per_s),
-        "measured_words_per_s": round(statistics.median(rates)) if rates else None,
-        "latency_ms": summarize_latency(hist),
-    }
 
 
 def _plan_figures(rec) -> dict:
@@ -149,7 +106,7 @@ async def main() -> None:
     rounds: dict[str, list[dict]] = {b: [] for b in BACKENDS}
     for i in range(args.rounds):  # interleaved: a shared machine's load hits both alike
         for backend in BACKENDS if i % 2 == 0 else BACKENDS[::-1]:
-            run = await max_throughput(backend, args.workers, args.sentences, config)
+            run = await max_throughput(args.workers, args.sentences, config, backend)
             rounds[backend].append(run)
             print(f"{backend} round {i + 1}: {run['steady_words_per_s']:,} words/s", flush=True)
     for backend, runs in rounds.items():
@@ -166,7 +123,7 @@ async def main() -> None:
     plans: dict[str, list[dict]] = {b: [] for b in BACKENDS}
     for i in range(args.rounds):
         for backend in BACKENDS if i % 2 == 0 else BACKENDS[::-1]:
-            lat = await latency_at(backend, args.workers, rate, args.latency_seconds, config)
+            lat = await latency_at(args.workers, rate, args.latency_seconds, config, backend)
             lats[backend].append(lat)
             plans[backend].append(await reconfigurations(backend, args.workers, rate, config))
             ms, done = lat["latency_ms"], plans[backend][-1]

@@ -76,10 +76,16 @@ def per_second_rates(job: Job, operator: str) -> list[float]:
     return [buckets[s] for s in secs[1:-1]]  # drop partial first and last seconds
 
 
-async def max_throughput(workers: int, sentences: int, config: RuntimeConfig) -> dict:
+async def max_throughput(
+    workers: int, sentences: int, config: RuntimeConfig, backend: str = "local"
+) -> dict:
     params = {"records": sentences, "parallelism": workers, "zipf": 1.0, "keys": 10_000}
     result = await run_local(
-        load_job("examples.wordcount:build", params), workers=workers, config=config, timeout=300
+        load_job("examples.wordcount:build", params),
+        workers=workers,
+        config=config,
+        timeout=300,
+        backend=backend,
     )
     if result.status != "finished":
         raise RuntimeError(f"throughput run ended {result.status}: {result.error}")
@@ -100,7 +106,7 @@ async def max_throughput(workers: int, sentences: int, config: RuntimeConfig) ->
 
 
 async def latency_at(
-    workers: int, words_per_s: float, seconds: float, config: RuntimeConfig
+    workers: int, words_per_s: float, seconds: float, config: RuntimeConfig, backend: str = "local"
 ) -> dict:
     rate = words_per_s / WORDS
     params = {"records": 0, "rate": rate, "parallelism": workers, "zipf": 1.0, "keys": 10_000}
@@ -110,6 +116,7 @@ async def latency_at(
         workers=workers,
         config=config,
         timeout=seconds + warmup,
+        backend=backend,
     )
     job = result.job
     start = (job.started_at or 0) + warmup
