@@ -107,6 +107,53 @@ def test_sync_that_cannot_complete_aborts_and_the_job_goes_on(
     assert final_counts(out) == counting_reference(records)
 
 
+def test_a_fluid_plan_cut_short_keeps_its_completed_steps_and_exact_results(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    """A fluid rebalance whose later step cannot sync (the job is held busy mid-plan) ends
+    ``failed`` saying which steps stay applied; the job runs on that valid version and its
+    results are exact."""
+
+    from controlplane.abstraction import AssignWorkload, Plan, diff
+
+    records = 40_000
+    job, hold, out = start_held_job(cluster, tmp_path, records)
+    hold.unlink()  # not held at first: the first steps complete
+    time.sleep(0.3)
+    a = job.abstraction
+    groups = {t.id: list(t.workload.key_groups) for t in a.operator("count").tasks}
+    half = groups["count-0"][: len(groups["count-0"]) // 2]
+    moved = {
+        "count-0": [g for g in groups["count-0"] if g not in half],
+        "count-1": groups["count-1"] + half,
+    }
+    plan = Plan(a.version, (AssignWorkload("count", moved),), mode="fluid", batch_size=1)
+
+    async def run_and_hold():
+        run = asyncio.ensure_future(
+            cluster.coordinator.apply_plan(job.id, plan, sync_timeout_s=1.0)
+        )
+        while len(job.versions) < a.version + 3 and not run.done():  # two steps applied
+            await asyncio.sleep(0.001)
+        hold.touch()  # from now on the barrier cannot get through in time
+        return await run
+
+    rec = cluster.call(run_and_hold())
+    assert rec.status == "failed", rec.error
+    k = job.abstraction.version - a.version
+    assert 2 <= k < len(half), (k, rec.error)
+    assert (
+        f"steps 1 to {k} stay applied: the job runs on version {job.abstraction.version}"
+        in rec.error
+    )
+    assert "sync timed out" in rec.error
+    assert job.status == "running"
+    assert len(diff(a, job.abstraction).operator("count").key_group_moves) == k
+    hold.unlink()
+    assert cluster.wait(job, 60) == "finished", job.error
+    assert final_counts(out) == counting_reference(records)
+
+
 def test_a_second_reconfiguration_waits_or_is_refused(
     cluster: BackgroundCluster, tmp_path: Path
 ) -> None:

@@ -7,8 +7,10 @@ task pauses only while its own few key groups move. The steps share one record: 
 times add up, ``pause_ms`` keeps each task's longest pause (what its records waited at
 most), ``steps`` counts the steps run.
 
-A step that does not complete ends the plan there. Steps before it stay applied: the job
-runs on their version (valid, every key group owned once), and the record's error says so.
+A step that does not complete (or cannot start: the job stopped, a worker was lost) ends
+the plan there. Steps before it stay applied: the job runs on their version (valid, every
+key group owned once), and the record's error says so. A first step that cannot start
+raises, as a plan in pause mode does: nothing changed.
 """
 
 from __future__ import annotations
@@ -17,9 +19,15 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from controlplane.abstraction import Abstraction, Plan, apply_plan, fluid_steps
+from controlplane.abstraction import (
+    Abstraction,
+    AbstractionError,
+    Plan,
+    apply_plan,
+    fluid_steps,
+)
 
-from .reconfig import Reconfiguration, new_record, run_locked
+from .reconfig import Reconfiguration, ReconfigurationError, new_record, run_locked
 
 if TYPE_CHECKING:
     from .core import Coordinator
@@ -58,21 +66,41 @@ async def run_fluid(
             outer.status = step.status
 
     backend = coordinator.backend.name if coordinator.backend is not None else "local"
+
+    def end(status: str, error: str | None = None) -> Reconfiguration:
+        outer.error = error
+        outer.timings_ms["total"] = (time.perf_counter() - started) * 1000
+        outer.version = job.abstraction.version
+        outer.status = status
+        outer.ended_at = time.time()
+        return outer
+
     for i, ops in enumerate(steps, start=1):
-        base = refresh_workers(job.abstraction, coordinator.alive_workers(), backend)
-        target = await substitute_new_workers(
-            coordinator, apply_plan(base, Plan(base.version, ops))
+        applied = (
+            f"; steps 1 to {i - 1} stay applied: the job runs on version {job.abstraction.version}"
+            if i > 1
+            else ""
         )
-        layout = layout_of(target, job.graph, base, job.layout)
-        step = await run_locked(
-            coordinator,
-            job,
-            layout,
-            plan=plan,
-            sync_timeout_s=sync_timeout_s,
-            on_change=follow,
-            record=False,
-        )
+        try:
+            base = refresh_workers(job.abstraction, coordinator.alive_workers(), backend)
+            target = await substitute_new_workers(
+                coordinator, apply_plan(base, Plan(base.version, ops))
+            )
+            layout = layout_of(target, job.graph, base, job.layout)
+            step = await run_locked(
+                coordinator,
+                job,
+                layout,
+                plan=plan,
+                sync_timeout_s=sync_timeout_s,
+                on_change=follow,
+                record=False,
+            )
+        except (ReconfigurationError, AbstractionError) as exc:
+            if i == 1:  # nothing changed: refused like a plan in pause mode
+                end("failed", str(exc))
+                raise
+            return end("failed", f"step {i} of {len(steps)} could not start: {exc}{applied}")
         outer.steps = i
         outer.affected |= step.affected
         outer.new = layout if step.status == "completed" else outer.new
@@ -83,22 +111,8 @@ async def run_fluid(
         for task, ms in step.update_ms.items():
             outer.update_ms[task] = max(ms, outer.update_ms.get(task, 0.0))
         if step.status != "completed":
-            applied = (
-                f"; steps 1 to {i - 1} stay applied: the job runs on version "
-                f"{job.abstraction.version}"
-                if i > 1
-                else ""
-            )
-            outer.error = f"step {i} of {len(steps)} {step.status}: {step.error}{applied}"
-            outer.timings_ms["total"] = (time.perf_counter() - started) * 1000
-            outer.version = job.abstraction.version
-            outer.status = step.status if i == 1 else "failed"
-            outer.ended_at = time.time()
-            return outer
+            error = f"step {i} of {len(steps)} {step.status}: {step.error}{applied}"
+            return end(step.status if i == 1 else "failed", error)
         job.abstraction = target
         job.versions.append(target)
-    outer.timings_ms["total"] = (time.perf_counter() - started) * 1000
-    outer.version = job.abstraction.version
-    outer.status = "completed"
-    outer.ended_at = time.time()
-    return outer
+    return end("completed")
