@@ -6,7 +6,9 @@ Run after the benchmarks: ``.venv/bin/python bench/report.py``.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
@@ -165,6 +167,183 @@ def spark_section(d: dict) -> list[str]:
     ]
 
 
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}x" if a is not None and b else "n/a"
+
+
+def _outcomes(summary: dict) -> str:
+    return ", ".join(f"{n} {k}" for k, n in summary["decisions"].items()) or "none"
+
+
+def _reconfigurations(run: dict) -> list[str]:
+    rows = [
+        f"| {fmt(r['t_start'])} s | #{r['id']} {r['origin']} | {r['status']} | {r['ops']} | "
+        f"{fmt(r['timings_ms'].get('total'))} | {fmt(r['max_pause_ms'])} |"
+        for r in run["reconfigurations"]
+    ]
+    if not rows:
+        return ["The controller made no reconfiguration.", ""]
+    return [
+        "| at | reconfiguration | status | operations | total ms | longest pause ms |",
+        "|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
+def _controller_header(d: dict, title: str, what: str) -> list[str]:
+    m, c = d["machine"], d["controller"]
+    return [
+        f"### {title}",
+        "",
+        f"Run {d['date']} on {m['cpu']} ({m['cores']} cores); `{d['command'].strip()}`; "
+        f"`{d['job']}` with `{json.dumps(d['params'])}` on {d['workers']} local workers, "
+        f"{fmt(d['duration_s'])} s per run. {what} `{c['builtin']}` config "
+        f"`{json.dumps(c['config'])}`, safety `{json.dumps(c['safety'])}`, attached at "
+        f"{fmt(d['warmup_s'])} s; figures over the {fmt(d['sample_s'])} s metrics windows "
+        f"after that (per-window p99 at the sinks).",
+        "",
+        f"![{d['scenario']}](bench/results/controllers_{d['scenario']}.png)",
+        "",
+    ]
+
+
+def _table(controlled: str, static: str, rows: list[str], a: dict, closing: str) -> list[str]:
+    """The comparison table of a controlled run and its static twin, then ``closing``."""
+    return [
+        f"| measure | {controlled} | {static} |",
+        "|---|---|---|",
+        *rows,
+        f"| decisions | {_outcomes(a)} | |",
+        "",
+        closing,
+        "",
+    ]
+
+
+def _fraction(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def _spread_row(name: str, a: dict, b: dict, show: Callable[[Any], str] = fmt) -> str:
+    """A row of per-window figures (mean / median / p90 / max) of both runs."""
+    keys = ("mean", "median", "p90", "max")
+    return (
+        f"| {name} (mean / median / p90 / max) | {' / '.join(show(a[k]) for k in keys)} | "
+        f"{' / '.join(show(b[k]) for k in keys)} |"
+    )
+
+
+def autoscaler_section(d: dict) -> list[str]:
+    a, s = d["summary"]["autoscaler"], d["summary"]["static"]
+    limit = d["controller"]["config"]["max_latency_ms"]
+    high = (a["p99_ms_by_phase"]["high"]["median"], s["p99_ms_by_phase"]["high"]["median"])
+    out = _controller_header(
+        d,
+        "Latency autoscaler: stock exchange, order rate stepping up then down",
+        "The order rate steps up at 25% of the run and back at 60% (shaded); static keeps "
+        "parallelism 1 throughout.",
+    )
+    rows = [
+        _spread_row("p99 latency ms", a["p99_ms"], s["p99_ms"]),
+        *(
+            f"| p99 ms, median, {ph} ({fmt(a['orders_per_s_by_phase'][ph])} orders/s offered) "
+            f"| {fmt(a['p99_ms_by_phase'][ph]['median'])} | "
+            f"{fmt(s['p99_ms_by_phase'][ph]['median'])} |"
+            for ph in ("before", "high", "after")
+        ),
+        f"| orders/s matched, high phase | {fmt(a['matched_per_s_by_phase']['high'])} | "
+        f"{fmt(s['matched_per_s_by_phase']['high'])} |",
+        f"| windows over max_latency_ms ({fmt(limit)}) | {a['samples_over_limit']} of "
+        f"{a['samples']} | {s['samples_over_limit']} of {s['samples']} |",
+        f"| mean match tasks | {fmt(a['mean_match_tasks'])} | {fmt(s['mean_match_tasks'])} |",
+    ]
+    closing = f"High-phase p99 median, autoscaler / static: {_ratio(*high)}."
+    out += _table("latency_autoscaler", "static", rows, a, closing)
+    return out + _reconfigurations(d["runs"]["autoscaler"])
+
+
+def balancer_section(d: dict) -> list[str]:
+    a, s = d["summary"]["balancer"], d["summary"]["static"]
+    threshold = d["controller"]["config"]["threshold"]
+    out = _controller_header(
+        d,
+        "Load balancer: word count, Zipf keys reshuffled every 30 s",
+        "Static keeps the initial even split of key groups.",
+    )
+    rows = [
+        _spread_row(
+            "imbalance (max - mean) / mean of count tasks",
+            a["imbalance"],
+            s["imbalance"],
+            _fraction,
+        ),
+        f"| windows over the threshold ({fmt(threshold)}) | {a['samples_over_threshold']} of "
+        f"{a['samples']} | {s['samples_over_threshold']} of {s['samples']} |",
+        _spread_row("p99 latency ms", a["p99_ms"], s["p99_ms"]),
+        f"| words/s counted | {fmt(a['words_per_s'])} | {fmt(s['words_per_s'])} |",
+        f"| key groups moved | {a['key_groups_moved']} | 0 |",
+    ]
+    closing = (
+        f"Mean imbalance, balancer / static: "
+        f"{_ratio(a['imbalance']['mean'], s['imbalance']['mean'])}; "
+        f"p99 median: {_ratio(a['p99_ms']['median'], s['p99_ms']['median'])}."
+    )
+    out += _table("load_balancer", "static", rows, a, closing)
+    return out + _reconfigurations(d["runs"]["balancer"])
+
+
+def placement_section(d: dict) -> list[str]:
+    a, s = d["summary"]["dsc"], d["summary"]["round-robin"]
+    out = _controller_header(
+        d,
+        "DSC placement: word count from round-robin placement",
+        "Both runs start from the round-robin placement (task k of the job on worker k mod n, "
+        "applied by one plan before measuring; the runtime's own placement keeps forward "
+        "chains together); the source is unthrottled, so throughput is the most each "
+        "placement sustains.",
+    )
+    rows = [
+        _spread_row("MB/s crossing workers", a["cross_mb_per_s"], s["cross_mb_per_s"], _fraction),
+        _spread_row("MB/s between tasks", a["total_mb_per_s"], s["total_mb_per_s"], _fraction),
+        f"| share of bytes crossing workers | {_fraction(a['cross_fraction'])} | "
+        f"{_fraction(s['cross_fraction'])} |",
+        _spread_row("words/s counted", a["words_per_s"], s["words_per_s"]),
+        _spread_row("p99 latency ms", a["p99_ms"], s["p99_ms"]),
+    ]
+    closing = (
+        f"Crossing share, DSC / round-robin: {_ratio(a['cross_fraction'], s['cross_fraction'])}; "
+        f"mean throughput: {_ratio(a['words_per_s']['mean'], s['words_per_s']['mean'])}."
+    )
+    out += _table("dsc_placement", "round-robin", rows, a, closing)
+    return out + _reconfigurations(d["runs"]["dsc"])
+
+
+CONTROLLER_SECTIONS = {
+    "autoscaler": autoscaler_section,
+    "balancer": balancer_section,
+    "placement": placement_section,
+}
+
+
+def controllers_section() -> list[str]:
+    found = {name: d for name in CONTROLLER_SECTIONS if (d := load(f"controllers_{name}"))}
+    if not found:
+        return []
+    out = [
+        "## Controllers against static configurations",
+        "",
+        "Each scenario runs the job twice, one run after the other on the same machine, each "
+        "on its own `streampilot server` driven through REST: with a built-in controller "
+        "attached, and without (static). The shape of Trisk's evaluation; "
+        "`bench/controllers.py` (see its docstring).",
+        "",
+    ]
+    for name, d in found.items():
+        out += CONTROLLER_SECTIONS[name](d)
+    return out
+
+
 def main() -> None:
     lines = [
         "# Benchmarks",
@@ -184,6 +363,7 @@ def main() -> None:
     sp = load("spark")
     if sp:
         lines += spark_section(sp)
+    lines += controllers_section()
     (HERE.parent / "BENCHMARKS.md").write_text("\n".join(lines))
     print("wrote BENCHMARKS.md")
 

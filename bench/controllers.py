@@ -1,0 +1,631 @@
+"""Built-in controllers against static configurations, in the shape of Trisk's evaluation
+(issue 5, item 6).
+
+Each scenario runs the same job twice, one run after the other on the same machine: with
+a built-in controller attached over REST, and without one (static). Every run gets its own
+``streampilot server`` (a child process: SQLite in a temporary directory, local workers;
+:func:`controlplane.cli.demo.local_server`) and is driven through REST only:
+
+1. Submit the job (``POST /jobs``); for ``placement``, first move its tasks to the
+   round-robin placement (one plan of ``assignResource`` moves, before measuring).
+2. Every ``SAMPLE_S`` seconds for ``--duration`` seconds, read
+   ``GET /jobs/{id}/metrics?window_s=SAMPLE_S``: latency at the sinks, source and sink
+   rates, each task's input rate and worker, the traffic matrix.
+3. Once ``WARMUP_S`` have passed, attach the controller (``POST /controllers``, a built-in
+   with its config and safety). Attached at submission, the autoscaler saw the start-up
+   latency (workers warming up, p99 over 200 ms for a few seconds) as overload and scaled
+   out before the rate step; the scenarios study steady state, as Trisk's do.
+4. Read the job's reconfigurations and the controller's decisions; stop the job and the
+   server.
+
+Scenarios (``--scenario``, default all):
+
+- ``autoscaler``: the stock exchange (one order source, match and stats at parallelism 1
+  on 3 workers) whose order rate steps up by ``STEP`` at 25% of the run and back down at
+  60%; ``latency_autoscaler`` against the same job left at parallelism 1. p99 latency over
+  time, reconfigurations marked.
+- ``balancer``: the word count (Zipf 1.2 over 10,000 words whose popularity reshuffles
+  every 30 s, omega 2/min) at parallelism 2 on 2 workers; ``load_balancer`` against the
+  initial even split of key groups. Imbalance ``(max - mean) / mean`` of the count tasks'
+  input rates and p99 latency over time.
+- ``placement``: the word count at parallelism 3 on 2 workers, unthrottled; the runtime
+  places task ``i`` of each operator on worker ``i mod n``, which keeps forward chains on
+  one worker, so both runs start from a round-robin placement over the flat task list
+  (Storm's and Heron's default: task ``k`` of the job, in operator order, on worker
+  ``k mod n``), which splits them. ``dsc_placement`` against that placement kept: bytes per
+  second crossing workers (traffic matrix x placement) and throughput (words per second
+  counted).
+
+Figures are summarized over the samples after ``WARMUP_S``. Writes
+``bench/results/controllers_<scenario>.json`` (every sample, reconfiguration and decision,
+and the summaries) and ``.png``; ``--replot`` recomputes summaries and plots from the
+samples of those files without running anything. Run with
+``.venv/bin/python bench/controllers.py [--scenario NAME] [--duration S]`` (needs the
+``bench`` extra for matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.throughput import write_report
+from controlplane.cli.client import Client
+from controlplane.cli.demo import attach_builtin, epoch_s, free_port, local_server, ops_summary
+from controlplane.cli.server import server_settings
+from controlplane.cli.tokens import create_token_in_database
+
+RESULTS = Path(__file__).parent / "results"
+SAMPLE_S = 2.0  # one metrics read per this many seconds, over a window as long
+WARMUP_S = 8.0  # the controller joins after this; samples before it are only plotted
+RECONFIG_TIMEOUT_S = 60.0  # the set-up placement plan ends within this
+PAGE = 200  # reconfigurations and decisions read at the end (a run makes far fewer)
+STEP = 3.5  # autoscaler scenario: the high order rate over the base rate (beyond static's)
+
+Sample = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One run: the job, the workers, and the controller (None: static)."""
+
+    label: str
+    job: str
+    params: dict[str, Any]
+    workers: int
+    controller: dict[str, Any] | None = None  # {"builtin", "config", "safety"}
+    prepare: Callable[[Client, int], None] | None = None  # before measuring
+
+
+@dataclass
+class Run:
+    """What one run measured (the JSON's ``runs.<label>``)."""
+
+    samples: list[Sample] = field(default_factory=list)
+    reconfigurations: list[dict[str, Any]] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    job_status: str = ""
+
+
+# -- one run ----------------------------------------------------------------------------------
+
+
+def sample(m: dict[str, Any], t: float) -> Sample:
+    """What a scenario reads from one metrics window: latency, the source's output rate
+    (``source_out``) and every other operator's input rate (``<operator>_in``), every
+    task's input rate and worker, and the traffic crossing workers."""
+    worker = {x["task"]: x["worker"] for x in m["tasks"]}
+    rates = {
+        "source_out" if o["kind"] == "source" else f"{o['operator']}_in": (
+            o["out_per_s"] if o["kind"] == "source" else o["in_per_s"]
+        )
+        for o in m["operators"]
+    }
+    total = sum(c["bytes_per_s"] for c in m["traffic"])
+    cross = sum(
+        c["bytes_per_s"]
+        for c in m["traffic"]
+        if worker.get(c["source"]) is not None
+        and worker.get(c["target"]) is not None
+        and worker[c["source"]] != worker[c["target"]]
+    )
+    return {
+        "t": round(t, 2),
+        "latency_ms": {k: m["latency"][k] for k in ("p50_ms", "p99_ms", "max_ms", "count")},
+        "rates": {k: round(v, 1) for k, v in rates.items()},
+        "tasks": {x["task"]: round(x["in_per_s"], 1) for x in m["tasks"]},
+        "workers": worker,
+        "bytes_per_s": round(total, 1),
+        "cross_bytes_per_s": round(cross, 1),
+    }
+
+
+def run(setup: Setup, duration: float) -> Run:
+    """Steps 1 to 4 of the module docstring for one run."""
+    out = Run()
+    with tempfile.TemporaryDirectory(prefix="streampilot-bench-") as tmp:
+        settings = server_settings(database_url=f"sqlite:///{tmp}/bench.db")
+        token = create_token_in_database(settings, "bench", ["admin"])
+        log = Path(tmp, "server.log")
+        with (
+            local_server(settings.database_url, free_port(), setup.workers, log) as base,
+            Client(base, token) as api,
+        ):
+            # Step 1.
+            job = api.post("/jobs", {"name": setup.label, "job": setup.job, "params": setup.params})
+            if job["status"] == "failed":
+                raise RuntimeError(f"{setup.label}: the job failed to start: {job['error']}")
+            job_id, t0 = job["id"], time.time()  # the source's schedule starts about now
+            if setup.prepare is not None:
+                setup.prepare(api, job_id)
+            # Steps 2 and 3: the controller joins the first sample at or after WARMUP_S.
+            cid = None
+            tick = time.monotonic()
+            end = tick + duration
+            while (tick := tick + SAMPLE_S) <= end:
+                time.sleep(max(0.0, tick - time.monotonic()))
+                m = api.get(f"/jobs/{job_id}/metrics", window_s=SAMPLE_S)
+                s = sample(m, time.time() - t0)
+                out.samples.append(s)
+                print(f"  {setup.label:<12} {progress(s)}", flush=True)
+                if cid is None and setup.controller is not None and s["t"] >= WARMUP_S:
+                    c = setup.controller
+                    cid = attach_builtin(api, job_id, c["builtin"], c["config"], c["safety"])["id"]
+            # Step 4.
+            recs = api.get(f"/jobs/{job_id}/reconfigurations", limit=PAGE)["items"]
+            out.reconfigurations = [
+                {
+                    "id": r["id"],
+                    "origin": r["origin"],
+                    "status": r["status"],
+                    "t_start": round(epoch_s(r["created_at"]) - t0, 2),
+                    "t_end": round(epoch_s(r["ended_at"]) - t0, 2) if r["ended_at"] else None,
+                    "ops": ops_summary({"ops": r["ops"]}),
+                    "timings_ms": r["timings_ms"],
+                    "max_pause_ms": max(r["pause_ms"].values(), default=None),
+                    "error": r["error"],
+                }
+                for r in reversed(recs)
+            ]
+            if cid is not None:
+                decisions = api.get(f"/controllers/{cid}/decisions", limit=PAGE)["items"]
+                out.decisions = [
+                    {
+                        "t": round(epoch_s(d["time"]) - t0, 2),
+                        "ops": ops_summary(d["plan"]),
+                        "moves": d["moves"],
+                        "status": d["status"],
+                        "reconfiguration_id": d["reconfiguration_id"],
+                        "error": d["error"],
+                    }
+                    for d in reversed(decisions)
+                ]
+            out.job_status = api.get(f"/jobs/{job_id}")["status"]
+            api.delete(f"/jobs/{job_id}")
+    return out
+
+
+def progress(s: Sample) -> str:
+    lat = s["latency_ms"]
+    return (
+        f"t={s['t']:6.1f}s  p99 {lat['p99_ms']:8.1f} ms  source {s['rates'].get('source_out', 0):9,.0f}/s  "
+        f"cross {s['cross_bytes_per_s'] / 1e6:6.2f} MB/s of {s['bytes_per_s'] / 1e6:6.2f}"
+    )
+
+
+# -- summaries ------------------------------------------------------------------------------
+
+
+def steady(samples: list[Sample]) -> list[Sample]:
+    return [s for s in samples if s["t"] >= WARMUP_S]
+
+
+def imbalance(loads: list[float]) -> float | None:
+    """``(max - mean) / mean`` of the loads (None when there is no load)."""
+    mean = sum(loads) / len(loads) if loads else 0.0
+    return (max(loads) - mean) / mean if mean > 0 else None
+
+
+def tasks_of(s: Sample, operator: str) -> list[str]:
+    return sorted(t for t in s["tasks"] if t.rpartition("-")[0] == operator)
+
+
+def count_imbalance(s: Sample) -> float | None:
+    return imbalance([s["tasks"][t] for t in tasks_of(s, "count")])
+
+
+def p99s(samples: list[Sample]) -> list[float]:
+    return [s["latency_ms"]["p99_ms"] for s in samples if s["latency_ms"]["count"] > 0]
+
+
+def spread(values: list[float]) -> dict[str, float | None]:
+    """Mean, median, 90th percentile and maximum of per-sample values."""
+    if not values:
+        return {"mean": None, "median": None, "p90": None, "max": None}
+    ordered = sorted(values)
+    return {
+        "mean": round(statistics.fmean(ordered), 2),
+        "median": round(statistics.median(ordered), 2),
+        "p90": round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 2),
+        "max": round(ordered[-1], 2),
+    }
+
+
+def applied(r: Run) -> list[dict[str, Any]]:
+    return [x for x in r.reconfigurations if x["origin"].startswith("controller")]
+
+
+def common(r: Run) -> dict[str, Any]:
+    """What every scenario reports of a run."""
+    xs = steady(r.samples)
+    outcomes: dict[str, int] = {}
+    for d in r.decisions:
+        outcomes[d["status"]] = outcomes.get(d["status"], 0) + 1
+    return {
+        "samples": len(xs),
+        "p99_ms": spread(p99s(xs)),
+        "controller_reconfigurations": len(applied(r)),
+        "decisions": outcomes,
+        "job_status": r.job_status,
+    }
+
+
+def mean(values: list[float]) -> float | None:
+    return round(sum(values) / len(values), 3) if values else None
+
+
+# -- scenarios ------------------------------------------------------------------------------
+
+
+def twins(
+    job: str,
+    params: dict[str, Any],
+    workers: int,
+    controlled: tuple[str, dict[str, Any]],
+    static: str = "static",
+    prepare: Callable[[Client, int], None] | None = None,
+) -> list[Setup]:
+    """The controlled run (label, controller) and its static twin: the same job, params,
+    workers and preparation, without the controller."""
+    label, controller = controlled
+    return [
+        Setup(label, job, params, workers, controller, prepare),
+        Setup(static, job, params, workers, None, prepare),
+    ]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Its runs (the controlled one first), what it reports of a run, and its plot."""
+
+    name: str
+    runs: Callable[[float], list[Setup]]
+    summarize: Callable[[Run, float], dict[str, Any]]
+    plot: Callable[[Any, dict[str, Run], float], None]
+
+
+# (a) Autoscaler: stock exchange, order rate stepping up then down.
+ORDERS_PER_S = 12_000.0  # base rate; parallelism 1 sustains about 35,000 orders/s here
+MAX_LATENCY_MS = 200.0
+
+
+def step_times(duration: float) -> tuple[float, float]:
+    """When the order rate steps up and back down (seconds after submission)."""
+    return round(0.25 * duration, 1), round(0.6 * duration, 1)
+
+
+def autoscaler_params(duration: float) -> dict[str, Any]:
+    up, down = step_times(duration)
+    high = ORDERS_PER_S * STEP
+    return {
+        "records": 0,
+        "rate": ORDERS_PER_S,
+        "schedule": f"{up}:{ORDERS_PER_S}, {up}:{high}, {down}:{high}, {down}:{ORDERS_PER_S}",
+        "sources": 1,
+        "parallelism": 1,
+        "keys": 500,
+        "zipf": 1.0,
+        "omega": 2.0,
+    }
+
+
+# interval_s 5: the host's view covers max(interval_s, 5 s) of metrics, so with a shorter
+# period consecutive views overlap and one latency spike counts in several of eSault's
+# periods (with interval_s 2, a single 0.4 s spike before the step was enough to scale out).
+AUTOSCALER = {
+    "builtin": "latency_autoscaler",
+    "config": {
+        "interval_s": 5.0,
+        "max_latency_ms": MAX_LATENCY_MS,
+        "overload_window": 3,
+        "underload_window": 3,
+        "peak_window": 10,
+        "max_tasks": 3,
+    },
+    "safety": {"cooldown_s": 10.0},
+}
+
+
+def autoscaler_runs(duration: float) -> list[Setup]:
+    params = autoscaler_params(duration)
+    return twins("examples.stock_exchange:build", params, 3, ("autoscaler", AUTOSCALER))
+
+
+def autoscaler_summary(r: Run, duration: float) -> dict[str, Any]:
+    up, down = step_times(duration)
+    xs = steady(r.samples)
+    phases = {
+        "before": [s for s in xs if s["t"] < up],
+        "high": [s for s in xs if up <= s["t"] < down],
+        "after": [s for s in xs if s["t"] >= down],
+    }
+    lat = p99s(xs)
+    return {
+        **common(r),
+        "p99_ms_by_phase": {k: spread(p99s(v)) for k, v in phases.items()},
+        "orders_per_s_by_phase": {
+            k: mean([s["rates"].get("source_out", 0.0) for s in v]) for k, v in phases.items()
+        },
+        "matched_per_s_by_phase": {
+            k: mean([s["rates"].get("match_in", 0.0) for s in v]) for k, v in phases.items()
+        },
+        "samples_over_limit": sum(x > MAX_LATENCY_MS for x in lat),
+        "mean_match_tasks": mean([len(tasks_of(s, "match")) for s in xs]),
+        "mean_stats_tasks": mean([len(tasks_of(s, "stats")) for s in xs]),
+    }
+
+
+def mark_reconfigurations(ax: Any, r: Run) -> None:
+    for i, rec in enumerate(applied(r)):
+        at = rec["t_end"] if rec["t_end"] is not None else rec["t_start"]
+        ax.axvline(at, color="tab:red", linestyle=":", linewidth=1)
+        ax.annotate(
+            f"#{rec['id']}" + ("" if rec["status"] == "completed" else f" {rec['status']}"),
+            (at, 0.98 - 0.07 * (i % 4)),
+            xycoords=("data", "axes fraction"),
+            fontsize=7,
+            color="tab:red",
+            va="top",
+        )
+
+
+def series(r: Run, value: Callable[[Sample], float | None]) -> tuple[list[float], list[float]]:
+    pairs = [(s["t"], v) for s in r.samples if (v := value(s)) is not None]
+    return [t for t, _ in pairs], [v for _, v in pairs]
+
+
+def p99_of(s: Sample) -> float | None:
+    return s["latency_ms"]["p99_ms"] if s["latency_ms"]["count"] else None
+
+
+def autoscaler_plot(axes: Any, runs: dict[str, Run], duration: float) -> None:
+    top, bottom = axes
+    for label, r in runs.items():
+        top.plot(*series(r, p99_of), label=f"p99, {label}")
+        bottom.plot(*series(r, lambda s: len(tasks_of(s, "match"))), label=f"match tasks, {label}")
+    top.axhline(MAX_LATENCY_MS, color="grey", linestyle="--", linewidth=1, label="max_latency_ms")
+    top.set_yscale("log")
+    top.set_ylabel("p99 latency (ms)")
+    for ax in axes:
+        ax.axvspan(*step_times(duration), color="grey", alpha=0.1)
+    mark_reconfigurations(top, runs["autoscaler"])
+    rate = runs["static"]
+    twin = bottom.twinx()
+    twin.plot(*series(rate, lambda s: s["rates"].get("source_out")), color="grey", alpha=0.5)
+    twin.set_ylabel("orders/s (static run)")
+    bottom.set_ylabel("match tasks")
+    bottom.yaxis.get_major_locator().set_params(integer=True)
+    top.set_title(f"stock exchange, order rate x{STEP:g} then back: latency_autoscaler vs static")
+
+
+# (b) Load balancer: word count, Zipf keys reshuffled every 30 s.
+WORDCOUNT_SENTENCES_PER_S = 30_000.0  # 240,000 words/s on 2 workers
+LOAD_BALANCER = {
+    "builtin": "load_balancer",
+    "config": {"interval_s": 3.0, "threshold": 0.2, "target": 0.05},
+    "safety": {"cooldown_s": 10.0},
+}
+
+
+def balancer_params(_duration: float) -> dict[str, Any]:
+    return {
+        "records": 0,
+        "rate": WORDCOUNT_SENTENCES_PER_S,
+        "keys": 10_000,
+        "zipf": 1.2,
+        "omega": 2.0,
+        "parallelism": 2,
+    }
+
+
+def balancer_runs(duration: float) -> list[Setup]:
+    params = balancer_params(duration)
+    return twins("examples.wordcount:build", params, 2, ("balancer", LOAD_BALANCER))
+
+
+def balancer_summary(r: Run, _duration: float) -> dict[str, Any]:
+    xs = steady(r.samples)
+    imb = [v for s in xs if (v := count_imbalance(s)) is not None]
+    return {
+        **common(r),
+        "imbalance": spread(imb),
+        "samples_over_threshold": sum(v > LOAD_BALANCER["config"]["threshold"] for v in imb),
+        "words_per_s": mean([s["rates"].get("count_in", 0.0) for s in xs]),
+        "key_groups_moved": sum(d["moves"] for d in r.decisions if d["status"] == "completed"),
+    }
+
+
+def balancer_plot(axes: Any, runs: dict[str, Run], duration: float) -> None:
+    top, bottom = axes
+    for label, r in runs.items():
+        top.plot(*series(r, count_imbalance), label=f"imbalance, {label}")
+        bottom.plot(*series(r, p99_of), label=f"p99, {label}")
+    top.axhline(LOAD_BALANCER["config"]["threshold"], color="grey", linestyle="--", linewidth=1)
+    for ax in axes:
+        for t in range(30, int(duration) + 1, 30):  # omega 2/min: a reshuffle every 30 s
+            ax.axvline(t, color="grey", linestyle="-.", linewidth=0.8)
+    mark_reconfigurations(top, runs["balancer"])
+    top.set_ylabel("(max - mean) / mean of count tasks")
+    bottom.set_ylabel("p99 latency (ms)")
+    bottom.set_yscale("log")
+    top.set_title("word count, Zipf 1.2 reshuffled every 30 s: load_balancer vs static")
+
+
+# (c) Placement: word count, round-robin placement.
+DSC = {
+    "builtin": "dsc_placement",
+    "config": {"interval_s": 5.0},
+    "safety": {"cooldown_s": 10.0},
+}
+
+
+def placement_params(_duration: float) -> dict[str, Any]:
+    return {"records": 0, "rate": 0, "keys": 10_000, "zipf": 1.0, "parallelism": 3}
+
+
+def round_robin(api: Client, job_id: int) -> None:
+    """Move the job's tasks to the round-robin placement: task ``k`` of the job (operators
+    in order, tasks by index) on worker ``k mod n``; one plan, followed to its end."""
+    a = api.get(f"/jobs/{job_id}/abstraction")
+    workers = [w["id"] for w in a["workers"] if w["status"] == "alive"]
+    tasks = [(op["name"], t) for op in a["operators"] for t in op["tasks"]]
+    ops = [
+        {
+            "op": "assignResource",
+            "operator": op,
+            "task": t["id"],
+            "worker": workers[k % len(workers)],
+        }
+        for k, (op, t) in enumerate(tasks)
+        if t["resources"]["worker"] != workers[k % len(workers)]
+    ]
+    if not ops:
+        return
+    rec = api.post(
+        f"/jobs/{job_id}/reconfigurations", {"base_version": a["job"]["version"], "ops": ops}
+    )
+    rec = api.wait_reconfiguration(job_id, rec["id"], RECONFIG_TIMEOUT_S)
+    if rec["status"] != "completed":
+        raise RuntimeError(
+            f"round-robin placement: reconfiguration {rec['status']}: {rec['error']}"
+        )
+
+
+def placement_runs(duration: float) -> list[Setup]:
+    params = placement_params(duration)
+    return twins(
+        "examples.wordcount:build", params, 2, ("dsc", DSC), "round-robin", prepare=round_robin
+    )
+
+
+def placement_summary(r: Run, _duration: float) -> dict[str, Any]:
+    xs = steady(r.samples)
+    cross = [s["cross_bytes_per_s"] for s in xs]
+    total = [s["bytes_per_s"] for s in xs]
+    return {
+        **common(r),
+        "cross_mb_per_s": spread([c / 1e6 for c in cross]),
+        "total_mb_per_s": spread([c / 1e6 for c in total]),
+        "cross_fraction": round(sum(cross) / sum(total), 3) if sum(total) else None,
+        "words_per_s": spread([s["rates"].get("count_in", 0.0) for s in xs]),
+    }
+
+
+def placement_plot(axes: Any, runs: dict[str, Run], duration: float) -> None:
+    top, bottom = axes
+    for label, r in runs.items():
+        top.plot(*series(r, lambda s: s["cross_bytes_per_s"] / 1e6), label=f"crossing, {label}")
+        bottom.plot(*series(r, lambda s: s["rates"].get("count_in")), label=f"words/s, {label}")
+    mark_reconfigurations(top, runs["dsc"])
+    top.set_ylabel("MB/s crossing workers")
+    bottom.set_ylabel("words/s counted")
+    top.set_title("word count, unthrottled, from round-robin placement: dsc_placement vs kept")
+
+
+SCENARIOS = {
+    s.name: s
+    for s in (
+        Scenario("autoscaler", autoscaler_runs, autoscaler_summary, autoscaler_plot),
+        Scenario("balancer", balancer_runs, balancer_summary, balancer_plot),
+        Scenario("placement", placement_runs, placement_summary, placement_plot),
+    )
+}
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+def plot(scenario: Scenario, runs: dict[str, Run], duration: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    scenario.plot(axes, runs, duration)
+    for ax in axes:
+        ax.legend(fontsize=8, loc="best")
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("seconds after submission")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
+def run_scenario(scenario: Scenario, duration: float, started: str) -> None:
+    setups = scenario.runs(duration)
+    runs: dict[str, Run] = {}
+    for setup in setups:
+        print(f"{scenario.name}: {setup.label} run, {duration:g} s", flush=True)
+        runs[setup.label] = run(setup, duration)
+    first = setups[0]
+    write_report(
+        str(results(scenario, "json")),
+        f"controllers-{scenario.name}",
+        started,
+        scenario=scenario.name,
+        job=first.job,
+        workers=first.workers,
+        params=first.params,
+        controller=first.controller,
+        duration_s=duration,
+        sample_s=SAMPLE_S,
+        warmup_s=WARMUP_S,
+        summary={label: scenario.summarize(r, duration) for label, r in runs.items()},
+        runs={label: dataclasses.asdict(r) for label, r in runs.items()},
+    )
+    plot(scenario, runs, duration, results(scenario, "png"))
+
+
+def replot(scenario: Scenario) -> None:
+    """The summaries and the plot again from the samples of the scenario's results file
+    (its date, machine and command are kept)."""
+    path = results(scenario, "json")
+    d = json.loads(path.read_text())
+    runs = {
+        label: Run(**{"job_status": d["summary"][label]["job_status"], **r})
+        for label, r in d["runs"].items()
+    }
+    d["summary"] = {label: scenario.summarize(r, d["duration_s"]) for label, r in runs.items()}
+    path.write_text(json.dumps(d, indent=2) + "\n")
+    print(f"wrote {path}")
+    plot(scenario, runs, d["duration_s"], results(scenario, "png"))
+
+
+def results(scenario: Scenario, ext: str) -> Path:
+    return RESULTS / f"controllers_{scenario.name}.{ext}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", choices=[*SCENARIOS, "all"], default="all")
+    parser.add_argument("--duration", type=float, default=120.0, help="seconds per run")
+    parser.add_argument(
+        "--replot",
+        action="store_true",
+        help="no runs: summaries and plots again from the samples of the results files",
+    )
+    args = parser.parse_args()
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    for name in names:
+        if args.replot:
+            replot(SCENARIOS[name])
+        else:
+            run_scenario(SCENARIOS[name], args.duration, started)
+
+
+if __name__ == "__main__":
+    main()
