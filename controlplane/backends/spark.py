@@ -70,6 +70,8 @@ REASON_CHARS = 600  # the longest Spark reason passed on (Spark's messages carry
 # whole life, so reusing Python workers gains nothing and leaves idle processes behind.
 DEFAULT_CONF = {
     "spark.python.worker.reuse": "false",
+    # A failed worker task is a lost worker, reported with its first reason: no retries.
+    "spark.task.maxFailures": "1",
     "spark.app.name": "streampilot",
     "spark.ui.showConsoleProgress": "false",  # the control plane's output is its log
 }
@@ -164,9 +166,9 @@ def spark_reason(exc: BaseException) -> str:
     an executor lost, a cancellation), without the JVM stack traces."""
     text = str(exc)
     patterns = (
-        r"(?:RuntimeError|WorkerStartError|OSError): (.+)",
         r"(ExecutorLostFailure[^\n]*)",
         r"(Python worker exited unexpectedly[^\n]*)",
+        r"(?:RuntimeError|OSError): (.+)",
         r"Job aborted due to stage failure: ([^\n]*)",
         r"((?:Job|Stage) \d+ cancelled[^\n]*)",
         r"(?:Exception|Error): ([^\n]+)",
