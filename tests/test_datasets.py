@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from controlplane.datasets import DatasetError, prepare
-from controlplane.datasets.cli import app
+from controlplane.cli import app
 from controlplane.testing import BackgroundCluster
 from examples import replay_jobs
 from examples.datasets import sample
@@ -117,11 +117,11 @@ def test_inputs_that_cannot_be_prepared_say_why(spark, tmp_path: Path) -> None:
 def test_dataset_prepare_command(spark, tmp_path: Path) -> None:
     runner = CliRunner()
     out = tmp_path / "orders"
-    args = ["prepare", ORDERS, str(out), "--time-field", "time", "--key-field", "symbol"]
+    args = ["dataset", "prepare", ORDERS, str(out), "--time-field", "time", "--key-field", "symbol"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "prepared 2,000 records" in result.output
     assert read_manifest(str(out))["key_field"] == "symbol"
-    result = runner.invoke(app, [*args[:2], str(tmp_path / "x"), "--time-field", "nope"])
+    result = runner.invoke(app, [*args[:3], str(tmp_path / "x"), "--time-field", "nope"])
     assert result.exit_code == 2
     assert "no time field 'nope'" in result.output

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import typer
 
+from controlplane.datasets.cli import app as dataset_app
+
 from . import (
     abstraction,
     code,
@@ -49,4 +51,5 @@ app.add_typer(reconfigs.app, name="reconfig")
 app.add_typer(workers.app, name="workers")
 app.add_typer(code.app, name="code")
 app.add_typer(controllers.app, name="controller")
+app.add_typer(dataset_app, name="dataset")
 app.add_typer(tokens.app, name="token")
