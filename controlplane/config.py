@@ -15,9 +15,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-__all__ = ["DEFAULT_DATABASE_URL", "Settings"]
+__all__ = ["DEFAULT_DATABASE_URL", "MIN_TOKEN_LENGTH", "Settings"]
 
 DEFAULT_DATABASE_URL = "sqlite:///./streampilot.db"
+MIN_TOKEN_LENGTH = 16  # a configured bearer token shorter than this is refused
 
 
 class Settings(BaseSettings):
@@ -80,6 +81,16 @@ class Settings(BaseSettings):
                 f"{exc}; expected e.g. sqlite:///./streampilot.db or "
                 "postgresql+psycopg://user@127.0.0.1:5432/streampilot"
             ) from None
+        return value
+
+    @field_validator("admin_token")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_TOKEN_LENGTH:
+            raise ValueError(
+                f"must be at least {MIN_TOKEN_LENGTH} characters long; e.g. "
+                "python -c 'import secrets; print(\"sp_\" + secrets.token_urlsafe(32))'"
+            )
         return value
 
     @field_validator("log_level", "worker_log_level")

@@ -50,6 +50,10 @@ def test_bad_options_exit_2_with_one_line(tmp_path: Path) -> None:
     result = runner.invoke(app, ["db", "upgrade", "--db", "not a url"])
     assert result.exit_code == 2
     assert "database_url" in result.output
+    result = runner.invoke(app, ["server", "--port", "1"], env={"STREAMPILOT_ADMIN_TOKEN": "short"})
+    assert result.exit_code == 2
+    assert "admin_token" in result.output and "at least 16 characters" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_server_command_serves_until_sigterm(tmp_path: Path) -> None:
