@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from controlplane.datasets import DatasetError, prepare
 from controlplane.cli import app
+from controlplane.datasets import DatasetError, prepare
 from controlplane.testing import BackgroundCluster
 from examples import replay_jobs
 from examples.datasets import sample
