@@ -160,8 +160,10 @@ class Api:
 @contextlib.contextmanager
 def running_server(backend: str, tmp_dir: str) -> Iterator[Api]:
     """A server with 2 local workers on SQLite (a file in ``tmp_dir``) or on a fresh
-    PostgreSQL database; stopped (workers included) on exit, checked to leave no process."""
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    PostgreSQL database; stopped (workers included) on exit, checked to leave no process
+    of its own (its workers and controller processes; other tests' processes, such as a
+    shared Spark session's, are not its to stop)."""
+    before = {p.pid for p in psutil.Process().children()}
     with contextlib.ExitStack() as stack:
         if backend == "sqlite":
             url = f"sqlite:///{tmp_dir}/streampilot.db"
@@ -182,8 +184,21 @@ def running_server(backend: str, tmp_dir: str) -> Iterator[Api]:
         stack.callback(server.stop)
         yield Api(server.base_url, url, backend)
     wait_until(
-        lambda: not ({p.pid for p in psutil.Process().children(recursive=True)} - before),
+        lambda: not (_own_processes() - before),
         10.0,
-        "the server's worker processes to exit",
+        "the server's worker and controller processes to exit",
         every=0.1,
     )
+
+
+SERVER_PROGRAMS = ("runtime.worker", "controlplane.controllers.child", "runtime.codecheck")
+
+
+def _own_processes() -> set[int]:
+    """This process's children that run a program a server in it starts."""
+    own = set()
+    for p in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            if any(program in " ".join(p.cmdline()) for program in SERVER_PROGRAMS):
+                own.add(p.pid)
+    return own

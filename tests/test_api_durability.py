@@ -152,6 +152,11 @@ def test_restart_keeps_history_and_reports_the_truth(
                 return rec["status"] == "syncing"
 
             wait_until(syncing, 10, "the held job's reconfiguration to be syncing")
+            wait_until(  # the registry is mirrored every half second: let it reach the db
+                lambda: http.get("/api/v1/workers/history").json()["total"] == 2,
+                10,
+                "the first run's workers in the history",
+            )
         except BaseException:
             first.end(signal.SIGKILL)
             raise
