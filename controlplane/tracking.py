@@ -78,7 +78,9 @@ class Tracker:
             )
 
     async def start(self) -> None:
-        """Start mirroring job states (on the engine's loop)."""
+        """Record the workers started with the engine, then mirror job states and workers
+        (on the engine's loop)."""
+        await self._mirror_workers()
         self._mirror = asyncio.create_task(self._mirror_states(), name="mirror-job-states")
 
     async def stop(self) -> None:
