@@ -208,8 +208,11 @@ def _controller_header(d: dict, title: str, what: str) -> list[str]:
     ]
 
 
-def _table(controlled: str, static: str, rows: list[str], a: dict, closing: str) -> list[str]:
-    """The comparison table of a controlled run and its static twin, then ``closing``."""
+def _table(
+    d: dict, controlled: str, static: str, rows: list[str], a: dict, closing: str
+) -> list[str]:
+    """The comparison table of a controlled run and its static twin, then ``closing`` and
+    the notes recorded on the run (``bench/controllers.py --replot --note``)."""
     return [
         f"| measure | {controlled} | {static} |",
         "|---|---|---|",
@@ -218,6 +221,8 @@ def _table(controlled: str, static: str, rows: list[str], a: dict, closing: str)
         "",
         closing,
         "",
+        *(f"- {note}" for note in d.get("notes", [])),
+        *([""] if d.get("notes") else []),
     ]
 
 
@@ -259,7 +264,7 @@ def autoscaler_section(d: dict) -> list[str]:
         f"| mean match tasks | {fmt(a['mean_match_tasks'])} | {fmt(s['mean_match_tasks'])} |",
     ]
     closing = f"High-phase p99 median, autoscaler / static: {_ratio(*high)}."
-    out += _table("latency_autoscaler", "static", rows, a, closing)
+    out += _table(d, "latency_autoscaler", "static", rows, a, closing)
     return out + _reconfigurations(d["runs"]["autoscaler"])
 
 
@@ -289,7 +294,7 @@ def balancer_section(d: dict) -> list[str]:
         f"{_ratio(a['imbalance']['mean'], s['imbalance']['mean'])}; "
         f"p99 median: {_ratio(a['p99_ms']['median'], s['p99_ms']['median'])}."
     )
-    out += _table("load_balancer", "static", rows, a, closing)
+    out += _table(d, "load_balancer", "static", rows, a, closing)
     return out + _reconfigurations(d["runs"]["balancer"])
 
 
@@ -315,7 +320,14 @@ def placement_section(d: dict) -> list[str]:
         f"Crossing share, DSC / round-robin: {_ratio(a['cross_fraction'], s['cross_fraction'])}; "
         f"mean throughput: {_ratio(a['words_per_s']['mean'], s['words_per_s']['mean'])}."
     )
-    out += _table("dsc_placement", "round-robin", rows, a, closing)
+    if a.get("words_per_s_before_and_after"):
+        before, after = a["words_per_s_before_and_after"]
+        closing += (
+            f" Within the DSC run, mean words/s counted before its re-placement (round-robin, "
+            f"{fmt(before['mean'])}) and after ({fmt(after['mean'])}): "
+            f"{_ratio(after['mean'], before['mean'])}."
+        )
+    out += _table(d, "dsc_placement", "round-robin", rows, a, closing)
     return out + _reconfigurations(d["runs"]["dsc"])
 
 
