@@ -24,8 +24,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/reconfig.py
+	$(BIN)/python bench/spark.py
+	$(BIN)/python bench/controllers.py
 	$(BIN)/python bench/report.py
 
 clean:
