@@ -69,7 +69,8 @@ async def run_fluid(
 
     def end(status: str, error: str | None = None) -> Reconfiguration:
         outer.error = error
-        outer.timings_ms["total"] = (time.perf_counter() - started) * 1000
+        outer.timings_ms = {k: round(v, 3) for k, v in outer.timings_ms.items()}
+        outer.timings_ms["total"] = round((time.perf_counter() - started) * 1000, 3)
         outer.version = job.abstraction.version
         outer.status = status
         outer.ended_at = time.time()
