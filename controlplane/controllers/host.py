@@ -63,7 +63,8 @@ logger = logging.getLogger(__name__)
 SPAWN_TIMEOUT_S = 30.0  # a child loads its script (imports, constructor) within this
 OUTCOME_TIMEOUT_S = 150.0  # a reconfiguration ends within this (prepare + sync + update)
 OUTCOME_POLL_S = 0.2  # how often the outcome of a submitted plan is looked up
-MIN_WINDOW_S = 5.0  # the metrics window of a view covers at least this
+MIN_WINDOW_S = 2.0  # a view's window: its period (two per-second reports at least), so
+# the windows of consecutive views do not overlap and one spike is seen once
 MAX_WINDOW_S = 300.0  # and at most what the coordinator keeps
 LOG_FLUSH_S = 1.0  # a child's output is written to the database this often
 
