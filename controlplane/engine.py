@@ -32,16 +32,26 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import replace
 from typing import Any, TypeVar
 
-from controlplane.abstraction import AbstractionError, Plan, apply_plan, diff
+from controlplane.abstraction import AbstractionError, apply_plan, diff
 from controlplane.backends import BackendError, WorkerBackend, make_backend
 from controlplane.config import Settings
 from controlplane.coordinator import Coordinator, CoordinatorError, Job
 from controlplane.coordinator.plans import refresh_workers
 from controlplane.coordinator.reconfig import ReconfigurationError
+from controlplane.engine_views import (
+    JobState,
+    JobView,
+    MetricsView,
+    PlanBuilder,
+    Progress,
+    Reservation,
+    WorkerView,
+    job_key,
+)
 from controlplane.errors import (
     JobNotRunning,
     NotFound,
@@ -77,124 +87,6 @@ CALL_TIMEOUT_S = (
 SUBMIT_TIMEOUT_S = 45.0  # a submission deploys within this (the coordinator's own limit is 30 s)
 WORKER_POLL_S = 0.05  # a newly started worker's registration is noticed within this
 CLOSE_TIMEOUT_S = 30.0  # in-flight reconfigurations wind down within this at shutdown
-
-
-@dataclass(frozen=True)
-class JobState:
-    """A job as the coordinator sees it; ``abstraction`` (the current version's document)
-    is filled by :meth:`Engine.submit` only. ``job_id`` is the coordinator's id (see
-    :func:`job_key`)."""
-
-    job_id: str
-    status: str
-    error: str | None
-    version: int | None
-    abstraction: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class Reservation:
-    """A validated plan for a job that is now reserved for it (see :meth:`Engine.reserve`).
-    ``affected`` are the tasks the plan touches (from the abstraction diff)."""
-
-    job_id: str
-    plan: Plan
-    affected: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Progress:
-    """Where a reconfiguration stands. The final report sets ``version`` (the version the
-    job is left at) and ``abstractions``: the documents of the versions it made, oldest
-    first (one; or one per step in fluid mode, where a failed step keeps those before it)."""
-
-    status: str
-    error: str | None = None
-    affected: tuple[str, ...] | None = None
-    timings_ms: Mapping[str, float] = field(default_factory=dict)
-    pause_ms: Mapping[str, float] = field(default_factory=dict)
-    runtime_id: int | None = None
-    version: int | None = None
-    abstractions: tuple[dict[str, Any], ...] = ()
-
-    @property
-    def done(self) -> bool:
-        return self.status in ("completed", "failed", "aborted")
-
-    @classmethod
-    def of(cls, rec: Any) -> Progress:
-        """The progress of a coordinator ``Reconfiguration`` record."""
-        return cls(
-            status=rec.status,
-            error=rec.error,
-            affected=tuple(sorted(rec.affected)),
-            timings_ms=dict(rec.timings_ms),
-            pause_ms=dict(sorted(rec.pause_ms.items())),
-            runtime_id=rec.id,
-        )
-
-
-class JobView:
-    """What a :data:`PlanBuilder` may read of a running job: its current abstraction (with
-    the coordinator's current workers) and measured loads."""
-
-    def __init__(self, job: Job, abstraction: Any) -> None:
-        self._job = job
-        self.abstraction = abstraction
-
-    def key_group_loads(self, operator: str, window_s: float) -> dict[int, float]:
-        """Records per second of each key group of ``operator`` over the last ``window_s``
-        (empty when no task of it reported per-key-group counts in that window)."""
-        since = time.time() - window_s
-        loads: dict[int, float] = {}
-        operator_of = self._job.metrics.operator_of
-        for t, task, snap in list(self._job.metrics.samples):
-            if t < since or operator_of.get(task) != operator:
-                continue
-            for group, count in dict(snap.get("key_groups") or {}).items():
-                loads[int(group)] = loads.get(int(group), 0.0) + float(count) / window_s
-        return loads
-
-
-PlanBuilder = Callable[[JobView], Plan]
-
-
-@dataclass(frozen=True)
-class MetricsView:
-    """A copy of a job's recent metrics, taken on the loop at ``now`` (``time.time()``):
-    the worker snapshots of the last ``window_s`` as ``(time, task, snapshot)``, each task's
-    operator and worker, each operator's kind, and the usage of the job's workers."""
-
-    now: float
-    window_s: float
-    samples: tuple[tuple[float, str, Mapping[str, Any]], ...]
-    operator_of: Mapping[str, str]
-    kinds: Mapping[str, str]
-    placement: Mapping[str, str]
-    workers: Mapping[str, Mapping[str, float]]
-
-
-@dataclass(frozen=True)
-class WorkerView:
-    """A worker as the coordinator sees it; ``tasks`` are those of live jobs placed on it,
-    ``error`` why it was lost, ``executor_id`` the Spark executor hosting it."""
-
-    id: str
-    host: str
-    pid: int
-    cpus: float
-    memory_mb: int
-    status: str
-    cpu_percent: float
-    rss_mb: float
-    tasks: tuple[str, ...]
-    error: str | None = None
-    executor_id: str | None = None
-
-
-def job_key(job_id: int) -> str:
-    """The coordinator's id of the job whose database id is ``job_id``."""
-    return str(job_id)
 
 
 class Engine:
