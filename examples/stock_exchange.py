@@ -32,6 +32,10 @@ Records (tuples, so that they survive msgpack unchanged):
 - ``max_parallelism`` (int, 128): key groups of match and stats.
 - ``depth`` (int, 100): resting orders kept per side of a book; beyond it the worst
   (lowest bid / highest ask, latest first among equal prices) are dropped.
+- ``work_us`` (float, 0): simulated compute cost of matching one order, in microseconds:
+  the match task busy-waits this long per order (a loop on the clock, no sleep, so it
+  holds a core as real work would), on top of matching. Results do not depend on it; it
+  makes match the operator that limits throughput, as in Trisk's and eSault's evaluations.
 - ``window`` (int, 20): trades in the moving average of each stock's price.
 - ``alert_pct`` (float, 2.0): alert when a trade's price is more than this many percent
   away from the moving average (which includes that trade).
@@ -50,6 +54,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import time
 import zlib
 from bisect import insort
 from dataclasses import dataclass
@@ -68,6 +73,7 @@ __all__ = [
     "Stats",
     "base_price",
     "build",
+    "busy_wait",
     "match_order",
     "read_results",
     "reference",
@@ -93,6 +99,7 @@ class Params:
     parallelism: int = 2
     max_parallelism: int = 128
     depth: int = 100
+    work_us: float = 0.0
     window: int = 20
     alert_pct: float = 2.0
     output: str = ""
@@ -103,6 +110,8 @@ class Params:
                 raise ValueError(f"param {name!r} must be >= 1, got {getattr(self, name)}")
         if self.records < 0:
             raise ValueError(f"param 'records' must be >= 0 (0 = unbounded), got {self.records}")
+        if not (math.isfinite(self.work_us) and self.work_us >= 0):
+            raise ValueError(f"param 'work_us' must be a number >= 0, got {self.work_us}")
         if not (math.isfinite(self.alert_pct) and self.alert_pct >= 0):
             raise ValueError(f"param 'alert_pct' must be a number >= 0, got {self.alert_pct}")
 
@@ -204,18 +213,29 @@ def match_order(bids: list, asks: list, order: Order, depth: int) -> list[Trade]
     return trades
 
 
+def busy_wait(us: float) -> None:
+    """Hold the CPU for ``us`` microseconds of wall-clock time: spin on the clock."""
+    deadline = time.perf_counter() + us / 1e6
+    while time.perf_counter() < deadline:
+        pass
+
+
 @dataclass(frozen=True)
 class Match:
     """The keyed ``match`` UDF: the state of a stock is its book ``[bids, asks]``.
 
     The book is plain lists of tuples so that it exports with msgpack; after an import
     (key group moved to another worker) its sides come back as tuples and are turned into
-    lists again on first use.
+    lists again on first use. ``work_us`` > 0 busy-waits that many microseconds per order
+    before matching (simulated compute cost; the trades are the same).
     """
 
     depth: int = 100
+    work_us: float = 0.0
 
     def __call__(self, symbol: str, order: Order, state: Any) -> list[Trade]:
+        if self.work_us:
+            busy_wait(self.work_us)
         book = state.get()
         if book is None:
             bids: list = []
@@ -309,7 +329,10 @@ def build(params: dict[str, Any] | None = None) -> Dataflow:
     flow = Dataflow("stock_exchange")
     orders = flow.source("orders", source_of(p), parallelism=p.sources)
     trades = orders.key_by(order_symbol).process(
-        "match", Match(p.depth), parallelism=p.parallelism, max_parallelism=p.max_parallelism
+        "match",
+        Match(p.depth, p.work_us),
+        parallelism=p.parallelism,
+        max_parallelism=p.max_parallelism,
     )
     stats = trades.key_by(symbol_of).process(
         "stats", Stats(p.window), parallelism=p.parallelism, max_parallelism=p.max_parallelism

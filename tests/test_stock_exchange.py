@@ -4,6 +4,7 @@ on real local workers compared with the in-process reference."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from typing import Any
 
@@ -221,3 +222,24 @@ def test_run_on_local_workers_equals_reference(tmp_path, parallelism):
     expected = reference(params)
     assert len(expected["trades"]) > 10_000 and expected["alerts"]
     assert read_results(tmp_path) == expected
+
+
+def test_work_us_costs_time_but_changes_no_trade():
+    orders = [(0, "S1", "S", 100.0, 10), (1, "S1", "B", 101.0, 4), (2, "S1", "B", 99.0, 8)]
+    plain, plain_state = Match(), FakeState()
+    expected = [plain("S1", order, plain_state) for order in orders]
+    slow, slow_state = Match(work_us=2_000.0), FakeState()
+    started = time.perf_counter()
+    assert [slow("S1", order, slow_state) for order in orders] == expected
+    assert time.perf_counter() - started >= 3 * 2_000.0 / 1e6
+    with pytest.raises(ParamError, match="work_us"):
+        build({"work_us": -1.0})
+
+
+@pytest.mark.slow
+def test_run_with_work_us_equals_reference(tmp_path):
+    params = {"records": 5_000, "parallelism": 2, "work_us": 20.0, "output": str(tmp_path)}
+    graph = load_job("examples.stock_exchange:build", params)
+    result = asyncio.run(run_local(graph, workers=2, timeout=60))
+    assert result.status == "finished", result.error
+    assert read_results(tmp_path) == reference(params)
