@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -241,3 +242,30 @@ def test_unknown_or_ended_jobs_and_scopes(api: Api) -> None:
         token = http.post("/api/v1/tokens", json={"name": "op", "scopes": ["operate"]}).json()
     with api.client(token["token"]) as http:
         assert attach(http, ended, SCALER).status_code == 403
+
+
+def test_a_plan_in_flight_when_stopped_is_settled_when_started_again(
+    api: Api, tmp_path: Path
+) -> None:
+    hold = tmp_path / "hold"
+    hold.touch()
+    params = {"records": 10**6, "rate": 2000, "hold": str(hold), "output": str(tmp_path / "o")}
+    body = {"name": "held", "job": "tests.e2e_jobs:held_job", "params": params}
+    with api.running_job(body) as job, api.client() as http:
+        c = attach(http, job, SCALER).json()
+        pending = wait_until(
+            lambda: [d for d in decisions(http, c["id"]) if d["status"] == "pending"],
+            15,
+            "a plan held in its sync",
+        )[0]
+        assert http.post(f"/api/v1/controllers/{c['id']}/stop").status_code == 200
+        hold.unlink()  # the sync goes through now
+        api.wait_reconfiguration(http, job, pending["reconfiguration_id"])
+        assert http.post(f"/api/v1/controllers/{c['id']}/start").status_code == 200
+        settled = wait_until(
+            lambda: (d := decisions(http, c["id"])[-1])["status"] != "pending" and d,
+            10,
+            "the decision settled",
+        )
+        assert settled["id"] == pending["id"] and settled["status"] == "completed"
+        assert settled["ended_at"] is not None

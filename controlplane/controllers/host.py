@@ -87,6 +87,7 @@ class ControllerHost:
         self.tracker = tracker
         self.sessions = sessions
         self.runners: dict[int, _Runner] = {}
+        self.retired: set[_Runner] = set()  # replaced runners still winding down
         self.loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
@@ -97,7 +98,8 @@ class ControllerHost:
             self._ensure(cid)
 
     async def close(self) -> None:
-        runners, self.runners = list(self.runners.values()), {}
+        """Stop every runner and wait until their processes have exited."""
+        runners, self.runners = [*self.runners.values(), *self.retired], {}
         for r in runners:
             r.task.cancel()
         await asyncio.gather(*(r.finished() for r in runners), return_exceptions=True)
@@ -111,6 +113,8 @@ class ControllerHost:
         runner = self.runners.get(controller_id)
         if runner is not None and not runner.task.done():
             runner.task.cancel()  # it re-reads its row: restart with the latest status
+            self.retired.add(runner)
+            runner.task.add_done_callback(lambda _t, r=runner: self.retired.discard(r))
         self.runners[controller_id] = _Runner(self, controller_id)
 
     def _call(self, fn: Any, **kwargs: Any) -> Any:
@@ -154,6 +158,8 @@ class _Runner:
 
     async def _loop(self) -> None:
         row = await self._db(service.get_controller, controller_id=self.id)
+        # A plan submitted before a stop or a restart may have ended since: record how.
+        await self._db(service.settle_pending, controller_id=self.id)
         if row.status != "running":
             return
         spec = {

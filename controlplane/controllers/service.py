@@ -298,6 +298,19 @@ def settle_decision(*, session: Session, decision_id: int) -> ControllerDecision
     return row
 
 
+def settle_pending(*, session: Session, controller_id: int) -> int:
+    """Settle the controller's decisions still ``pending`` whose reconfiguration has ended
+    (one submitted just before a stop or a restart); returns how many."""
+    pending = session.scalars(
+        select(ControllerDecision.id).where(
+            ControllerDecision.controller_id == controller_id,
+            ControllerDecision.status == "pending",
+        )
+    )
+    settled = [settle_decision(session=session, decision_id=i) for i in list(pending)]
+    return sum(1 for d in settled if d is not None)
+
+
 def note_decided(*, session: Session, controller_id: int, with_plan: bool) -> None:
     row = get_controller(session=session, controller_id=controller_id)
     row.last_decision_at = datetime.now(UTC)
