@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -106,7 +107,8 @@ class Run:
 def sample(m: dict[str, Any], t: float) -> Sample:
     """What a scenario reads from one metrics window: latency, the source's output rate
     (``source_out``) and every other operator's input rate (``<operator>_in``), every
-    task's input rate and worker, and the traffic crossing workers."""
+    task's input rate, worker, busy and backpressured fractions and queued records, each
+    worker's CPU, the traffic crossing workers, and the machine's 1-minute load average."""
     worker = {x["task"]: x["worker"] for x in m["tasks"]}
     rates = {
         "source_out" if o["kind"] == "source" else f"{o['operator']}_in": (
@@ -130,6 +132,15 @@ def sample(m: dict[str, Any], t: float) -> Sample:
         "workers": worker,
         "bytes_per_s": round(total, 1),
         "cross_bytes_per_s": round(cross, 1),
+        # What a stall is attributed with: each task's busy and backpressured fractions and
+        # queued records, each worker's CPU, the snapshots in the window (fewer than one per
+        # task-second: the window's rates are understated), and the machine's load.
+        "busy": {x["task"]: round(x["busy"], 3) for x in m["tasks"]},
+        "backpressure": {x["task"]: round(x["backpressure"], 3) for x in m["tasks"]},
+        "queued": {x["task"]: sum(x["queued"].values()) for x in m["tasks"]},
+        "worker_cpu_percent": {w["worker"]: w["cpu_percent"] for w in m["workers"]},
+        "snapshots": m["samples"],
+        "loadavg_1m": round(os.getloadavg()[0], 2),
     }
 
 
