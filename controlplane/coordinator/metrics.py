@@ -73,13 +73,14 @@ class JobMetrics:
                 agg[k] += snap.get(k, 0)
             if "latency" in snap:
                 latency.merge(LatencyHistogram.from_dict(snap["latency"]))
-        rates = {
-            task: {
-                "in_per_s": agg["records_in"] / seconds,
-                "out_per_s": agg["records_out"] / seconds,
-                "busy": min(agg["busy_s"] / seconds, 1.0),
-                "backpressure": min(agg["backpressure_s"] / seconds, 1.0),
+        rates = {}
+        for task, agg in per_task.items():
+            # Reports are stamped on arrival: divide by the time they cover, not the window.
+            span = agg["busy_s"] + agg["idle_s"] + agg["backpressure_s"] or seconds
+            rates[task] = {
+                "in_per_s": agg["records_in"] / span,
+                "out_per_s": agg["records_out"] / span,
+                "busy": min(agg["busy_s"] / span, 1.0),
+                "backpressure": min(agg["backpressure_s"] / span, 1.0),
             }
-            for task, agg in per_task.items()
-        }
         return {"tasks": rates, "latency": summarize_latency(latency)}

@@ -10,6 +10,7 @@ so the latest snapshot of each task counts.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from sqlalchemy import func, select
@@ -36,6 +37,15 @@ __all__ = ["PROMETHEUS_WINDOW_S", "job_metrics", "prometheus_text", "summarize"]
 PROMETHEUS_WINDOW_S = 10.0  # rates and latency exported to Prometheus cover this window
 
 
+def covered(agg: Mapping[str, float], window_s: float) -> float:
+    """The seconds a task's reports in a window account for (busy + idle + backpressured),
+    or the window when they account for none. Reports are stamped when they arrive, so a
+    window holds one, two or three of a task's per-second reports: dividing by the time
+    they cover, not by the window, keeps its rates right."""
+    seconds = agg.get("busy_s", 0.0) + agg.get("idle_s", 0.0) + agg.get("backpressure_s", 0.0)
+    return seconds if seconds > 0 else window_s
+
+
 def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
     """The window of ``view`` per task, operator and channel, with latency and workers."""
     w = view.window_s
@@ -46,7 +56,7 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
     latency = LatencyHistogram()
     for _t, task, snap in view.samples:  # oldest first: the last queue level wins
         agg = sums.setdefault(task, Counter())
-        for k in ("records_in", "records_out", "busy_s", "backpressure_s"):
+        for k in ("records_in", "records_out", "busy_s", "backpressure_s", "idle_s"):
             agg[k] += float(snap.get(k, 0) or 0)
         queued[task] = {str(u): int(n) for u, n in dict(snap.get("queued") or {}).items()}
         for g, n in dict(snap.get("key_groups") or {}).items():
@@ -63,10 +73,10 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
             task=task,
             operator=view.operator_of.get(task, "?"),
             worker=view.placement.get(task),
-            in_per_s=agg["records_in"] / w,
-            out_per_s=agg["records_out"] / w,
-            busy=min(agg["busy_s"] / w, 1.0),
-            backpressure=min(agg["backpressure_s"] / w, 1.0),
+            in_per_s=agg["records_in"] / covered(agg, w),
+            out_per_s=agg["records_out"] / covered(agg, w),
+            busy=min(agg["busy_s"] / covered(agg, w), 1.0),
+            backpressure=min(agg["backpressure_s"] / covered(agg, w), 1.0),
             queued=queued.get(task, {}),
             key_groups=dict(sorted(groups.get(task, Counter()).items())),
         )
