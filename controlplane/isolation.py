@@ -1,21 +1,40 @@
-"""Run untrusted user code once in a throwaway interpreter and read its one-line verdict.
+"""Processes that run user code: their environment, and a throwaway check of an upload.
 
 Uploaded modules and controller scripts are imported first in a child process, so that a
 module that hangs, exits or crashes at import cannot take the control plane with it. The
 child (``python -m <module> <args>``) reads its input on stdin and prints, as its last
 line of stdout, one JSON object; what the user's code printed comes before it.
+
+Every such process gets :func:`user_code_env`: the variables a Python program needs and
+none of the control plane's own (``STREAMPILOT_*`` carries the admin token, the cluster
+secret and the database URL), so a script cannot act as the control plane.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from typing import Any
 
 from controlplane.errors import InvalidRequest
 
-__all__ = ["run_check"]
+__all__ = ["USER_CODE_ENV", "run_check", "user_code_env"]
+
+# What a child running user code inherits: enough to find Python and its packages.
+USER_CODE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV", "PYTHONPATH")
+
+
+def user_code_env(**extra: str) -> dict[str, str]:
+    """The environment of a process running user code: :data:`USER_CODE_ENV` from this
+    process, ``PYTHONPATH`` extended with this process's import path (whatever the control
+    plane imports, the child can), one BLAS thread, and ``extra``."""
+    env = {k: os.environ[k] for k in USER_CODE_ENV if k in os.environ}
+    paths = [os.getcwd(), *(p for p in sys.path if p), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
+    env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", **extra)
+    return env
 
 
 def run_check(
@@ -37,6 +56,7 @@ def run_check(
             text=True,
             timeout=timeout,
             check=False,
+            env=user_code_env(),
         )
     except subprocess.TimeoutExpired:
         raise error(

@@ -269,3 +269,31 @@ def test_a_plan_in_flight_when_stopped_is_settled_when_started_again(
         )
         assert settled["id"] == pending["id"] and settled["status"] == "completed"
         assert settled["ended_at"] is not None
+
+
+def test_controller_scripts_never_see_the_control_planes_secrets(
+    api: Api, job: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Controller scripts run without the control plane's ``STREAMPILOT_*`` variables
+    (admin token, cluster secret, database URL). (Uploaded code is another matter: an
+    admin's code, it runs in the control plane and on the workers, like any job's.)"""
+    monkeypatch.setenv("STREAMPILOT_CLUSTER_SECRET", "do-not-leak-0123456789")
+    monkeypatch.setenv("STREAMPILOT_ADMIN_TOKEN", "sp_do-not-leak-0123456789")
+    snoop = script(
+        """
+        seen = sorted(k for k in os.environ if k.startswith("STREAMPILOT"))
+        print("secrets seen:", seen)
+        return None
+        """
+    )
+    with api.client() as http:
+        r = attach(http, job, snoop)
+        assert r.status_code == 201, r.text
+        cid = r.json()["id"]
+        lines = wait_until(
+            lambda: [line for line in logs(http, cid) if "secrets seen" in line],
+            15,
+            f"the script's report ({logs(http, cid)}, {controller(http, cid)})",
+        )
+        http.post(f"/api/v1/controllers/{cid}/stop")
+        assert lines[0] == "script: secrets seen: []"

@@ -144,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     # The protocol owns the real stdout; the script's prints go to stderr (its log).
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
+    sys.stdout.reconfigure(line_buffering=True)  # each printed line reaches the log now
     session = _Session()
     if argv[:1] == ["--check"]:
         filename = argv[1] if len(argv) > 1 else "controller.py"

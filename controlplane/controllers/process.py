@@ -15,13 +15,13 @@ import asyncio
 import contextlib
 import ctypes
 import json
-import os
 import resource
 import signal
 import sys
 from typing import Any
 
 from controlplane.config import Settings
+from controlplane.isolation import user_code_env
 
 __all__ = ["ChildFailed", "ControllerProcess"]
 
@@ -56,7 +56,7 @@ class ControllerProcess:
                 ctypes.CDLL("libc.so.6").prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
         # One BLAS thread: numpy's per-thread buffers would eat the address-space limit.
-        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+        env = user_code_env()  # none of the control plane's secrets
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
