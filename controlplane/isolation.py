@@ -20,10 +20,25 @@ from typing import Any
 
 from controlplane.errors import InvalidRequest
 
-__all__ = ["USER_CODE_ENV", "run_check", "user_code_env"]
+__all__ = ["MAX_SOURCE_BYTES", "USER_CODE_ENV", "python_source", "run_check", "user_code_env"]
+
+MAX_SOURCE_BYTES = 1 << 20  # an uploaded module or script is source code, not data
 
 # What a child running user code inherits: enough to find Python and its packages.
 USER_CODE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV", "PYTHONPATH")
+
+
+def python_source(filename: str, data: bytes, *, error: type[InvalidRequest]) -> str:
+    """The text of an uploaded ``.py`` file; ``error`` saying what is wrong with it (not a
+    ``.py`` name, over :data:`MAX_SOURCE_BYTES`, not UTF-8)."""
+    if not filename.endswith(".py"):
+        raise error(f"{filename!r} is not a Python module: upload a .py file")
+    if len(data) > MAX_SOURCE_BYTES:
+        raise error(f"{filename} is {len(data)} bytes; the limit is {MAX_SOURCE_BYTES}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{filename} is not UTF-8 text (byte {exc.start})") from None
 
 
 def user_code_env(**extra: str) -> dict[str, str]:

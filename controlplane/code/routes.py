@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, File, Form, UploadFile
 
 from controlplane.deps import SessionDep, require
+from controlplane.isolation import MAX_SOURCE_BYTES
 from controlplane.pagination import Page, PageParams
 from controlplane.params import CodeId
 
@@ -27,7 +28,7 @@ def upload_code(
     """Store a module; its callables become ``code:<id>:<callable>`` for jobs and
     ``assignLogic``. It is imported once in a throwaway interpreter first: 422 with the
     file and line if it does not compile or raises at import."""
-    data = file.file.read(service.MAX_SOURCE_BYTES + 1)  # a sync route: runs in a thread
+    data = file.file.read(MAX_SOURCE_BYTES + 1)  # a sync route: runs in a thread
     row = service.upload(
         session=session, filename=file.filename or "upload.py", name=name, data=data
     )

@@ -19,17 +19,16 @@ from sqlalchemy.orm import Session
 
 from controlplane.errors import BadCode, NotFound
 from controlplane.events import service as events
-from controlplane.isolation import run_check
+from controlplane.isolation import python_source, run_check
 from controlplane.pagination import fetch_page
 from runtime import codeload
 
 from .models import CodeModule
 
-__all__ = ["MAX_SOURCE_BYTES", "get_code", "install_all", "list_code", "upload"]
+__all__ = ["get_code", "install_all", "list_code", "upload"]
 
 logger = logging.getLogger(__name__)
 
-MAX_SOURCE_BYTES = 1 << 20  # an uploaded module is source code, not data
 CHECK_TIMEOUT_S = 20.0  # importing an upload (in a throwaway process) takes at most this
 
 
@@ -52,14 +51,7 @@ def upload(*, session: Session, filename: str, name: str | None, data: bytes) ->
     """Check, store and install one module; :class:`BadCode` says what is wrong with it
     (not UTF-8, too large, not a .py file, a syntax error or an exception at import, with
     its line)."""
-    if not filename.endswith(".py"):
-        raise BadCode(f"{filename!r} is not a Python module: upload a .py file")
-    if len(data) > MAX_SOURCE_BYTES:
-        raise BadCode(f"{filename} is {len(data)} bytes; the limit is {MAX_SOURCE_BYTES}")
-    try:
-        source = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadCode(f"{filename} is not UTF-8 text (byte {exc.start})") from None
+    source = python_source(filename, data, error=BadCode)
     callables = _check(source, filename)
     row = CodeModule(
         name=name or filename.removesuffix(".py"),

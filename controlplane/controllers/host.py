@@ -299,15 +299,13 @@ class _Runner:
     def _request(self, plan: Any, record: dict[str, Any], moves: int) -> Any:
         """Submit ``plan`` for this controller's job, as REST does, and record the decision
         in the same unit of work."""
-        row_job = None
         with db.unit_of_work(self.host.sessions) as session:
             row = service.get_controller(session=session, controller_id=self.id)
-            row_job = row.job_id
             rec = reconfigurations.request_reconfiguration(
                 session=session,
                 engine=self.host.engine,
                 launch=self.host.tracker.launch,
-                job_id=row_job,
+                job_id=row.job_id,
                 origin=f"controller {self.id}",
                 build=lambda _view: plan,
             )

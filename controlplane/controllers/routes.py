@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
 from controlplane import db
 from controlplane.deps import SessionDep, require
 from controlplane.errors import BadController
+from controlplane.isolation import MAX_SOURCE_BYTES
 from controlplane.pagination import Page, PageParams
 from controlplane.params import MAX_ID, ControllerId
 
@@ -69,7 +70,7 @@ def attach_controller(
     """Attach a controller to a running job and start it. The script is loaded once in a
     throwaway interpreter first: 422 with the line and the reason if it does not compile,
     does not define exactly one Controller subclass, or refuses its config."""
-    data = file.file.read(service.MAX_SOURCE_BYTES + 1) if file is not None else None
+    data = file.file.read(MAX_SOURCE_BYTES + 1) if file is not None else None
     limits = _json_object("safety", safety)
     limits["dry_run"] = dry_run or bool(limits.get("dry_run", False))
     row = service.attach(

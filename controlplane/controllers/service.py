@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.errors import BadController, Conflict, NotFound
 from controlplane.events import service as events
-from controlplane.isolation import run_check
+from controlplane.isolation import python_source, run_check
 from controlplane.jobs import service as jobs
 from controlplane.jobs.models import TERMINAL_JOB_STATUSES
 from controlplane.pagination import fetch_page
@@ -43,7 +43,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 CHECK_TIMEOUT_S = 30.0  # loading a script (imports, constructor) takes at most this
-MAX_SOURCE_BYTES = 1 << 20
 MAX_LOG_LINES = 2000  # log lines kept per controller (older ones are dropped)
 MAX_LOG_LINE = 2000  # characters kept of one log line
 HISTORY = 50  # outcomes of earlier plans a view carries (plus those the limits count)
@@ -93,14 +92,7 @@ def attach(
     source = None
     if data is not None:
         filename = filename or "controller.py"
-        if not filename.endswith(".py"):
-            raise BadController(f"{filename!r} is not a Python file: upload a .py file")
-        if len(data) > MAX_SOURCE_BYTES:
-            raise BadController(f"{filename} is {len(data)} bytes; the limit is {MAX_SOURCE_BYTES}")
-        try:
-            source = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise BadController(f"{filename} is not UTF-8 text (byte {exc.start})") from None
+        source = python_source(filename, data, error=BadController)
         request: dict[str, Any] = {"source": source, "config": config}
     else:
         filename = None
