@@ -90,6 +90,7 @@ class InputGate:
         self._ready: deque[InputChannel] = deque()
         self._in_ready: set[str] = set()
         self._blocked: set[str] = set()
+        self._control: deque[Callable[[], None]] = deque()
         self._wakeup = asyncio.Event()
         self._error: BaseException | None = None
 
@@ -118,6 +119,12 @@ class InputGate:
         self._error = error
         self._wakeup.set()
 
+    def post(self, call: Callable[[], None]) -> None:
+        """Have the task run ``call`` in its loop, ahead of any input and whatever alignment
+        has blocked (key-group state that arrived, see :meth:`StreamTask.call_soon`)."""
+        self._control.append(call)
+        self._wakeup.set()
+
     def block(self, key: str) -> None:
         self._blocked.add(key)
 
@@ -129,13 +136,14 @@ class InputGate:
                 self.notify(ch)
 
     def has_ready(self) -> bool:
-        return bool(self._ready)
+        return bool(self._ready or self._control)
 
     def queued(self) -> dict[str, int]:
         return {ch.upstream: ch.queued for ch in self.channels.values()}
 
-    async def next(self, deadline: float | None = None) -> tuple[InputChannel, Any] | None:
+    async def next(self, deadline: float | None = None) -> tuple[InputChannel | None, Any] | None:
         """The next item of a non-blocked channel, round-robin; waits while there is none.
+        A posted call comes first, as ``(None, call)``.
 
         With ``deadline`` (event-loop time), returns ``None`` if nothing arrived by then.
         """
@@ -145,6 +153,8 @@ class InputGate:
             while True:
                 if self._error is not None:
                     raise self._error
+                if self._control:
+                    return None, self._control.popleft()
                 while ready:
                     ch = ready.popleft()
                     if ch.key in self._blocked or ch.gate is not self:

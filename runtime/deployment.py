@@ -15,11 +15,21 @@ The worker's part of the reconfiguration protocol (the coordinator drives the st
    kept), input channels added or removed, key groups that leave are exported and shipped
    straight to their new owner's worker (in chunks), key groups that arrive are awaited
    and imported, logic is swapped, removed tasks stop, new tasks start.
+
+Fluid mode (``prepare(..., fluid=True)``, DESIGN section 3) pauses key groups rather than
+tasks: a keyed task whose only change is which key groups it owns
+(:func:`~runtime.layout.in_place_owners`) acks the barrier without pausing. What it gives
+away is shipped while it goes on with the rest, hottest groups first; records of a group
+it gains wait for that group's state alone and are processed as it arrives, in the
+task's own loop. A new keyed task starts at the update the same way, before its state
+has come. Only upstream tasks (whose routing swaps) and tasks that move, start, stop or
+change logic pause.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import pickle
 import time
@@ -39,7 +49,7 @@ from .channels import (
 from .dataflow import JobGraph, OperatorSpec
 from .handover import send_state
 from .keygroups import key_group_fn
-from .layout import Layout, affected_tasks, split_task_id
+from .layout import Layout, affected_tasks, in_place_owners, split_task_id
 from .metrics import TaskMetrics
 from .operators import KeyedProcessor, SinkProcessor, make_processor
 from .partitioning import BroadcastEdge, Edge, ForwardEdge, KeyGroupEdge, Outputs, RebalanceEdge
@@ -70,6 +80,8 @@ class _Pending:
     new_tasks: dict[str, BaseTask] = field(default_factory=dict)
     new_inputs: dict[str, InputChannel] = field(default_factory=dict)
     paused: set[str] = field(default_factory=set)
+    fluid: bool = False
+    in_place: set[str] = field(default_factory=set)  # keyed tasks that do not pause (fluid)
     updating: bool = False
     finished: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -270,12 +282,14 @@ class JobRuntime:
         p = self.pending
         if barrier.kind is not BarrierKind.RECONFIG or p is None or barrier.id != p.barrier_id:
             return False
-        if task.task_id not in p.affected:
+        tid = task.task_id
+        if tid not in p.affected:
             return False
-        p.paused.add(task.task_id)
-        self.worker.send(
-            {"type": "paused", "job_id": self.job_id, "rid": p.rid, "task": task.task_id}
-        )
+        self.worker.send({"type": "paused", "job_id": self.job_id, "rid": p.rid, "task": tid})
+        if tid in p.in_place:  # fluid: only the key groups it gains wait, for their state
+            _keyed(task).await_groups(p.layout.assignment[tid])
+            return False
+        p.paused.add(tid)
         return True
 
     async def prepare(
@@ -285,6 +299,7 @@ class JobRuntime:
         layout: Layout,
         affected: set[str],
         peers: dict[str, tuple[str, int]],
+        fluid: bool = False,
     ) -> None:
         """Step 1: get ready for ``layout`` without changing anything that runs."""
         if self.pending is not None and self.pending.updating:
@@ -301,7 +316,13 @@ class JobRuntime:
             if task is not None and task.status != "running":
                 raise ReconfigError(f"task {tid} is {task.status}; only running tasks can change")
         self.peers.update(peers)
-        p = _Pending(rid, barrier_id, layout, set(affected))
+        p = _Pending(rid, barrier_id, layout, set(affected), fluid=fluid)
+        if fluid:
+            p.in_place = {
+                t
+                for t in in_place_owners(self.graph, self.layout, layout) & p.affected
+                if _keyed(self.tasks.get(t)) is not None
+            }
         try:
             # Input channels for every channel into a task here that does not exist yet.
             for tid in self.local_task_ids(layout):
@@ -333,6 +354,10 @@ class JobRuntime:
         if p is None or p.rid != rid:
             return
         self.pending = None
+        for tid in p.in_place:
+            processor = _keyed(self.tasks.get(tid))
+            if processor is not None and processor.cancel_awaiting():
+                logger.error("task %s had records of key groups it was to gain", tid)
         for task in self.tasks.values():
             if isinstance(task, SourceTask):
                 task.abort_barrier(p.barrier_id)
@@ -389,6 +414,14 @@ class JobRuntime:
         was_here = old.placement.get(tid) == self.me
         stays_here = new.placement.get(tid) == self.me
         t0 = time.perf_counter()
+        if tid in p.in_place:
+            task = self.tasks[tid]
+            await asyncio.gather(
+                self._ship_out(p, task, old, new, everything=False),
+                self._receive_groups(p, task, set(new.assignment[tid])),
+            )
+            self._report(p, tid, 0.0, t0)
+            return
         if was_here and not stays_here:
             # Removed, or moving to another worker: hand everything over, then stop.
             task = self.tasks.pop(tid)
@@ -402,6 +435,15 @@ class JobRuntime:
             return
         if stays_here and not was_here:
             task = p.new_tasks.pop(tid)
+            processor = _keyed(task)
+            if p.fluid and processor is not None and old.placement.get(tid) is None:
+                # A new keyed task starts at once; its records wait for their state.
+                processor.await_groups(new.assignment[tid])
+                self.tasks[tid] = task
+                task.start(self.start_time)
+                await self._receive_groups(p, task, set(new.assignment[tid]))
+                self._report(p, tid, 0.0, t0)
+                return
             position = await self._ship_in(p, task, old, new)
             self.tasks[tid] = task
             if isinstance(task, SourceTask):
@@ -433,6 +475,26 @@ class JobRuntime:
             task.processor.fn = new.logic_of(self.graph.operator(task.op.name), tid)
         pause = task.resume()
         self._report(p, tid, pause, t0)
+
+    async def _receive_groups(self, p: _Pending, task: BaseTask, owned: set[int]) -> None:
+        """Fluid mode: hand each key group ``task`` awaits to its loop as soon as its state
+        arrives; return when all of them have been taken in (their waiting records done)."""
+        processor = _keyed(task)
+        assert isinstance(task, StreamTask) and processor is not None
+        expected = owned - set(processor.state.owned())
+        taken: list[asyncio.Future] = []
+        async for g, data in self.worker.state.arrivals(p.rid, task.task_id, expected):
+            taken.append(task.call_soon(functools.partial(processor.arrive, g, data)))
+        if not taken:
+            return
+        everything = asyncio.gather(*taken)
+        runner = task.runner
+        if runner is not None:
+            await asyncio.wait({everything, runner}, return_when=asyncio.FIRST_COMPLETED)
+        if not everything.done():
+            everything.cancel()
+            raise ReconfigError(f"task {task.task_id} ended before its key groups arrived")
+        everything.result()
 
     def _input_keys_set(self, tid: str, layout: Layout) -> set[str]:
         return {key for key, _u, _k in self._input_keys(tid, layout)}
@@ -475,7 +537,12 @@ class JobRuntime:
         kept = set() if everything else set(new.assignment.get(tid, ()))
         op_tasks = new.tasks_of(task.op.name)
         owner_of = {g: t for t in op_tasks for g in new.assignment.get(t, ())}
-        for g in [g for g in state.owned() if g not in kept]:
+        leaving = [g for g in state.owned() if g not in kept]
+        running = tid in p.in_place
+        if running:  # records of these groups wait for them: the busiest go first
+            counts = task.metrics.key_group_counts or []
+            leaving.sort(key=lambda g: -counts[g] if g < len(counts) else 0)
+        for g in leaving:
             dest = owner_of[g]
             dest_worker = new.placement[dest]
             if dest_worker == self.me:
@@ -483,6 +550,8 @@ class JobRuntime:
             else:
                 await self._send_part(p.rid, dest, dest_worker, g, state.export_group(g), raw=True)
             state.drop_group(g)
+            if running:
+                await asyncio.sleep(0)  # the task (and the worker's others) go on between groups
 
     async def _send_part(
         self, rid: int, dest: str, dest_worker: str, part: Any, data: Any, raw: bool
@@ -519,6 +588,13 @@ class JobRuntime:
             else:
                 state.groups()[g] = data
         return None
+
+
+def _keyed(task: BaseTask | None) -> KeyedProcessor | None:
+    """The keyed processor of ``task``, if it has one."""
+    if isinstance(task, StreamTask) and isinstance(task.processor, KeyedProcessor):
+        return task.processor
+    return None
 
 
 def _with_logic(op: OperatorSpec, logic: Any) -> OperatorSpec:

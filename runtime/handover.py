@@ -10,6 +10,7 @@ worker's :class:`StateInbox` collects the parts until the new owner's update tak
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 from . import protocol
@@ -67,6 +68,23 @@ class StateInbox:
                 return {p: got.pop(p) for p in parts}
             self._changed.clear()
             await self._changed.wait()
+
+    async def arrivals(
+        self, rid: int, task: str, parts: set[Any]
+    ) -> AsyncIterator[tuple[Any, Any]]:
+        """Yield ``(part, data)`` for every part in ``parts`` as soon as each has arrived
+        (removed from the inbox), until all have."""
+        left = set(parts)
+        while left:
+            got = self._parts.get((rid, task), {})
+            ready = sorted(left & got.keys(), key=repr)
+            if not ready:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            for part in ready:
+                left.discard(part)
+                yield part, got.pop(part)
 
     def drop(self, rid: int) -> None:
         for key in [k for k in self._parts if k[0] == rid]:

@@ -18,7 +18,7 @@ from typing import Any
 from .dataflow import InputSpec, JobGraph, OperatorSpec
 from .keygroups import contiguous_split
 
-__all__ = ["Layout", "affected_tasks", "moved_key_groups", "split_task_id"]
+__all__ = ["Layout", "affected_tasks", "in_place_owners", "moved_key_groups", "split_task_id"]
 
 
 def split_task_id(task_id: str) -> tuple[str, int]:
@@ -158,23 +158,13 @@ def affected_tasks(graph: JobGraph, old: Layout, new: Layout) -> set[str]:
     changes (a channel is added or removed). A downstream task of a task that only moves
     is not affected: its input channel is reused by the task's new instance.
     """
-    affected: set[str] = set()
-    rerouted: set[str] = set()  # targets whose upstream routing must change
-    for t in old.placement.keys() | new.placement.keys():
-        if t not in old.placement or t not in new.placement:
-            affected.add(t)
-            rerouted.add(t)
-            continue
-        if old.placement[t] != new.placement[t]:
-            affected.add(t)
-            rerouted.add(t)
-        if old.assignment.get(t) != new.assignment.get(t) or old.weights.get(t) != new.weights.get(
-            t
-        ):
-            affected.add(t)
-            rerouted.add(t)
-        if old.logic.get(t) != new.logic.get(t):
-            affected.add(t)
+    rerouted = _rerouted(old, new)
+    affected = set(rerouted)
+    affected.update(
+        t
+        for t in old.placement.keys() & new.placement.keys()
+        if old.logic.get(t) != new.logic.get(t)
+    )
     old_pairs, new_pairs = old.channels(graph), new.channels(graph)
     for u, d in old_pairs | new_pairs:
         if d in rerouted and u in old.placement and u in new.placement:
@@ -189,3 +179,47 @@ def affected_tasks(graph: JobGraph, old: Layout, new: Layout) -> set[str]:
         if ups_old.get(d, set()) != ups_new.get(d, set()):
             affected.add(d)
     return affected
+
+
+def _rerouted(old: Layout, new: Layout) -> set[str]:
+    """Tasks whose upstream routing must change: new, removed or moved, or whose key groups
+    or weight change."""
+    rerouted: set[str] = set()
+    for t in old.placement.keys() | new.placement.keys():
+        if (
+            t not in old.placement
+            or t not in new.placement
+            or old.placement[t] != new.placement[t]
+            or old.assignment.get(t) != new.assignment.get(t)
+            or old.weights.get(t) != new.weights.get(t)
+        ):
+            rerouted.add(t)
+    return rerouted
+
+
+def in_place_owners(graph: JobGraph, old: Layout, new: Layout) -> set[str]:
+    """Keyed tasks whose only change is which key groups they own (fluid mode).
+
+    Such a task stays on its worker with its logic, its inputs and its outputs: in fluid
+    mode it never pauses. The key groups it gives away are final once it has aligned the
+    barrier (later records of them go to their new owner), and records of the key groups
+    it gains wait, per group, until that group's state has arrived.
+    """
+    rerouted = _rerouted(old, new)
+    old_pairs, new_pairs = old.channels(graph), new.channels(graph)
+
+    def ups(pairs: set[tuple[str, str]], t: str) -> set[str]:
+        return {u for u, d in pairs if d == t}
+
+    owners = set()
+    for t in old.assignment.keys() & new.assignment.keys():
+        if (
+            old.assignment[t] == new.assignment[t]
+            or old.placement.get(t) != new.placement.get(t)
+            or old.logic.get(t) != new.logic.get(t)
+            or ups(old_pairs, t) != ups(new_pairs, t)
+            or any(d in rerouted for u, d in old_pairs | new_pairs if u == t)
+        ):
+            continue
+        owners.add(t)
+    return owners

@@ -11,8 +11,11 @@ A task runs until its inputs end, it fails, or it is cancelled:
    is blocked until all open inputs have; then the barrier is forwarded on every output
    channel, the host is told (it acks to the coordinator) and all inputs unblock.
 4. End of stream on an input counts as aligned for later barriers; when all inputs have
-   ended the processor is closed, end of stream goes downstream and the host is told the
-   task finished.
+   ended (and key groups the task still awaits have arrived, their records processed)
+   the processor is closed, end of stream goes downstream and the host is told the task
+   finished.
+5. A call posted by the worker (:meth:`StreamTask.call_soon`: key-group state that
+   arrived in fluid mode) runs between batches, ahead of inputs.
 
 A source task instead polls its :class:`~runtime.io.SourceReader` and emits barriers that
 the coordinator asked to inject, in order with its records.
@@ -27,6 +30,7 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Protocol
 
 from .alignment import Aligner, Finished, Forward
@@ -75,6 +79,11 @@ class BaseTask:
         self._runner: asyncio.Task | None = None
         self._resume: asyncio.Future | None = None
         self._paused_at = 0.0
+
+    @property
+    def runner(self) -> asyncio.Task | None:
+        """The task's loop once started (done when it finished, failed or was stopped)."""
+        return self._runner
 
     @property
     def paused(self) -> bool:
@@ -171,6 +180,25 @@ class StreamTask(BaseTask):
     def queued(self) -> dict[str, int]:
         return self.gate.queued()
 
+    def call_soon(self, call: Callable[[], None]) -> asyncio.Future:
+        """Run ``call`` in this task's loop between batches (its outputs are flushed like a
+        batch's); the future resolves when it has run. An exception from ``call`` fails the
+        task, as one from processing would, and the future."""
+        done = asyncio.get_running_loop().create_future()
+
+        def run() -> None:
+            try:
+                call()
+            except BaseException as exc:
+                if not done.done():
+                    done.set_exception(exc)
+                raise
+            if not done.done():
+                done.set_result(None)
+
+        self.gate.post(run)
+        return done
+
     async def _run(self) -> None:
         gate, outputs, processor, metrics = self.gate, self.outputs, self.processor, self.metrics
         aligner = self.aligner
@@ -196,6 +224,12 @@ class StreamTask(BaseTask):
                 ch, item = await gate.next()
                 await asyncio.sleep(0)  # let the worker's other tasks and I/O run
             t0 = clock()
+            if ch is None:
+                # Step 5. A call from the worker.
+                item()
+                metrics.busy_s += clock() - t0
+                await outputs.flush()
+                continue
             if type(item) is Batch:
                 # Step 2. Process the batch.
                 values = item.values
@@ -224,6 +258,9 @@ class StreamTask(BaseTask):
                     await self._pause()
                     outputs, processor = self.outputs, self.processor
             elif isinstance(decision, Finished):
+                while getattr(processor, "awaiting", None):  # key groups still on their way
+                    call = (await gate.next())[1]
+                    call()
                 processor.close()
                 await outputs.broadcast(EndOfStream())
                 return

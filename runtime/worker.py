@@ -298,6 +298,7 @@ class Worker:
                 Layout.from_wire(msg["layout"]),
                 set(msg["affected"]),
                 peers,
+                fluid=bool(msg.get("fluid", False)),
             )
         except Exception as exc:
             logger.debug("prepare failed", exc_info=True)

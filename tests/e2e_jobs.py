@@ -117,16 +117,19 @@ class HoldWhile:
         return record
 
 
+def reference_keys(flow: Dataflow, params: dict[str, Any], parallelism: int) -> Any:
+    """The "keys" source whose counts :func:`counting_reference` computes: params["records"]
+    keys at params["rate"] per second."""
+    source = Generator(
+        records=int(params["records"]), rate=float(params["rate"]), keys=100, zipf=1.0, seed=3
+    )
+    return flow.source("keys", source, parallelism=parallelism)
+
+
 def held_job(params: dict[str, Any]) -> Dataflow:
     """keys -> hold (map, stalls while params["hold"] exists) -> count -> out."""
     flow = Dataflow("held")
-    src = flow.source(
-        "keys",
-        Generator(
-            records=int(params["records"]), rate=float(params["rate"]), keys=100, zipf=1.0, seed=3
-        ),
-        parallelism=2,
-    )
+    src = reference_keys(flow, params, parallelism=2)
     held = src.map("hold", HoldWhile(params["hold"]))
     counts = held.key_by(key_of).process("count", count, parallelism=2)
     counts.sink("out", Collect(params["output"], mode="last", key=first))
@@ -158,3 +161,39 @@ def count_tagged(key: str, value: Any, state: Any) -> tuple:
     n = state.get(0) + 1
     state.set(n)
     return ((key, n, "v2"),)
+
+
+_numbers = iter(range(1 << 62))  # per worker process: the one "number" task is monotonic
+
+
+def number(record: str) -> tuple[str, int]:
+    return record, next(_numbers)
+
+
+@dataclass(frozen=True)
+class CountInOrder:
+    """Counts keys, failing on a record numbered lower than one already counted for its key
+    (a record processed out of order); each key also keeps ``pad`` bytes of state, so that
+    moving a key group takes a while."""
+
+    pad: int = 0
+
+    def __call__(self, key: str, value: tuple[str, int], state: Any) -> tuple:
+        n, last, pad = state.get((0, -1, None))
+        if value[1] <= last:
+            raise ValueError(f"record {value[1]} of {key!r} came after record {last}")
+        state.set((n + 1, value[1], pad if pad is not None else bytes(self.pad)))
+        return ((key, n + 1),)
+
+
+def ordered_job(params: dict[str, Any]) -> Dataflow:
+    """keys (one source) -> number (one task) -> count (2 tasks, :class:`CountInOrder`) ->
+    out: fails if any key's records reach the count out of their order."""
+    flow = Dataflow("ordered")
+    src = reference_keys(flow, params, parallelism=1)
+    numbered = src.map("number", number, parallelism=1)
+    counts = numbered.key_by(first).process(
+        "count", CountInOrder(int(params.get("pad", 0))), parallelism=2
+    )
+    counts.sink("out", Collect(params["output"], mode="last", key=first))
+    return flow

@@ -2,10 +2,11 @@
 
 :func:`~controlplane.abstraction.fluid_steps` splits the plan (setup, then batches of at
 most ``batch_size`` key-group moves, removals last); each step runs the whole live
-protocol of :mod:`.reconfig` (prepare, sync, update) and commits its own version, so a
-task pauses only while its own few key groups move. The steps share one record: phases'
-times add up, ``pause_ms`` keeps each task's longest pause (what its records waited at
-most), ``steps`` counts the steps run.
+protocol of :mod:`.reconfig` (prepare, sync, update) in its fluid form and commits its
+own version: keyed tasks that only give or gain key groups do not pause (records of a
+moving group wait for its state alone, see :mod:`runtime.deployment`); upstream tasks
+pause while their routing swaps. The steps share one record: phases' times add up,
+``pause_ms`` keeps each task's longest pause, ``steps`` counts the steps run.
 
 A step that does not complete (or cannot start: the job stopped, a worker was lost) ends
 the plan there. Steps before it stay applied: the job runs on their version (valid, every
@@ -96,6 +97,7 @@ async def run_fluid(
                 sync_timeout_s=sync_timeout_s,
                 on_change=follow,
                 record=False,
+                fluid=True,
             )
         except (ReconfigurationError, AbstractionError) as exc:
             if i == 1:  # nothing changed: refused like a plan in pause mode

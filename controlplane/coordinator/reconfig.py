@@ -204,13 +204,15 @@ async def run_locked(
     sync_timeout_s: float | None = None,
     on_change: Callable[[Reconfiguration], None] | None = None,
     record: bool = True,
+    fluid: bool = False,
 ) -> Reconfiguration:
     """:func:`reconfigure` for a caller that already holds ``job.lock``.
 
     ``on_change(record)`` is called when the record is created and whenever its status
     changes or it ends (on the coordinator's loop; it must not block). With ``record``
     false the record is not kept in the job's history (a step of a fluid plan, whose own
-    record is kept instead).
+    record is kept instead). With ``fluid`` keyed tasks that only gain or give key groups
+    do not pause (see :mod:`runtime.deployment`).
     """
     if job.status != "running":
         raise ReconfigurationError(f"job {job.id} is {job.status}, not running")
@@ -232,7 +234,11 @@ async def run_locked(
     coordinator._active[job.id] = rec
     try:
         await _run(
-            coordinator, job, rec, SYNC_TIMEOUT_S if sync_timeout_s is None else sync_timeout_s
+            coordinator,
+            job,
+            rec,
+            SYNC_TIMEOUT_S if sync_timeout_s is None else sync_timeout_s,
+            fluid,
         )
     finally:
         coordinator._active.pop(job.id, None)
@@ -267,7 +273,7 @@ def _check_layout(coordinator: Coordinator, job: Job, new: Layout) -> None:
 
 
 async def _run(
-    coordinator: Coordinator, job: Job, rec: Reconfiguration, sync_timeout_s: float
+    coordinator: Coordinator, job: Job, rec: Reconfiguration, sync_timeout_s: float, fluid: bool
 ) -> None:
     loop = asyncio.get_running_loop()
     t_start = time.perf_counter()
@@ -286,6 +292,7 @@ async def _run(
         "affected": sorted(rec.affected),
         "workers": peers,
         "code": codeload.sources_for([graph, *rec.new.logic.values()]),
+        "fluid": fluid,
     }
     joining = {  # what a worker that hosts none of the job's tasks yet needs to take some
         "graph": graph,

@@ -9,7 +9,7 @@ for keyed operators, the key.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..dataflow import OperatorSpec, logic_ref
@@ -110,7 +110,12 @@ class FilterProcessor(Processor):
 
 
 class KeyedProcessor(Processor):
-    """Calls ``fn(key, record, state)`` with ``state`` bound to the record's key."""
+    """Calls ``fn(key, record, state)`` with ``state`` bound to the record's key.
+
+    In fluid mode a task can own key groups whose state is still on its way
+    (:meth:`await_groups`): their records wait in :attr:`awaiting`, in arrival order, and
+    are processed when the state comes (:meth:`arrive`); other groups go on meanwhile.
+    """
 
     def __init__(
         self,
@@ -124,12 +129,58 @@ class KeyedProcessor(Processor):
         self.state = state
         self.key_group = key_group_fn(op.max_parallelism)
         self._value_state = ValueState()
+        self.awaiting: dict[int, list[tuple[Any, Any, float]]] = {}
+
+    def await_groups(self, groups: Iterable[int]) -> None:
+        """Take records of ``groups`` before their state arrives: they wait for it."""
+        for g in groups:
+            if not self.state.owns(g):
+                self.awaiting.setdefault(g, [])
+
+    def cancel_awaiting(self) -> int:
+        """Stop waiting for any key group (an aborted reconfiguration); returns how many
+        records were waiting (none can be: no record of such a group is routed here
+        before the update)."""
+        waiting = sum(len(b) for b in self.awaiting.values())
+        self.awaiting.clear()
+        return waiting
+
+    def arrive(self, group: int, data: Any) -> None:
+        """The state of an awaited ``group`` arrived (exported bytes, or the key -> value
+        dict from a task of the same worker): own it, then process its waiting records."""
+        if isinstance(data, bytes):
+            self.state.import_group(group, data)
+        else:
+            self.state.groups()[group] = data
+        waiting = self.awaiting.pop(group, None)
+        if not waiting:
+            return
+        fn = self.fn
+        store = self.state.group(group)
+        self.metrics.key_group_counts[group] += len(waiting)
+        st = self._value_state
+        st._store = store
+        out_v: list = []
+        out_t: list = []
+        v = k = None
+        try:
+            for k, v, t in waiting:
+                st._key = k
+                r = fn(k, v, st)
+                if r:
+                    for o in r:
+                        out_v.append(o)
+                        out_t.append(t)
+        except Exception as exc:
+            raise self._fail(exc, v, k, keyed=True) from exc
+        self.outputs.emit(out_v, out_t)
 
     def process(self, key_fn: Any, values: Sequence, stamps: Sequence[float]) -> None:
         fn = self.fn
         kg_of = self.key_group
         cached = kg_of.cache.get
         groups = self.state.groups()
+        awaiting = self.awaiting
         counts = self.metrics.key_group_counts
         st = self._value_state
         out_v: list = []
@@ -147,7 +198,11 @@ class KeyedProcessor(Processor):
                     g = kg_of(k)
                 store = groups.get(g)
                 if store is None:
-                    raise KeyGroupNotOwnedError(self.task_id, g)
+                    waiting = awaiting.get(g)
+                    if waiting is None:
+                        raise KeyGroupNotOwnedError(self.task_id, g)
+                    waiting.append((k, v, t))  # its state is on its way
+                    continue
                 counts[g] += 1
                 st._store = store
                 st._key = k

@@ -1,0 +1,67 @@
+"""The layout's change analysis: affected tasks, and which keyed tasks fluid mode need not
+pause (``in_place_owners``)."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from runtime.dataflow import load_job
+from runtime.layout import Layout, affected_tasks, in_place_owners
+
+GRAPH = load_job("examples.wordcount:build", {"records": 10, "parallelism": 2})
+BASE = Layout.initial(GRAPH, ["w1", "w2"])  # x-0 on w1, x-1 on w2 for every operator
+
+
+def with_groups(layout: Layout, **groups: list[int]) -> Layout:
+    a = dict(layout.assignment)
+    a.update({t.replace("_", "-"): tuple(g) for t, g in groups.items()})
+    return layout.replace(assignment=a)
+
+
+REBALANCED = with_groups(BASE, count_0=range(32), count_1=range(32, 128))
+
+
+def scaled_out() -> Layout:
+    p, w = dict(BASE.placement), dict(BASE.weights)
+    p["count-2"] = p["sink-2"] = "w1"
+    w["sink-2"] = 1.0
+    lay = BASE.replace(placement=p, weights=w)
+    return with_groups(
+        lay, count_0=range(48), count_1=range(64, 112), count_2=[*range(48, 64), *range(112, 128)]
+    )
+
+
+def moved(layout: Layout, **where: str) -> Layout:
+    p = dict(layout.placement)
+    p.update({t.replace("_", "-"): w for t, w in where.items()})
+    return layout.replace(placement=p)
+
+
+@pytest.mark.parametrize(
+    ("new", "expected"),
+    [
+        # Groups move between two count tasks: both go on (their split tasks pause).
+        (REBALANCED, {"count-0", "count-1"}),
+        # Scale out: the old owners go on; count-2 is new (it starts unpaused, but is not
+        # an in-place owner: it has to be created).
+        (scaled_out(), {"count-0", "count-1"}),
+        # A count task that moves while its groups change pauses (its channels change).
+        (moved(REBALANCED, count_1="w1"), {"count-0"}),
+        # Its sink moves: count-1's output channel changes, so it pauses; count-0 goes on.
+        (moved(REBALANCED, sink_1="w1"), {"count-0"}),
+        # Only a placement change: nothing gains or gives key groups.
+        (moved(BASE, count_1="w1"), set()),
+    ],
+    ids=["rebalance", "scale-out", "owner-moves", "sink-moves", "migrate-only"],
+)
+def test_in_place_owners(new: Layout, expected: set[str]) -> None:
+    owners = in_place_owners(GRAPH, BASE, new)
+    assert owners == expected
+    assert owners <= affected_tasks(GRAPH, BASE, new)
+
+
+def test_a_logic_swap_takes_a_task_out_of_place() -> None:
+    new = REBALANCED.replace(logic={"count-1": pickle.dumps(len)})
+    assert in_place_owners(GRAPH, BASE, new) == {"count-0"}
