@@ -70,8 +70,11 @@ def reconfig_section(d: dict) -> list[str]:
         "Throughput: sink records per second over that window, as a ratio of the rate before. "
         "A move between tasks on the same worker hands the state over without copying it (the "
         "scale helper places a new task beside the one it takes key groups from when it can), "
-        "which is why scaling moves little state across workers here. Fluid: the same plan in "
-        "steps of a few key groups, each its own short live reconfiguration. The baseline "
+        "which is why scaling moves little state across workers here. Pause: every affected "
+        "task pauses until its part is done. Fluid, 1 step: tasks that only give or gain key "
+        "groups do not pause, records of a moving group wait for its state. Fluid, n steps: "
+        "the same plan in steps of a few key groups, each its own short live reconfiguration. "
+        "Restart / live compares the baseline with pause mode and with fluid in 1 step. The baseline "
         "writes its savepoint to local disk (fsync) and reads it back, and reuses the running "
         "worker processes: an optimistic stop-and-restart (no process or JVM start).",
         "",
@@ -81,11 +84,11 @@ def reconfig_section(d: dict) -> list[str]:
             f"### {fmt(size['state_mb_per_task'])} MB of state per count task "
             f"({fmt(round(size['rate_words_per_s']))} words/s)",
             "",
-            "| change | how | status | total ms (prepare / sync / update) | longest pause ms | p99 before -> after ms | max after ms | throughput | restart / live: completion, peak latency |",
+            "| change | how | status | total ms (prepare / sync / update) | longest pause ms | p99 before -> after ms | max after ms | throughput | restart / live (pause; fluid, 1 step): completion, peak latency |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for c in size["changes"]:
-            for how in ("live", "fluid", "restart"):
+            for how in ("live", "fluid_all", "fluid", "restart"):
                 if how not in c:
                     continue
                 r = c[how]
@@ -97,9 +100,18 @@ def reconfig_section(d: dict) -> list[str]:
                 )
                 ratio = ""
                 if how == "restart":
-                    rr = c["restart_over_live"]
-                    ratio = f"{fmt(rr['completion'])}x, {fmt(rr['peak_latency'])}x"
-                label = f"fluid, {r['steps']} steps" if how == "fluid" else how
+                    ratio = "; ".join(
+                        f"{fmt(rr['completion'])}x, {fmt(rr['peak_latency'])}x"
+                        for rr in (c.get("restart_over_live"), c.get("restart_over_fluid_all"))
+                        if rr
+                    )
+                label = {
+                    "live": "pause",
+                    "fluid_all": "fluid, 1 step"
+                    if r["steps"] == 1
+                    else f"fluid, all ({r['steps']} steps)",
+                    "fluid": f"fluid, {r['steps']} steps",
+                }.get(how, how)
                 out.append(
                     f"| {c['change']} | {label} | {r['status']} | {fmt(t.get('total'))} ({phases}) | "
                     f"{fmt(r['max_pause_ms'])} | {fmt(r['latency_before_ms']['p99_ms'])} -> "

@@ -394,7 +394,7 @@ class DataServer:
         secret: str,
         inputs: dict[str, InputChannel],
         on_error: Callable[[str, set[str] | None], None] | None = None,
-        on_state: Callable[[tuple], None] | None = None,
+        on_state: Callable[[tuple, bytes], None] | None = None,
         has_job: Callable[[str], bool] | None = None,
     ) -> None:
         self.secret = secret
@@ -444,7 +444,7 @@ class DataServer:
                 if tag == protocol.STATE:
                     if self.on_state is None:
                         raise ChannelError(f"{peer} sent state, which this worker cannot take")
-                    self.on_state(frame)
+                    self.on_state(frame, await protocol.read_payload(reader, peer, frame[-1]))
                     continue
                 # Looked up per frame: a reconfiguration may have replaced the channel.
                 ch = inputs.get(key)

@@ -1,10 +1,12 @@
 """State handed over between tasks during a reconfiguration (worker to worker).
 
 A key group's exported state (bytes) or a source's replay position leaves its old owner
-as ``[STATE, rid, task, part, seq, total, raw, chunk]`` frames of at most
-``STATE_CHUNK_BYTES`` on the data link to the new owner's worker, never through the
-control plane; between tasks of one worker it is handed over as an object. The receiving
-worker's :class:`StateInbox` collects the parts until the new owner's update takes them.
+in chunks of at most ``STATE_CHUNK_BYTES`` on the data link to the new owner's worker,
+never through the control plane; between tasks of one worker it is handed over as an
+object. Each chunk is a ``[STATE, rid, task, part, seq, total, raw, nbytes]`` frame
+followed by ``nbytes`` of the payload as they are (not msgpack-encoded: state is copied
+as little as possible on its way). The receiving worker's :class:`StateInbox` collects
+the parts until the new owner's update takes them.
 """
 
 from __future__ import annotations
@@ -19,17 +21,20 @@ from .codec import packb, unpackb
 
 __all__ = ["STATE_CHUNK_BYTES", "StateInbox", "send_state"]
 
-STATE_CHUNK_BYTES = 1 << 20  # key-group state travels in frames of at most this size
+# Key-group state travels in chunks of at most this size: data frames on the same link
+# wait behind at most one chunk (a few ms), and most key groups are one chunk.
+STATE_CHUNK_BYTES = 4 << 20
 
 
 async def send_state(link: PeerLink, rid: int, dest: str, part: Any, data: Any, raw: bool) -> None:
     """Send ``data`` for task ``dest`` in chunks; ``raw`` bytes go as they are, anything
     else msgpack-encoded (decoded on arrival)."""
-    payload = data if raw else packb(data)
+    payload = memoryview(data if raw else packb(data))
     total = max(1, -(-len(payload) // STATE_CHUNK_BYTES))
     for seq in range(total):
         chunk = payload[seq * STATE_CHUNK_BYTES : (seq + 1) * STATE_CHUNK_BYTES]
-        link.send([protocol.STATE, rid, dest, part, seq, total, raw, chunk])
+        link.send([protocol.STATE, rid, dest, part, seq, total, raw, len(chunk)])
+        link.writer.write(chunk)
         await link.writer.drain()
 
 
@@ -49,9 +54,10 @@ class StateInbox:
         self._parts.setdefault((rid, task), {})[part] = data
         self._changed.set()
 
-    def put_frame(self, frame: tuple) -> None:
-        """A ``[STATE, rid, task, part, seq, total, raw, chunk]`` frame from a peer."""
-        _, rid, task, part, seq, total, raw, chunk = frame
+    def put_frame(self, frame: tuple, chunk: bytes) -> None:
+        """A ``[STATE, rid, task, part, seq, total, raw, nbytes]`` frame from a peer and the
+        ``chunk`` of payload that followed it."""
+        _, rid, task, part, seq, total, raw, _nbytes = frame
         key = (rid, task, part)
         chunks = self._chunks.setdefault(key, [None] * total)
         chunks[seq] = chunk

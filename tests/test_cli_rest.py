@@ -399,5 +399,13 @@ def test_fluid_scale_runs_in_steps(api: Api, job: int) -> None:
         g for t in count_tasks(abstraction(api, job)).values() for g in t["workload"]["key_groups"]
     ]
     assert sorted(groups) == list(range(128))
-    bad = cli(api, "reconfigure", "scale", job, "count", n, "--fluid", 0)
+    # --fluid 0: every key group in one step (fluid: the count tasks do not pause).
+    version = abstraction(api, job)["job"]["version"]
+    ok(cli(api, "reconfigure", "scale", job, "count", n, "--fluid", 0))
+    rec = ok_json(cli(api, "reconfig", "list", job, "--json"))["items"][0]
+    assert (rec["mode"], rec["status"]) == ("fluid", "completed"), rec
+    assert rec["result_version"] <= version + 3  # one move step (and setup / removals)
+    kept = [f"count-{i}" for i in range(n)]
+    assert all(rec["pause_ms"][t] == 0.0 for t in kept), rec["pause_ms"]
+    bad = cli(api, "reconfigure", "scale", job, "count", n, "--fluid", -1)
     assert bad.exit_code == 2 and "--fluid" in bad.stderr, bad.output

@@ -144,7 +144,20 @@ def test_hung_worker_is_declared_lost_by_heartbeat(no_leftover_processes: None) 
     assert took < 5
 
 
-def test_undecodable_frame_fails_the_job(no_leftover_processes: None) -> None:
+@pytest.mark.parametrize(
+    ("frame", "fragment"),
+    [
+        (b"\x00\x00\x00\x03\xc1\xc1\xc1", "does not decode"),  # 0xc1 is never valid msgpack
+        (
+            protocol.encode([protocol.STATE, 1, "count-0", 3, 0, 1, True, -5]),
+            "announced a payload of -5 bytes",
+        ),
+    ],
+    ids=["garbage", "state-payload-length"],
+)
+def test_undecodable_frame_fails_the_job(
+    no_leftover_processes: None, frame: bytes, fragment: str
+) -> None:
     async def main() -> tuple[str, str]:
         async with LocalCluster(2) as c:
             job = await c.coordinator.submit(
@@ -153,7 +166,7 @@ def test_undecodable_frame_fails_the_job(no_leftover_processes: None) -> None:
             w = c.coordinator.workers["w1"]
             _, writer = await asyncio.open_connection(w.data_host, w.data_port)
             writer.write(protocol.encode([protocol.HELLO, "intruder", c.secret]))
-            writer.write(b"\x00\x00\x00\x03\xc1\xc1\xc1")  # 0xc1 is never valid msgpack
+            writer.write(frame)
             await writer.drain()
             status = await job.wait(10)
             writer.close()
@@ -161,7 +174,7 @@ def test_undecodable_frame_fails_the_job(no_leftover_processes: None) -> None:
 
     status, error = asyncio.run(main())
     assert status == "failed"
-    assert "does not decode" in error and "worker w1" in error
+    assert fragment in error and "worker w1" in error
 
 
 def test_data_connection_with_wrong_secret_is_ignored(cluster: BackgroundCluster) -> None:

@@ -119,15 +119,18 @@ FluidOpt = Annotated[
     int | None,
     typer.Option(
         "--fluid",
-        min=1,
+        min=0,
         metavar="N",
-        help="fluid mode: move N key groups per step, each step its own short reconfiguration",
+        help="fluid mode: tasks that only give or gain key groups do not pause; N key "
+        "groups move per step, each step its own short reconfiguration (0: all in one step)",
     ),
 ]
 
 
 def _pace(fluid: int | None) -> dict[str, Any]:
-    return {} if fluid is None else {"mode": "fluid", "batch_size": fluid}
+    if fluid is None:
+        return {}
+    return {"mode": "fluid", "batch_size": fluid or None}
 
 
 @_command("scale")

@@ -73,18 +73,24 @@ class PlanCreate(_Strict):
     base_version: int = Field(ge=1)
     ops: list[OpBody] = Field(min_length=1)
     mode: Mode = "pause"
-    batch_size: int | None = Field(None, ge=1, description="fluid mode: key groups per batch")
+    batch_size: int | None = Field(
+        None, ge=1, description="fluid mode: key groups per step (none: all in one step)"
+    )
 
     def document(self) -> dict[str, Any]:
         return self.model_dump()
 
 
 class _Paced(_Strict):
-    """How key groups move: all at once (``pause``) or ``batch_size`` at a time, each batch
-    its own short reconfiguration and version (``fluid``)."""
+    """How the change is made: ``pause`` (every affected task pauses until its part is
+    done) or ``fluid`` (tasks that only give or gain key groups go on; records of a moving
+    group wait for its state), in steps of ``batch_size`` key groups, each its own short
+    reconfiguration and version, or in one step."""
 
     mode: Mode = "pause"
-    batch_size: int | None = Field(None, ge=1, description="fluid mode: key groups per batch")
+    batch_size: int | None = Field(
+        None, ge=1, description="fluid mode: key groups per step (none: all in one step)"
+    )
 
 
 class ScaleRequest(_Paced):
