@@ -357,7 +357,7 @@ class PeerLink:
 class _CreditReturn:
     """Credits owed to one sending worker, written back once per event-loop iteration."""
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, writer: asyncio.Transport) -> None:
         self.writer = writer
         self.owed: dict[str, int] = {}
         self.scheduled = False
@@ -386,7 +386,9 @@ class DataServer:
     ``inputs`` is the worker's live registry of input channels by key. A connection that
     fails the HELLO check is closed; a frame for an unknown channel, an undecodable frame
     or a disconnect while channels of that peer are still open fails the reading tasks
-    through their gates, naming the peer.
+    through their gates, naming the peer. Connections are read in place
+    (:class:`_DataConnection`): frames are parsed from the receive buffer, and key-group
+    state is received straight into its own buffer.
     """
 
     def __init__(
@@ -394,7 +396,7 @@ class DataServer:
         secret: str,
         inputs: dict[str, InputChannel],
         on_error: Callable[[str, set[str] | None], None] | None = None,
-        on_state: Callable[[tuple, bytes], None] | None = None,
+        on_state: Callable[[tuple, bytearray], None] | None = None,
         has_job: Callable[[str], bool] | None = None,
     ) -> None:
         self.secret = secret
@@ -403,85 +405,137 @@ class DataServer:
         self.on_state = on_state
         self.has_job = has_job
         self.server: asyncio.Server | None = None
-        self._conns: set[asyncio.Task] = set()
+        self._conns: set[_DataConnection] = set()
 
     async def start(self, host: str, port: int = 0) -> tuple[str, int]:
-        self.server = await asyncio.start_server(self._serve, host, port)
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(lambda: _DataConnection(self), host, port)
         sock = self.server.sockets[0].getsockname()
         return sock[0], sock[1]
 
     async def close(self) -> None:
         if self.server is not None:
             self.server.close()
-        for t in list(self._conns):
-            t.cancel()
+        for conn in list(self._conns):
+            conn.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._conns.add(task)
-        peer = "an unknown worker"
-        seen: dict[str, InputChannel] = {}
+
+def _state_payload(frame: Any) -> int | None:
+    """The length of the raw payload after a ``STATE`` frame (None after any other)."""
+    if type(frame) is tuple and len(frame) == 8 and frame[0] == protocol.STATE:
+        length = frame[7]
+        if type(length) is not int or not 0 <= length <= protocol.MAX_FRAME:
+            raise ValueError(f"a frame announced a payload of {length!r} bytes")
+        return length
+    return None
+
+
+class _DataConnection(asyncio.BufferedProtocol):
+    """One data connection from a peer worker: HELLO first, then data, barriers, ends of
+    stream and state, each routed as it is parsed; credits go back on the same
+    connection."""
+
+    def __init__(self, server: DataServer) -> None:
+        self.server = server
+        self.peer = "an unknown worker"
+        self.frames = protocol.FrameReader("data connection", _state_payload)
+        self.transport: asyncio.Transport | None = None
+        self.credits: _CreditReturn | None = None
+        self.givers: dict[str, Callable[[int], None]] = {}
+        self.seen: dict[str, InputChannel] = {}  # channels this peer has sent on
+        self.ended = False  # refused, failed or closed: nothing more is routed
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        self.server._conns.add(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.frames.buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self.ended:
+            return
         try:
-            hello = await protocol.read_frame(reader, "data connection")
+            for frame, payload in self.frames.received(nbytes):
+                self._route(frame, payload)
+                if self.ended:
+                    return
+        except (ConnectionError, ValueError, TypeError, IndexError) as exc:
+            if not isinstance(exc, ConnectionError):
+                exc = ChannelError(f"{self.peer} sent a malformed frame: {exc}")
+            self._failed(exc)
+
+    def eof_received(self) -> bool:
+        return False  # close our end too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server._conns.discard(self)
+        if self.ended:
+            return
+        if exc is not None:
+            self._failed(exc if isinstance(exc, ConnectionError) else ChannelError(str(exc)))
+            return
+        self.ended = True
+        for ch in self.seen.values():
+            if not ch.closed and ch.gate is not None:
+                ch.gate.fail(ChannelError(f"{self.peer} disconnected before the end of {ch.key}"))
+
+    def close(self) -> None:
+        self.ended = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def _route(self, frame: Any, payload: bytearray | None) -> None:
+        server = self.server
+        if self.credits is None:  # the first frame: who is this?
             if (
-                not isinstance(hello, tuple | list)
-                or len(hello) != 3
-                or hello[0] != protocol.HELLO
-                or not hmac.compare_digest(str(hello[2]), self.secret)
+                not isinstance(frame, tuple | list)
+                or len(frame) != 3
+                or frame[0] != protocol.HELLO
+                or not hmac.compare_digest(str(frame[2]), server.secret)
             ):
                 logger.warning("refused a data connection: bad hello or wrong cluster secret")
+                self.close()
                 return
-            peer = f"worker {hello[1]}"
-            inputs = self.inputs
+            self.peer = self.frames.peer = f"worker {frame[1]}"
+            assert self.transport is not None
+            self.credits = _CreditReturn(self.transport)
+            return
+        tag, key = frame[0], frame[1]
+        if tag == protocol.STATE:
+            if server.on_state is None or payload is None:
+                raise ChannelError(f"{self.peer} sent state, which this worker cannot take")
+            server.on_state(frame, payload)
+            return
+        # Looked up per frame: a reconfiguration may have replaced the channel.
+        ch = server.inputs.get(key)
+        if ch is None:
+            if server.has_job is not None and not server.has_job(key.partition("/")[0]):
+                return  # a job stopped here while the peer still sends: drop
+            raise ChannelError(f"{self.peer} sent data for unknown channel {key!r}")
+        give = self.givers.get(key)
+        if give is None:
+            give = self.givers[key] = self.credits.for_channel(key)
+        self.seen[key] = ch
+        if tag == protocol.DATA:
+            ch.push(Batch(frame[2], frame[3]), give)
+        elif tag == protocol.BARRIER:
+            ch.push(Barrier(BarrierKind(frame[2]), frame[3]), give)
+        elif tag == protocol.END:
+            ch.closed = True
+            ch.push(EndOfStream(), give)
+        else:
+            raise ChannelError(f"{self.peer} sent an unknown frame tag {tag!r}")
 
-            credits = _CreditReturn(writer)
-            givers: dict[str, Callable[[int], None]] = {}
-
-            while True:
-                frame = await protocol.read_frame(reader, peer)
-                tag, key = frame[0], frame[1]
-                if tag == protocol.STATE:
-                    if self.on_state is None:
-                        raise ChannelError(f"{peer} sent state, which this worker cannot take")
-                    self.on_state(frame, await protocol.read_payload(reader, peer, frame[-1]))
-                    continue
-                # Looked up per frame: a reconfiguration may have replaced the channel.
-                ch = inputs.get(key)
-                if ch is None:
-                    if self.has_job is not None and not self.has_job(key.partition("/")[0]):
-                        continue  # a job stopped here while the peer still sends: drop
-                    raise ChannelError(f"{peer} sent data for unknown channel {key!r}")
-                give = givers.get(key)
-                if give is None:
-                    give = givers[key] = credits.for_channel(key)
-                seen[key] = ch
-                if tag == protocol.DATA:
-                    ch.push(Batch(frame[2], frame[3]), give)
-                elif tag == protocol.BARRIER:
-                    ch.push(Barrier(BarrierKind(frame[2]), frame[3]), give)
-                elif tag == protocol.END:
-                    ch.closed = True
-                    ch.push(EndOfStream(), give)
-                else:
-                    raise ChannelError(f"{peer} sent an unknown frame tag {tag!r}")
-        except EOFError:
-            open_channels = [ch for ch in seen.values() if not ch.closed]
-            for ch in open_channels:
-                if ch.gate is not None:
-                    ch.gate.fail(ChannelError(f"{peer} disconnected before the end of {ch.key}"))
-        except (ConnectionError, OSError, ValueError) as exc:
-            for ch in seen.values():
-                if ch.gate is not None and not ch.closed:
-                    ch.gate.fail(
-                        exc if isinstance(exc, ConnectionError) else ChannelError(str(exc))
-                    )
-            logger.warning("data connection from %s failed: %s", peer, exc)
-            if self.on_error is not None:
-                # The jobs this connection carried, or every job if it never got that far.
-                self.on_error(str(exc), {key.partition("/")[0] for key in seen} or None)
-        except asyncio.CancelledError:
-            pass
-        finally:
-            self._conns.discard(task)
-            writer.close()
+    def _failed(self, exc: ConnectionError) -> None:
+        """Fail the reading tasks of this peer's open channels, and the jobs it carried."""
+        self.ended = True
+        for ch in self.seen.values():
+            if ch.gate is not None and not ch.closed:
+                ch.gate.fail(exc)
+        logger.warning("data connection from %s failed: %s", self.peer, exc)
+        if self.server.on_error is not None:
+            # The jobs this connection carried, or every job if it never got that far.
+            self.server.on_error(str(exc), {key.partition("/")[0] for key in self.seen} or None)
+        if self.transport is not None:
+            self.transport.close()

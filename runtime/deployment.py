@@ -583,7 +583,7 @@ class JobRuntime:
             return None
         got = await self.worker.state.take(p.rid, tid, expected)
         for g, data in got.items():
-            if isinstance(data, bytes):
+            if isinstance(data, bytes | bytearray):
                 state.import_group(g, data)
             else:
                 state.groups()[g] = data

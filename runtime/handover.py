@@ -47,14 +47,14 @@ class StateInbox:
 
     def __init__(self) -> None:
         self._parts: dict[tuple[int, str], dict[Any, Any]] = {}
-        self._chunks: dict[tuple[int, str, Any], list[bytes | None]] = {}
+        self._chunks: dict[tuple[int, str, Any], list[bytes | bytearray | None]] = {}
         self._changed = asyncio.Event()
 
     def put(self, rid: int, task: str, part: Any, data: Any) -> None:
         self._parts.setdefault((rid, task), {})[part] = data
         self._changed.set()
 
-    def put_frame(self, frame: tuple, chunk: bytes) -> None:
+    def put_frame(self, frame: tuple, chunk: bytes | bytearray) -> None:
         """A ``[STATE, rid, task, part, seq, total, raw, nbytes]`` frame from a peer and the
         ``chunk`` of payload that followed it."""
         _, rid, task, part, seq, total, raw, _nbytes = frame
@@ -63,7 +63,7 @@ class StateInbox:
         chunks[seq] = chunk
         if all(c is not None for c in chunks):
             del self._chunks[key]
-            data = b"".join(chunks)  # type: ignore[arg-type]
+            data = chunks[0] if total == 1 else b"".join(chunks)  # type: ignore[arg-type]
             self.put(rid, task, part, data if raw else unpackb(data))
 
     async def take(self, rid: int, task: str, parts: set[Any]) -> dict[Any, Any]:

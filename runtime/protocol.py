@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from .codec import CodecError, packb, unpackb
@@ -55,6 +56,7 @@ __all__ = [
     "MAX_FRAME",
     "STATE",
     "FrameError",
+    "FrameReader",
     "channel_key",
     "encode",
     "read_frame",
@@ -84,7 +86,7 @@ def encode(obj: Any) -> bytes:
     return _LEN.pack(len(body)) + body
 
 
-def write_frame(writer: asyncio.StreamWriter, obj: Any) -> int:
+def write_frame(writer: asyncio.StreamWriter | asyncio.WriteTransport, obj: Any) -> int:
     """Queue one frame on ``writer`` (call ``drain`` to respect the transport's buffer)."""
     frame = encode(obj)
     writer.write(frame)
@@ -123,3 +125,87 @@ async def read_frame(reader: asyncio.StreamReader, peer: str) -> Any:
         return unpackb(body)
     except CodecError as exc:
         raise FrameError(f"{peer}: {exc}") from exc
+
+
+class FrameReader:
+    """Frames parsed in place from the bytes of a connection, as asyncio's
+    :class:`~asyncio.BufferedProtocol` receives them (pure: no I/O).
+
+    :meth:`buffer` is where the next bytes go; :meth:`received` parses what arrived and
+    returns the frames it completed, in order, each with the raw payload that follows it
+    (``payload_of(frame)`` says how many bytes, or None: none; a ValueError from it is a
+    bad frame). A payload is received
+    straight into a buffer of its own, with no copy but the socket's. Raises
+    :class:`FrameError` naming ``peer`` for an oversize or undecodable frame.
+    """
+
+    MIN_FREE = 64 * 1024  # the socket is offered at least this much room per read
+
+    def __init__(self, peer: str, payload_of: Callable[[Any], int | None]) -> None:
+        self.peer = peer
+        self._payload_of = payload_of
+        self._buf = bytearray(4 * self.MIN_FREE)
+        self._start = 0  # first byte not parsed yet
+        self._end = 0  # end of the bytes received
+        self._want = 0  # bytes the frame being received needs in all (header + body)
+        self._payload: bytearray | None = None  # a payload being received in place
+        self._payload_got = 0
+        self._payload_frame: Any = None
+
+    def buffer(self) -> memoryview:
+        if self._payload is not None:
+            return memoryview(self._payload)[self._payload_got :]
+        unread = self._end - self._start
+        room = max(self._want, unread + self.MIN_FREE)
+        if len(self._buf) - self._start < room:  # move the unread bytes to the front
+            buf = self._buf if len(self._buf) >= room else bytearray(room)
+            buf[:unread] = self._buf[self._start : self._end]  # same length: no resize
+            self._buf, self._start, self._end = buf, 0, unread
+        return memoryview(self._buf)[self._end :]
+
+    def received(self, n: int) -> list[tuple[Any, bytearray | None]]:
+        done: list[tuple[Any, bytearray | None]] = []
+        if self._payload is not None:
+            self._payload_got += n
+            if self._payload_got == len(self._payload):
+                done.append((self._payload_frame, self._payload))
+                self._payload = self._payload_frame = None
+            return done
+        self._end += n
+        buf = self._buf
+        while self._end - self._start >= 4:
+            (length,) = _LEN.unpack_from(buf, self._start)
+            if length > MAX_FRAME:
+                raise FrameError(
+                    f"{self.peer}: frame of {length} bytes exceeds the {MAX_FRAME} byte limit"
+                )
+            begin, end = self._start + 4, self._start + 4 + length
+            if end > self._end:
+                self._want = 4 + length
+                break
+            self._want = 0
+            with memoryview(buf) as view, view[begin:end] as body:
+                try:
+                    frame = unpackb(body)
+                except CodecError as exc:
+                    raise FrameError(f"{self.peer}: {exc}") from exc
+            self._start = end
+            try:
+                size = self._payload_of(frame)
+            except ValueError as exc:
+                raise FrameError(f"{self.peer}: {exc}") from exc
+            if size is None:
+                done.append((frame, None))
+                continue
+            payload = bytearray(size)
+            have = min(size, self._end - self._start)
+            payload[:have] = buf[self._start : self._start + have]
+            self._start += have
+            if have == size:
+                done.append((frame, payload))
+                continue
+            self._payload, self._payload_got, self._payload_frame = payload, have, frame
+            break  # everything buffered is consumed; the rest comes straight into it
+        if self._start == self._end:
+            self._start = self._end = 0
+        return done

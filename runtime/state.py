@@ -87,7 +87,7 @@ class KeyedState:
         """
         return pickle.dumps(self.group(group), protocol=5)
 
-    def import_group(self, group: int, data: bytes) -> None:
+    def import_group(self, group: int, data: bytes | bytearray) -> None:
         """Own ``group`` with the state in ``data`` (from :meth:`export_group`), replacing any."""
         state = pickle.loads(data)
         if not isinstance(state, dict):

@@ -1,0 +1,93 @@
+"""Frames parsed in place (``FrameReader``): however the bytes are cut, the same frames
+and payloads come out, in order; bad lengths are refused naming the peer."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runtime import protocol
+from runtime.channels import _state_payload  # the data server's rule: what follows a frame
+
+values = st.one_of(st.integers(-(2**40), 2**40), st.text(max_size=20), st.binary(max_size=40))
+data_frames = st.tuples(
+    st.just(protocol.DATA), st.text(max_size=12), st.lists(values, max_size=30).map(tuple)
+)
+state_frames = st.builds(
+    lambda rid, part, payload: ((protocol.STATE, rid, "count-0", part, 0, 1, True), payload),
+    st.integers(1, 99),
+    st.integers(0, 127),
+    st.binary(max_size=300_000),
+)
+
+
+def wire(items: list) -> bytes:
+    out = bytearray()
+    for item in items:
+        if isinstance(item[1], bytes):  # a state frame and its payload
+            head, payload = item
+            out += protocol.encode([*head, len(payload)]) + payload
+        else:
+            out += protocol.encode(list(item))
+    return bytes(out)
+
+
+def expected(items: list) -> list:
+    got = []
+    for item in items:
+        if isinstance(item[1], bytes):
+            head, payload = item
+            got.append(((*head, len(payload)), payload))
+        else:
+            got.append((tuple(item), None))
+    return got
+
+
+def feed(reader: protocol.FrameReader, data: bytes, cuts: list[int]) -> list:
+    """Hand ``data`` to ``reader`` the way a socket would: at most ``cuts[i]`` bytes (and
+    at most what its buffer offers) per read."""
+    out, pos, i = [], 0, 0
+    while pos < len(data):
+        room = reader.buffer()
+        n = min(len(room), cuts[i % len(cuts)], len(data) - pos)
+        room[:n] = data[pos : pos + n]
+        room.release()
+        out += [(f, None if p is None else bytes(p)) for f, p in reader.received(n)]
+        pos, i = pos + n, i + 1
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    items=st.lists(st.one_of(data_frames, state_frames), max_size=12),
+    cuts=st.lists(st.integers(1, 200_000), min_size=1, max_size=8),
+)
+def test_frames_come_out_whole_and_in_order_however_the_bytes_are_cut(
+    items: list, cuts: list[int]
+) -> None:
+    reader = protocol.FrameReader("worker w9", _state_payload)
+    assert feed(reader, wire(items), cuts) == expected(items)
+
+
+def test_a_frame_larger_than_the_buffer_grows_it() -> None:
+    big = (protocol.DATA, "j/a>b", ("x" * 1000,) * 2000)
+    reader = protocol.FrameReader("worker w9", _state_payload)
+    assert feed(reader, protocol.encode(list(big)), [65536]) == [(big, None)]
+
+
+@pytest.mark.parametrize(
+    ("frame", "fragment"),
+    [
+        (b"\xff\xff\xff\xff", "exceeds the"),
+        (b"\x00\x00\x00\x03\xc1\xc1\xc1", "does not decode"),
+        (protocol.encode([protocol.STATE, 1, "count-0", 3, 0, 1, True, -5]), "-5 bytes"),
+        (protocol.encode([protocol.STATE, 1, "count-0", 3, 0, 1, True, "x"]), "'x' bytes"),
+    ],
+    ids=["oversize", "garbage", "negative-payload", "payload-length-not-int"],
+)
+def test_bad_frames_are_refused_naming_the_peer(frame: bytes, fragment: str) -> None:
+    reader = protocol.FrameReader("worker w9", _state_payload)
+    with pytest.raises(protocol.FrameError, match="worker w9") as err:
+        feed(reader, frame, [1 << 20])
+    assert fragment in str(err.value)
