@@ -53,6 +53,8 @@ def throughput_section(d: dict) -> list[str]:
         "p99 around 230 ms; Spark Structured Streaming 200,000 to 870,000 records/s with p99 of "
         "1.8 to 3.4 s. Those were not re-measured here.",
         "",
+        *(f"- {note}" for note in d.get("notes", [])),
+        *([""] if d.get("notes") else []),
     ]
 
 
@@ -62,7 +64,8 @@ def reconfig_section(d: dict) -> list[str]:
         "## Live reconfiguration against stop-and-restart (word count)",
         "",
         f"Run {d['date']} on {m['cpu']} ({m['cores']} cores); `{d['command'].strip()}`. "
-        "Word count on 2 local workers at about half its maximum rate; every word carries "
+        "Word count on 2 local workers at the rate in each heading (by default half the "
+        "maximum in bench/results/throughput.json; `--rate` sets it); every word carries "
         "padding so that each count task holds the given state. Each change is made live, then "
         "the same change (or its mirror, which moves as much) with the stop-and-restart "
         "baseline in the same run. Latency: p99 / max of end-to-end latency from the start of "
@@ -79,6 +82,7 @@ def reconfig_section(d: dict) -> list[str]:
         "worker processes: an optimistic stop-and-restart (no process or JVM start).",
         "",
     ]
+    out += [*(f"- {note}" for note in d.get("notes", [])), *([""] if d.get("notes") else [])]
     for size in d["state_sizes"]:
         out += [
             f"### {fmt(size['state_mb_per_task'])} MB of state per count task "
