@@ -60,6 +60,7 @@ class Progress:
     affected: tuple[str, ...] | None = None
     timings_ms: Mapping[str, float] = field(default_factory=dict)
     pause_ms: Mapping[str, float] = field(default_factory=dict)
+    update_ms: Mapping[str, float] = field(default_factory=dict)
     runtime_id: int | None = None
     version: int | None = None
     abstractions: tuple[dict[str, Any], ...] = ()
@@ -77,6 +78,7 @@ class Progress:
             affected=tuple(sorted(rec.affected)),
             timings_ms=dict(rec.timings_ms),
             pause_ms=dict(sorted(rec.pause_ms.items())),
+            update_ms=dict(sorted(rec.update_ms.items())),
             runtime_id=rec.id,
         )
 

@@ -289,11 +289,16 @@ def test_fluid_scale_moves_key_groups_in_small_steps(api: Api) -> None:
             json={"operator": "count", "parallelism": 4, "mode": "fluid", "batch_size": 16},
         )
         assert r.status_code == 202, r.text
-        assert r.json()["mode"] == "fluid"
+        assert (r.json()["mode"], r.json()["batch_size"]) == ("fluid", 16)
         rec = api.wait_reconfiguration(http, job, r.json()["id"])
         assert rec["status"] == "completed", rec
         # setup (new tasks) + 64 key groups, 16 per step
         assert rec["result_version"] == v + 1 + 4
+        # The count tasks that give key groups never pause; each step's update time is
+        # kept (for them: until the groups they gave had left).
+        assert rec["pause_ms"]["count-0"] == rec["pause_ms"]["count-1"] == 0.0, rec
+        assert set(rec["update_ms"]) <= set(rec["affected_tasks"])
+        assert rec["update_ms"]["count-0"] > 0.0 and rec["update_ms"]["count-2"] > 0.0, rec
         made = [
             x
             for x in http.get(f"/api/v1/jobs/{job}/abstraction/versions").json()["items"]

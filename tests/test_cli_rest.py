@@ -116,7 +116,7 @@ def test_scale_shows_progress_and_timings_then_history(api: Api, job: int) -> No
     assert "completed" in result.stderr  # the progress, phase by phase, on stderr
     assert f"scale, completed (version {version} -> {version + 1}" in out
     assert "timings: prepare" in out and "sync" in out and "update" in out and "total" in out
-    assert "pause per task" in out and "count-0" in out
+    assert "per task" in out and "update" in out and "count-0" in out
 
     page = ok_json(cli(api, "reconfig", "list", job, "--json"))
     rec = page["items"][0]

@@ -37,17 +37,16 @@ def describe_op(op: dict[str, Any]) -> str:
 
 
 def print_timings(rec: dict[str, Any]) -> None:
-    """The phase timings and each affected task's pause."""
+    """The phase timings and each affected task's pause and update time."""
     timings = rec["timings_ms"]
     console.print(
         "timings: " + "  ".join(f"{p} {fmt_ms(timings.get(p))}" for p in PHASES),
         highlight=False,
     )
-    pauses = sorted(rec["pause_ms"].items())
-    if pauses:
-        console.print(
-            table("pause per task", ("task", "pause"), [(t, fmt_ms(ms)) for t, ms in pauses])
-        )
+    pauses, updates = rec["pause_ms"], rec.get("update_ms", {})
+    rows = [(t, fmt_ms(pauses.get(t)), fmt_ms(updates.get(t))) for t in sorted({*pauses, *updates})]
+    if rows:
+        console.print(table("per task", ("task", "pause", "update"), rows))
 
 
 def print_reconfiguration(rec: dict[str, Any]) -> None:
@@ -99,7 +98,7 @@ def show(
     job_id: JobArg,
     reconfiguration_id: Annotated[int, typer.Argument(help="reconfiguration id", min=1)],
 ) -> dict[str, Any]:
-    """One reconfiguration: status, operations, timings, pause per task.
+    """One reconfiguration: status, operations, timings, pause and update time per task.
 
     Also the tasks it affected and, if it failed, why."""
     return api.get(f"/jobs/{job_id}/reconfigurations/{reconfiguration_id}")

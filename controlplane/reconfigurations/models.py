@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, String, Text
+from sqlalchemy import JSON, ForeignKey, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from controlplane.db import Base, utcnow
@@ -27,9 +27,9 @@ TERMINAL_RECONFIGURATION_STATUSES = frozenset({"completed", "failed", "aborted"}
 class Reconfiguration(Base):
     """One reconfiguration of a job: the plan (``base_version``, ops, mode), where it
     came from (``origin``: plan, scale, rebalance, migrate, logic), how it went (status,
-    error, affected tasks, phase timings and per-task pauses in milliseconds) and the
-    version it made current (``result_version``, once completed). ``runtime_id`` is the
-    coordinator's id of the record, once it has one."""
+    error, affected tasks, phase timings, per-task pauses and update times in
+    milliseconds) and the version it made current (``result_version``, once completed).
+    ``runtime_id`` is the coordinator's id of the record, once it has one."""
 
     __tablename__ = "reconfigurations"
 
@@ -42,6 +42,7 @@ class Reconfiguration(Base):
     error: Mapped[str | None] = mapped_column(Text)
     timings_ms: Mapped[dict[str, Any]]
     pause_ms: Mapped[dict[str, Any]]
+    update_ms: Mapped[dict[str, Any]] = mapped_column(default=dict, server_default=text("'{}'"))
     base_version: Mapped[int]
     result_version: Mapped[int | None]
     runtime_id: Mapped[int | None]

@@ -143,11 +143,17 @@ class ReconfigurationRead(BaseModel):
     base_version: int
     result_version: int | None = Field(description="the version it made current")
     mode: Mode
+    batch_size: int | None = Field(description="fluid mode: key groups per step (none: one step)")
     ops: list[OpBody]
     affected_tasks: list[str]
     error: str | None
     timings_ms: Timings
     pause_ms: dict[str, float] = Field(description="per affected task, how long it paused")
+    update_ms: dict[str, float] = Field(
+        description="per affected task, how long its part of the update took, to resuming; a "
+        "task that did not pause (fluid mode) until the last key group it gains had arrived "
+        "and the records waiting for it were processed (fluid steps: the longest)"
+    )
     created_at: datetime
     ended_at: datetime | None
 
@@ -161,11 +167,13 @@ class ReconfigurationRead(BaseModel):
             base_version=rec.base_version,
             result_version=rec.result_version,
             mode=rec.plan.get("mode", "pause"),
+            batch_size=rec.plan.get("batch_size"),
             ops=rec.plan["ops"],
             affected_tasks=rec.affected_tasks,
             error=rec.error,
             timings_ms=Timings.model_validate(rec.timings_ms),
             pause_ms=rec.pause_ms,
+            update_ms=rec.update_ms,
             created_at=rec.created_at,
             ended_at=rec.ended_at,
         )

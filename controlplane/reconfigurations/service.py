@@ -202,6 +202,7 @@ def request_reconfiguration(
         error=None,
         timings_ms={},
         pause_ms={},
+        update_ms={},
         base_version=plan.base_version,
         result_version=None,
         runtime_id=None,
@@ -245,6 +246,7 @@ def record_progress(*, session: Session, reconfiguration_id: int, progress: Prog
         rec.affected_tasks = list(progress.affected)
     rec.timings_ms = dict(progress.timings_ms)
     rec.pause_ms = dict(progress.pause_ms)
+    rec.update_ms = dict(progress.update_ms)
     rec.runtime_id = progress.runtime_id if progress.runtime_id is not None else rec.runtime_id
     if progress.done:
         rec.ended_at = db.utcnow()
