@@ -21,9 +21,10 @@ tasks: a keyed task whose only change is which key groups it owns
 (:func:`~runtime.layout.in_place_owners`) acks the barrier without pausing. What it gives
 away is shipped while it goes on with the rest, hottest groups first; records of a group
 it gains wait for that group's state alone and are processed as it arrives, in the
-task's own loop. A new keyed task starts at the update the same way, before its state
-has come. Only upstream tasks (whose routing swaps) and tasks that move, start, stop or
-change logic pause.
+task's own loop. A new keyed task, or a keyed task's new instance on another worker,
+starts at the update the same way, before its state has come. Only upstream tasks (whose
+routing swaps), the old instances of tasks that move or stop, and tasks whose logic
+changes pause.
 """
 
 from __future__ import annotations
@@ -416,9 +417,10 @@ class JobRuntime:
         t0 = time.perf_counter()
         if tid in p.in_place:
             task = self.tasks[tid]
+            gained = set(new.assignment[tid]) - set(old.assignment[tid])
             await asyncio.gather(
                 self._ship_out(p, task, old, new, everything=False),
-                self._receive_groups(p, task, set(new.assignment[tid])),
+                self._receive_groups(p, task, gained),
             )
             self._report(p, tid, 0.0, t0)
             return
@@ -436,12 +438,15 @@ class JobRuntime:
         if stays_here and not was_here:
             task = p.new_tasks.pop(tid)
             processor = _keyed(task)
-            if p.fluid and processor is not None and old.placement.get(tid) is None:
-                # A new keyed task starts at once; its records wait for their state.
-                processor.await_groups(new.assignment[tid])
+            if p.fluid and processor is not None:
+                # A new (or moved) keyed task starts at once; its records wait for their state.
+                groups = set(new.assignment[tid])
+                for g in groups:
+                    processor.state.drop_group(g)  # an empty placeholder: the state is coming
+                processor.await_groups(groups)
                 self.tasks[tid] = task
                 task.start(self.start_time)
-                await self._receive_groups(p, task, set(new.assignment[tid]))
+                await self._receive_groups(p, task, groups)
                 self._report(p, tid, 0.0, t0)
                 return
             position = await self._ship_in(p, task, old, new)
@@ -476,12 +481,11 @@ class JobRuntime:
         pause = task.resume()
         self._report(p, tid, pause, t0)
 
-    async def _receive_groups(self, p: _Pending, task: BaseTask, owned: set[int]) -> None:
-        """Fluid mode: hand each key group ``task`` awaits to its loop as soon as its state
-        arrives; return when all of them have been taken in (their waiting records done)."""
+    async def _receive_groups(self, p: _Pending, task: BaseTask, expected: set[int]) -> None:
+        """Fluid mode: hand each key group in ``expected`` to ``task``'s loop as soon as its
+        state arrives; return when all have been taken in (their waiting records done)."""
         processor = _keyed(task)
         assert isinstance(task, StreamTask) and processor is not None
-        expected = owned - set(processor.state.owned())
         taken: list[asyncio.Future] = []
         async for g, data in self.worker.state.arrivals(p.rid, task.task_id, expected):
             taken.append(task.call_soon(functools.partial(processor.arrive, g, data)))
@@ -538,8 +542,7 @@ class JobRuntime:
         op_tasks = new.tasks_of(task.op.name)
         owner_of = {g: t for t in op_tasks for g in new.assignment.get(t, ())}
         leaving = [g for g in state.owned() if g not in kept]
-        running = tid in p.in_place
-        if running:  # records of these groups wait for them: the busiest go first
+        if p.fluid:  # records of these groups wait for them: the busiest go first
             counts = task.metrics.key_group_counts or []
             leaving.sort(key=lambda g: -counts[g] if g < len(counts) else 0)
         for g in leaving:
@@ -550,8 +553,8 @@ class JobRuntime:
             else:
                 await self._send_part(p.rid, dest, dest_worker, g, state.export_group(g), raw=True)
             state.drop_group(g)
-            if running:
-                await asyncio.sleep(0)  # the task (and the worker's others) go on between groups
+            if p.fluid:
+                await asyncio.sleep(0)  # the worker's running tasks go on between groups
 
     async def _send_part(
         self, rid: int, dest: str, dest_worker: str, part: Any, data: Any, raw: bool

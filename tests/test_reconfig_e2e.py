@@ -160,10 +160,12 @@ def test_fluid_moves_key_groups_without_pausing_their_owners(
     """In fluid mode the count tasks that give and gain key groups never pause (only their
     upstream task, whose routing swaps, does), and records of a moving key group that
     arrive before its state wait for it and keep their order: the count fails the job on
-    a record numbered lower than one it has counted for the key. Results are exact."""
+    a record numbered lower than one it has counted for the key. A task migrated in one
+    fluid step starts on its new worker at once, its records waiting the same way.
+    Results are exact."""
     from dataclasses import replace
 
-    from controlplane.abstraction import AssignWorkload, Plan, scale
+    from controlplane.abstraction import AssignWorkload, Plan, migrate, scale
 
     records = 60_000
     out = tmp_path / "out"
@@ -171,8 +173,19 @@ def test_fluid_moves_key_groups_without_pausing_their_owners(
     params = {"records": records, "rate": 20_000, "output": str(out), "pad": 400_000}
     job = cluster.submit(load_job("tests.e2e_jobs:ordered_job", params))
     time.sleep(0.3)
-    for i in range(4):
+    for i in range(5):
         a = job.abstraction
+        if i == 4:  # count-0 moves whole, in one step: its new instance starts at once
+            worker = a.task("count-0").resources.worker
+            other = next(w.id for w in a.workers if w.id != worker)
+            rec = cluster.call(
+                cluster.coordinator.apply_plan(
+                    job.id, replace(migrate(a, "count-0", other), mode="fluid")
+                )
+            )
+            assert rec.status == "completed", rec.error
+            assert rec.steps == 1 and job.abstraction.task("count-0").resources.worker == other
+            continue
         if i == 2:  # a new count task (and sink) takes groups from count-0 and count-1
             plan = replace(scale(a, "count", 3), mode="fluid")
         else:  # the first task gives half its groups to the last

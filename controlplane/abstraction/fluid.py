@@ -15,14 +15,16 @@ plan's result (with a version per step). Steps, in order:
 1. Setup: every operation of the plan except keyed workloads, removals and the moves of
    keyed tasks to other workers, in the plan's order (new tasks and workers, migrations
    of tasks without key groups, logic, weights). Omitted when there is none.
-2. Moves of keyed tasks that own key groups (``migrate``) go through a stand-in: a
-   temporary task of the same operator on the target worker (with the operators
-   forward-connected to it, as a scale-out would add), which takes the task's key groups
-   in batches; then the emptied task moves (nothing to ship), takes its key groups back
-   from the stand-in in one step (a hand-over on one worker copies no state), and the
-   stand-in is removed at the end. When that is not possible (the operator's parallelism
-   changes in the same plan, no slot for the stand-in, a task with its own logic) the
-   task moves whole, in the setup step.
+2. With a ``batch_size``, moves of keyed tasks that own key groups (``migrate``) go
+   through a stand-in: a temporary task of the same operator on the target worker (with
+   the operators forward-connected to it, as a scale-out would add), which takes the
+   task's key groups in batches; then the emptied task moves (nothing to ship), takes its
+   key groups back from the stand-in in one step (a hand-over on one worker copies no
+   state), and the stand-in is removed at the end. Without one, or when that is not
+   possible (the operator's parallelism changes in the same plan, no slot for the
+   stand-in, a task with its own logic), the task moves whole, in the setup step (in
+   fluid mode its new instance starts at once, each key group's records waiting for that
+   group's state).
 3. One step per batch of the plan's other key-group moves: ``(operator, from task, to
    task, group)`` sorted, so that a batch touches few tasks, cut every ``batch_size``
    moves (one batch when ``batch_size`` is None).
@@ -182,7 +184,7 @@ def fluid_steps(
     the steps before it leave."""
     result = apply_plan(base, plan, resolve_logic=resolve_logic)
     migrations = _migrations(base, plan, result)
-    if migrations:
+    if migrations and plan.batch_size is not None:
         try:
             return _through_stand_ins(base, plan, result, migrations, resolve_logic)
         except PlanError:  # e.g. no slot for a stand-in: the tasks move whole

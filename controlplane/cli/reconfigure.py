@@ -179,8 +179,9 @@ def migrate(
     worker: Annotated[str, typer.Argument(help='worker id, or "new" for a fresh worker')],
     fluid: FluidOpt = None,
 ) -> dict[str, Any]:
-    """Move one task, with its state, to another worker (with --fluid, a keyed task hands
-    its key groups over in steps through a stand-in on that worker)."""
+    """Move one task, with its state, to another worker (with --fluid N, a keyed task hands
+    its key groups over N at a time through a stand-in on that worker; with --fluid 0 its
+    new instance starts at once and each key group's records wait for its state)."""
     body = {"task": task, "worker": worker, **_pace(fluid)}
     return api.post(f"/jobs/{job_id}/migrate", body)
 
