@@ -9,7 +9,9 @@ The worker's part of the reconfiguration protocol (the coordinator drives the st
    peers. Nothing running changes; :meth:`abort` undoes all of it.
 2. Sync: when an affected task has aligned the reconfiguration barrier and forwarded it,
    :meth:`barrier_aligned` tells it to pause (the worker acks ``paused``); unaffected tasks
-   go on.
+   go on, and so do affected tasks that change nothing themselves (downstream of a task
+   that moves: they only have to have taken in what its old instance sent before the
+   barrier, see :func:`~runtime.layout.sync_only_tasks`).
 3. ``update(rid)``: each affected task here applies its own part and resumes at once:
    routing tables and output channels are rebuilt (channels to unchanged targets are
    kept), input channels added or removed, key groups that leave are exported and shipped
@@ -50,7 +52,7 @@ from .channels import (
 from .dataflow import JobGraph, OperatorSpec
 from .handover import send_state
 from .keygroups import key_group_fn
-from .layout import Layout, affected_tasks, in_place_owners, split_task_id
+from .layout import Layout, affected_tasks, in_place_owners, split_task_id, sync_only_tasks
 from .metrics import TaskMetrics
 from .operators import KeyedProcessor, SinkProcessor, make_processor
 from .partitioning import BroadcastEdge, Edge, ForwardEdge, KeyGroupEdge, Outputs, RebalanceEdge
@@ -83,6 +85,7 @@ class _Pending:
     paused: set[str] = field(default_factory=set)
     fluid: bool = False
     in_place: set[str] = field(default_factory=set)  # keyed tasks that do not pause (fluid)
+    sync_only: set[str] = field(default_factory=set)  # tasks that only align the barrier
     updating: bool = False
     finished: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -287,6 +290,8 @@ class JobRuntime:
         if tid not in p.affected:
             return False
         self.worker.send({"type": "paused", "job_id": self.job_id, "rid": p.rid, "task": tid})
+        if tid in p.sync_only:  # it has taken in all a moving upstream task sent before
+            return False
         if tid in p.in_place:  # fluid: only the key groups it gains wait, for their state
             _keyed(task).await_groups(p.layout.assignment[tid])
             return False
@@ -318,6 +323,7 @@ class JobRuntime:
                 raise ReconfigError(f"task {tid} is {task.status}; only running tasks can change")
         self.peers.update(peers)
         p = _Pending(rid, barrier_id, layout, set(affected), fluid=fluid)
+        p.sync_only = sync_only_tasks(self.graph, self.layout, layout) & p.affected
         if fluid:
             p.in_place = {
                 t
@@ -415,6 +421,9 @@ class JobRuntime:
         was_here = old.placement.get(tid) == self.me
         stays_here = new.placement.get(tid) == self.me
         t0 = time.perf_counter()
+        if tid in p.sync_only:
+            self._report(p, tid, 0.0, t0)
+            return
         if tid in p.in_place:
             task = self.tasks[tid]
             gained = set(new.assignment[tid]) - set(old.assignment[tid])

@@ -18,7 +18,14 @@ from typing import Any
 from .dataflow import InputSpec, JobGraph, OperatorSpec
 from .keygroups import contiguous_split
 
-__all__ = ["Layout", "affected_tasks", "in_place_owners", "moved_key_groups", "split_task_id"]
+__all__ = [
+    "Layout",
+    "affected_tasks",
+    "in_place_owners",
+    "moved_key_groups",
+    "split_task_id",
+    "sync_only_tasks",
+]
 
 
 def split_task_id(task_id: str) -> tuple[str, int]:
@@ -155,9 +162,33 @@ def affected_tasks(graph: JobGraph, old: Layout, new: Layout) -> set[str]:
     New and removed tasks; tasks whose worker, key groups, weight or logic change; the
     direct upstream tasks of tasks that are new, removed, moved or whose work changes
     (their routing changes); the direct downstream tasks whose set of upstream tasks
-    changes (a channel is added or removed). A downstream task of a task that only moves
-    is not affected: its input channel is reused by the task's new instance.
+    changes (a channel is added or removed), or one of whose upstream tasks moves: its
+    channel is reused by the task's new instance, and the downstream task must have taken
+    in all the old instance sent before the barrier before the new one sends (those only
+    sync, see :func:`sync_only_tasks`).
     """
+    affected = _changed(graph, old, new)
+    moved = {
+        t
+        for t in old.placement.keys() & new.placement.keys()
+        if old.placement[t] != new.placement[t]
+    }
+    affected.update(
+        d
+        for u, d in old.channels(graph) & new.channels(graph)
+        if u in moved and d in old.placement and d in new.placement
+    )
+    return affected
+
+
+def sync_only_tasks(graph: JobGraph, old: Layout, new: Layout) -> set[str]:
+    """Affected tasks that change nothing themselves (downstream of a task that moves):
+    they ack the barrier once aligned and never pause."""
+    return affected_tasks(graph, old, new) - _changed(graph, old, new)
+
+
+def _changed(graph: JobGraph, old: Layout, new: Layout) -> set[str]:
+    """The affected tasks that change: their own work, place, logic, routing or inputs."""
     rerouted = _rerouted(old, new)
     affected = set(rerouted)
     affected.update(

@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 from runtime.dataflow import load_job
-from runtime.layout import Layout, affected_tasks, in_place_owners
+from runtime.layout import Layout, affected_tasks, in_place_owners, sync_only_tasks
 
 GRAPH = load_job("examples.wordcount:build", {"records": 10, "parallelism": 2})
 BASE = Layout.initial(GRAPH, ["w1", "w2"])  # x-0 on w1, x-1 on w2 for every operator
@@ -65,3 +65,14 @@ def test_in_place_owners(new: Layout, expected: set[str]) -> None:
 def test_a_logic_swap_takes_a_task_out_of_place() -> None:
     new = REBALANCED.replace(logic={"count-1": pickle.dumps(len)})
     assert in_place_owners(GRAPH, BASE, new) == {"count-0"}
+
+
+def test_the_downstream_of_a_moving_task_only_syncs() -> None:
+    """sink-1 keeps its channel from count-1 when count-1 moves: it must have taken in what
+    the old instance sent before the barrier (so it is affected) but changes nothing."""
+    new = moved(BASE, count_1="w1")
+    assert "sink-1" in affected_tasks(GRAPH, BASE, new)
+    assert sync_only_tasks(GRAPH, BASE, new) == {"sink-1"}
+    # Moving with it, the sink changes itself; a rebalance moves no task.
+    assert sync_only_tasks(GRAPH, BASE, moved(BASE, count_1="w1", sink_1="w1")) == set()
+    assert sync_only_tasks(GRAPH, BASE, REBALANCED) == set()

@@ -185,6 +185,8 @@ def test_fluid_moves_key_groups_without_pausing_their_owners(
             )
             assert rec.status == "completed", rec.error
             assert rec.steps == 1 and job.abstraction.task("count-0").resources.worker == other
+            # Its sink kept its channel: it only had to align the barrier, never paused.
+            assert "out-0" in rec.affected and rec.pause_ms["out-0"] == 0.0, rec.pause_ms
             continue
         if i == 2:  # a new count task (and sink) takes groups from count-0 and count-1
             plan = replace(scale(a, "count", 3), mode="fluid")

@@ -7,7 +7,9 @@ Protocol (the worker's side is :mod:`runtime.deployment`):
    creates new tasks idle, registers input channels for new channels and loads new
    logic. Any failure, or silence past ``PREPARE_TIMEOUT_S``, aborts: nothing changed.
 2. **Sync.** Inject a reconfiguration barrier at the sources. Every task forwards it once
-   aligned; affected tasks then pause and ack ``paused``; unaffected tasks never stop.
+   aligned; affected tasks then pause and ack ``paused`` (those that change nothing
+   themselves, and in fluid mode keyed tasks that only give or gain key groups, ack
+   without pausing); unaffected tasks never stop.
    Sync ends when every affected task that existed before has paused. Past the sync
    timeout the reconfiguration aborts: paused tasks resume with the old configuration.
 3. **Update.** Send ``update``: each affected task applies its own part (routing swap,
