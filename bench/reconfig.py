@@ -162,7 +162,7 @@ async def run_state_size(state_mb: float, rate_words: float) -> dict:
             await asyncio.sleep(AFTER_S + 1.1)
             after = window(job, t0, t1 + AFTER_S)
             recovered = await recover(job, steady_p99)
-            await asyncio.sleep(BEFORE_S)  # so the next change's "before" window is steady
+            await settle(job, steady_p99)  # so the next change's "before" window is steady
             entry[how] = {
                 "status": rec.status,
                 "error": rec.error,
@@ -217,6 +217,18 @@ async def recover(job: Job, steady_p99: float) -> float | None:
         if last["count"] and last["p99_ms"] <= 2 * max(steady_p99, 5.0):
             return round(time.time() - t0, 1)
     return None
+
+
+async def settle(job: Job, steady_p99: float) -> None:
+    """Wait at least BEFORE_S, and until the p99 of the last BEFORE_S seconds is within 2x
+    of steady (at most RECOVER_S more): the next change's "before" window is then steady."""
+    t0 = time.time()
+    await asyncio.sleep(BEFORE_S)
+    while time.time() - t0 < BEFORE_S + RECOVER_S:
+        last = window(job, time.time() - BEFORE_S, time.time())["latency"]
+        if last["count"] and last["p99_ms"] <= 2 * max(steady_p99, 5.0):
+            return
+        await asyncio.sleep(1.0)
 
 
 async def sync_vs_upstream(counts: list[int]) -> list[dict]:
