@@ -472,8 +472,8 @@ class _DataConnection(asyncio.BufferedProtocol):
         self.server._conns.discard(self)
         if self.ended:
             return
-        if exc is not None:
-            self._failed(exc if isinstance(exc, ConnectionError) else ChannelError(str(exc)))
+        if exc is not None:  # a reset or a read error: say which peer it was
+            self._failed(ChannelError(f"data connection from {self.peer} broke: {exc}"))
             return
         self.ended = True
         for ch in self.seen.values():
