@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, object_session
 
 from controlplane import db
@@ -162,23 +162,41 @@ def mark_unreachable(job: Job, reason: str) -> None:
 
 
 def _update(job: Job, status: str, error: str | None) -> None:
-    """Set the job's status, with an event when it starts running or ends."""
+    """Set the job's status, with an event when it starts running or ends.
+
+    Requests and the tracker refresh jobs concurrently, each in its own transaction: such
+    a transition is made by an UPDATE guarded by the status this session had read, and
+    only the session whose UPDATE changed the row records the event; a session that lost
+    the race takes the row as the winner left it.
+    """
     before = job.status
-    job.status, job.error = status, error
-    if status == before or not (
-        status in TERMINAL_JOB_STATUSES or (status == "running" and before == "starting")
-    ):
-        return
     session = object_session(job)
-    if session is not None:
-        why = f": {error}" if error else ""
-        events.record(
-            session=session,
-            kind=f"job.{status}",
-            job_id=job.id,
-            message=f"job {job.id} ({job.name}) {status}{why}",
-            data={"error": error} if error else {},
-        )
+    if (
+        session is None
+        or status == before
+        or not (status in TERMINAL_JOB_STATUSES or (status == "running" and before == "starting"))
+    ):
+        job.status, job.error = status, error
+        return
+    session.flush()  # the row as this session has it
+    moved = session.execute(
+        update(Job)
+        .where(Job.id == job.id, Job.status == before)
+        .values(status=status, error=error)
+        .execution_options(synchronize_session=False)
+    )
+    if moved.rowcount != 1:  # another transaction made the change first
+        session.refresh(job)
+        return
+    job.status, job.error = status, error
+    why = f": {error}" if error else ""
+    events.record(
+        session=session,
+        kind=f"job.{status}",
+        job_id=job.id,
+        message=f"job {job.id} ({job.name}) {status}{why}",
+        data={"error": error} if error else {},
+    )
 
 
 def sync_states(
@@ -188,7 +206,8 @@ def sync_states(
     ``missing``, a job absent from ``states`` is marked failed with that reason. Returns
     how many rows changed."""
     changed = 0
-    for job in session.scalars(select(Job).where(Job.status.in_(_LIVE))):
+    # In id order, as pages of jobs are: concurrent refreshes lock rows in one order.
+    for job in session.scalars(select(Job).where(Job.status.in_(_LIVE)).order_by(Job.id.desc())):
         state = states.get(job_key(job.id))
         if state is not None:
             changed += refresh(job, state)
