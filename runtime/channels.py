@@ -460,7 +460,7 @@ class _DataConnection(asyncio.BufferedProtocol):
                 self._route(frame, payload)
                 if self.ended:
                     return
-        except (ConnectionError, ValueError, TypeError, IndexError) as exc:
+        except (ConnectionError, ValueError, TypeError, LookupError, AttributeError) as exc:
             if not isinstance(exc, ConnectionError):
                 exc = ChannelError(f"{self.peer} sent a malformed frame: {exc}")
             self._failed(exc)

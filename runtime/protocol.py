@@ -134,9 +134,9 @@ class FrameReader:
     :meth:`buffer` is where the next bytes go; :meth:`received` parses what arrived and
     returns the frames it completed, in order, each with the raw payload that follows it
     (``payload_of(frame)`` says how many bytes, or None: none; a ValueError from it is a
-    bad frame). A payload is received
-    straight into a buffer of its own, with no copy but the socket's. Raises
-    :class:`FrameError` naming ``peer`` for an oversize or undecodable frame.
+    bad frame). A payload is received straight into a buffer of its own, with no copy but
+    the socket's. Raises :class:`FrameError` naming ``peer`` for an oversize or
+    undecodable frame.
     """
 
     MIN_FREE = 64 * 1024  # the socket is offered at least this much room per read

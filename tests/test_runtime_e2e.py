@@ -152,8 +152,9 @@ def test_hung_worker_is_declared_lost_by_heartbeat(no_leftover_processes: None) 
             protocol.encode([protocol.STATE, 1, "count-0", 3, 0, 1, True, -5]),
             "announced a payload of -5 bytes",
         ),
+        (protocol.encode(5), "sent a malformed frame"),  # decodes, but is no frame
     ],
-    ids=["garbage", "state-payload-length"],
+    ids=["garbage", "state-payload-length", "not-a-frame"],
 )
 def test_undecodable_frame_fails_the_job(
     no_leftover_processes: None, frame: bytes, fragment: str
