@@ -68,12 +68,7 @@ class StateInbox:
 
     async def take(self, rid: int, task: str, parts: set[Any]) -> dict[Any, Any]:
         """Wait until every part in ``parts`` arrived for ``task``; remove and return them."""
-        while True:
-            got = self._parts.get((rid, task), {})
-            if parts <= got.keys():
-                return {p: got.pop(p) for p in parts}
-            self._changed.clear()
-            await self._changed.wait()
+        return {part: data async for part, data in self.arrivals(rid, task, parts)}
 
     async def arrivals(
         self, rid: int, task: str, parts: set[Any]

@@ -167,24 +167,27 @@ def affected_tasks(graph: JobGraph, old: Layout, new: Layout) -> set[str]:
     in all the old instance sent before the barrier before the new one sends (those only
     sync, see :func:`sync_only_tasks`).
     """
-    affected = _changed(graph, old, new)
-    moved = {
-        t
-        for t in old.placement.keys() & new.placement.keys()
-        if old.placement[t] != new.placement[t]
-    }
-    affected.update(
-        d
-        for u, d in old.channels(graph) & new.channels(graph)
-        if u in moved and d in old.placement and d in new.placement
-    )
-    return affected
+    return _changed(graph, old, new) | _downstream_of_moved(graph, old, new)
 
 
 def sync_only_tasks(graph: JobGraph, old: Layout, new: Layout) -> set[str]:
     """Affected tasks that change nothing themselves (downstream of a task that moves):
     they ack the barrier once aligned and never pause."""
-    return affected_tasks(graph, old, new) - _changed(graph, old, new)
+    return _downstream_of_moved(graph, old, new) - _changed(graph, old, new)
+
+
+def _downstream_of_moved(graph: JobGraph, old: Layout, new: Layout) -> set[str]:
+    """Tasks in both layouts that keep a channel from a task that moves."""
+    moved = {
+        t
+        for t in old.placement.keys() & new.placement.keys()
+        if old.placement[t] != new.placement[t]
+    }
+    return {
+        d
+        for u, d in old.channels(graph) & new.channels(graph)
+        if u in moved and d in old.placement and d in new.placement
+    }
 
 
 def _changed(graph: JobGraph, old: Layout, new: Layout) -> set[str]:

@@ -34,7 +34,7 @@ frame is ``[HELLO, worker_id, secret]``; then ``[DATA, channel, values, timestam
 in one event-loop iteration travel together). During a reconfiguration, state moves on
 the same links: ``[STATE, rid, task, part, seq, total, raw, nbytes]`` followed by
 ``nbytes`` raw bytes, outside any frame (a chunk of a key group's exported state, or of
-a source position; see :func:`read_payload`). ``channel`` is
+a source position; see :class:`FrameReader`). ``channel`` is
 ``"<job>/<upstream task>><downstream task>"`` (see :func:`channel_key`).
 """
 
@@ -60,7 +60,6 @@ __all__ = [
     "channel_key",
     "encode",
     "read_frame",
-    "read_payload",
     "write_frame",
 ]
 
@@ -91,16 +90,6 @@ def write_frame(writer: asyncio.StreamWriter | asyncio.WriteTransport, obj: Any)
     frame = encode(obj)
     writer.write(frame)
     return len(frame)
-
-
-async def read_payload(reader: asyncio.StreamReader, peer: str, length: Any) -> bytes:
-    """The ``length`` raw bytes that follow a frame announcing them (a state chunk)."""
-    if type(length) is not int or not 0 <= length <= MAX_FRAME:
-        raise FrameError(f"{peer}: a frame announced a payload of {length!r} bytes")
-    try:
-        return await reader.readexactly(length)
-    except asyncio.IncompleteReadError as exc:
-        raise FrameError(f"{peer}: connection closed inside a {length}-byte payload") from exc
 
 
 async def read_frame(reader: asyncio.StreamReader, peer: str) -> Any:
