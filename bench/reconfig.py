@@ -137,7 +137,7 @@ def steps() -> list[tuple[str, str, object]]:
     ]
 
 
-async def run_state_size(state_mb: float, rate_words: float) -> dict:
+async def run_state_size(state_mb: float, rate_words: float, only: list[str] | None = None) -> dict:
     pad = int(state_mb * 2**20 / (KEYS / 2))  # two count tasks share the 10,000 words
     params = {
         "records": 0,
@@ -154,6 +154,8 @@ async def run_state_size(state_mb: float, rate_words: float) -> dict:
         await asyncio.sleep(WARMUP_S)
         steady_p99 = window(job, time.time() - 3.0, time.time())["latency"]["p99_ms"]
         for name, how, build in steps():
+            if only and not any(o in f"{name} / {how}" for o in only):
+                continue
             entry = entries.setdefault(name, {"change": name})
             before = window(job, time.time() - BEFORE_S, time.time())
             t0 = time.time()
@@ -186,7 +188,9 @@ async def run_state_size(state_mb: float, rate_words: float) -> dict:
         summary = job.summary()
         await co.stop_job(job.id)
     for entry in entries.values():
-        base = entry["restart"]
+        base = entry.get("restart")
+        if base is None:
+            continue
         for how in ("live", "fluid_all"):
             if how in entry:
                 live = entry[how]
@@ -273,14 +277,19 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=None, help="words/s (default: half the max)")
     parser.add_argument("--state-mb", type=float, nargs="+", default=[1, 10, 100])
-    parser.add_argument("--upstream", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--upstream", type=int, nargs="*", default=[1, 2, 4, 8])
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        help="run only the changes whose 'change / how' contains one of these (e.g. 'migrate')",
+    )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "reconfig.json"))
     args = parser.parse_args()
     rate = args.rate or half_rate_default()
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     sizes = []
     for mb in args.state_mb:
-        sizes.append(await run_state_size(mb, rate))
+        sizes.append(await run_state_size(mb, rate, args.only))
     sync = await sync_vs_upstream(args.upstream)
     write_report(
         args.out, "reconfig", started, linger_ms=5.0, state_sizes=sizes, sync_vs_upstream=sync

@@ -573,3 +573,45 @@ def test_a_listener_follows_the_record_through_every_phase(cluster: BackgroundCl
     assert rec.status == "completed", rec.error
     assert [s for s, _ in seen][:5] == ["pending", "preparing", "syncing", "updating", "completed"]
     assert seen[-1] == ("completed", True)
+
+
+def test_restart_baseline_on_new_workers(no_leftover_processes: None, tmp_path: Path) -> None:
+    """The baseline on new worker processes: the old ones exit, the results stay exact, and
+    it is refused (nothing changed) while another job shares the workers."""
+    from controlplane.abstraction import scale
+
+    c = BackgroundCluster(workers=2)
+    try:
+        co = c.coordinator
+        params = {"records": 40_000, "rate": 20_000, "output": str(tmp_path / "out")}
+        job = c.submit(load_job("examples.wordcount:build", params))
+        other = c.submit(load_job("examples.wordcount:build", {"records": 0, "rate": 100}))
+        time.sleep(0.5)
+        with pytest.raises(ReconfigurationError, match=r"worker w1 also runs job .*same workers"):
+            c.call(
+                co.apply_plan(
+                    job.id, scale(job.abstraction, "count", 3), restart=True, new_workers=True
+                )
+            )
+        assert job.status == "running" and job.abstraction.version == 1
+        c.call(co.stop_job(other.id))
+        rec = c.call(
+            co.apply_plan(
+                job.id, scale(job.abstraction, "count", 3), restart=True, new_workers=True
+            )
+        )
+        assert rec.status == "completed", rec.error
+        assert rec.worker_map == {"w1": "w3", "w2": "w4"}
+        assert set(job.layout.workers_used()) == {"w3", "w4"}
+        placed = {t.resources.worker for op in job.abstraction.operators for t in op.tasks}
+        assert placed == {"w3", "w4"}
+        assert job.layout.tasks_of("count") == ["count-0", "count-1", "count-2"]
+        deadline = time.monotonic() + 10
+        while {co.workers["w1"].status, co.workers["w2"].status} != {"lost"}:
+            assert time.monotonic() < deadline, "the old workers did not exit"
+            time.sleep(0.1)
+        assert c.wait(job, 60) == "finished", job.error
+        assert wordcount.read_results(str(tmp_path / "out")) == wordcount.reference(params)
+        assert job.summary()["sink_records"] == 40_000 * 8
+    finally:
+        c.close()

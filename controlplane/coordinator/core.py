@@ -283,10 +283,12 @@ class Coordinator:
         wait: bool = True,
         sync_timeout_s: float | None = None,
         restart: bool = False,
+        new_workers: bool = False,
         on_change: Any = None,
     ) -> Any:
         """Validate ``plan`` (a :class:`controlplane.abstraction.Plan`) and carry it out live
-        (or, with ``restart``, by the stop-and-restart baseline); see :func:`.plans.apply`."""
+        (or, with ``restart``, by the stop-and-restart baseline, on new worker processes
+        with ``new_workers``); see :func:`.plans.apply`."""
         return await apply(
             self,
             self._job(job_id),
@@ -294,6 +296,7 @@ class Coordinator:
             wait=wait,
             sync_timeout_s=sync_timeout_s,
             restart=restart,
+            new_workers=new_workers,
             on_change=on_change,
         )
 

@@ -9,7 +9,6 @@ differs from the job graph's own.
 
 from __future__ import annotations
 
-import asyncio
 import pickle
 from collections.abc import Callable
 from dataclasses import replace
@@ -24,13 +23,13 @@ from controlplane.abstraction import (
     from_graph,
     resolve_importable,
 )
-from controlplane.backends import BackendError
 from runtime.dataflow import JobGraph, logic_ref
 from runtime.layout import Layout
 
 from .fluid import run_fluid
-from .reconfig import Reconfiguration, ReconfigurationError, refuse_if_busy, run_locked
+from .reconfig import Reconfiguration, refuse_if_busy, run_locked
 from .restart import restart_locked
+from .workers import NEW_WORKER_TIMEOUT_S, remap_workers, start_workers
 
 if TYPE_CHECKING:
     from .core import Coordinator
@@ -44,8 +43,6 @@ __all__ = [
     "refresh_workers",
     "substitute_new_workers",
 ]
-
-NEW_WORKER_TIMEOUT_S = 30.0  # a worker asked of the backend registers within this
 
 
 def abstraction_of(job: Job, workers: list[Any], backend: str = "local") -> Abstraction:
@@ -106,6 +103,7 @@ async def apply(
     wait: bool = True,
     sync_timeout_s: float | None = None,
     restart: bool = False,
+    new_workers: bool = False,
     on_change: Callable[[Reconfiguration], None] | None = None,
 ) -> Reconfiguration:
     """Validate ``plan`` against the job's current abstraction and carry it out live.
@@ -115,8 +113,9 @@ async def apply(
     and another reconfiguration runs, :class:`ReconfigurationError` when the job cannot
     change now. Returns the record; on ``completed`` the job's abstraction is the new
     version. A plan in ``fluid`` mode runs as a sequence of small steps, each its own
-    version (:mod:`.fluid`). With ``restart``, the plan is carried out by the stop-and-restart baseline
-    (:mod:`.restart`) instead, for comparison. ``on_change(record)`` follows the record
+    version (:mod:`.fluid`). With ``restart``, the plan is carried out by the
+    stop-and-restart baseline (:mod:`.restart`) instead, for comparison, on new worker
+    processes with ``new_workers`` (the new version names them). ``on_change(record)`` follows the record
     from its creation through every status change (see :func:`.reconfig.run_locked`).
     """
     refuse_if_busy(job, wait)
@@ -136,8 +135,15 @@ async def apply(
         new = await substitute_new_workers(coordinator, new)
         layout = layout_of(new, job.graph, current, job.layout)
         if restart:
-            rec = await restart_locked(coordinator, job, layout, on_change=on_change)
+            rec = await restart_locked(
+                coordinator, job, layout, on_change=on_change, new_workers=new_workers
+            )
             rec.plan = plan
+            if rec.worker_map:
+                infos = {w.id: w for w in coordinator.workers.values()}
+                new = remap_workers(
+                    new, {old: infos[w] for old, w in rec.worker_map.items()}, backend
+                )
         else:
             rec = await run_locked(
                 coordinator,
@@ -161,48 +167,5 @@ async def substitute_new_workers(coordinator: Coordinator, a: Abstraction) -> Ab
     placeholders = [p for p in placeholders if p in used]
     if not placeholders:
         return a
-    if coordinator.backend is None:
-        raise ReconfigurationError("the plan asks for a new worker but no backend can start one")
-    before = {w.id for w in coordinator.workers.values()}
-    try:
-        await coordinator.backend.start_workers(len(placeholders))
-    except BackendError as exc:
-        raise ReconfigurationError(f"cannot start a new worker: {exc}") from None
-    try:
-        await asyncio.wait_for(
-            _registered(coordinator, before, len(placeholders)), NEW_WORKER_TIMEOUT_S
-        )
-    except TimeoutError:
-        raise ReconfigurationError(
-            f"{len(placeholders)} new worker(s) did not register within {NEW_WORKER_TIMEOUT_S:.0f}s"
-        ) from None
-    fresh = sorted(
-        (w for w in coordinator.workers.values() if w.id not in before),
-        key=lambda w: w.registered_at,
-    )
-    mapping = {p: fresh[i] for i, p in enumerate(placeholders)}
-    data = a.to_dict()
-    data["workers"] = [
-        Worker.from_info(mapping[w["id"]], backend=coordinator.backend.name).to_dict()
-        if w["id"] in mapping
-        else w
-        for w in data["workers"]
-    ]
-    for op in data["operators"]:
-        for t in op["tasks"]:
-            info = mapping.get(t["resources"]["worker"])
-            if info is not None:
-                t["resources"] = {
-                    "worker": info.id,
-                    "host": info.host,
-                    "cpus": info.cpus,
-                    "memory_mb": info.memory_mb,
-                }
-    return Abstraction.from_dict(data)
-
-
-async def _registered(coordinator: Coordinator, before: set[str], n: int) -> None:
-    async with coordinator._registered:
-        await coordinator._registered.wait_for(
-            lambda: len([w for w in coordinator.alive_workers() if w.id not in before]) >= n
-        )
+    fresh = await start_workers(coordinator, len(placeholders), "the plan asks for a new worker")
+    return remap_workers(a, dict(zip(placeholders, fresh, strict=True)), coordinator.backend.name)

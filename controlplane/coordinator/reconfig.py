@@ -92,6 +92,7 @@ class Reconfiguration:
     barrier_id: int | None = None
     version: int | None = None  # the abstraction version it made (or left) current
     steps: int = 1  # live protocol runs it took (fluid mode: one per batch, see .fluid)
+    worker_map: dict[str, str] = field(default_factory=dict)  # old -> new worker (a restart)
     listener: Callable[[Reconfiguration], None] | None = field(default=None, repr=False)
     # Protocol state (filled by the coordinator's message handler).
     _prepared: dict[str, asyncio.Future] = field(default_factory=dict, repr=False)

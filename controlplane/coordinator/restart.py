@@ -13,7 +13,12 @@ It exists to be compared with live reconfiguration, and it is exact too:
    job's original clock origin, so records due during the outage carry their lateness
    into the latency figures. The savepoint file is removed once the job runs again.
 
-Worker processes are reused (no process or JVM start), so the baseline stays optimistic.
+By default worker processes are reused (no process or JVM start), like resubmitting a
+job to a Flink session cluster: the optimistic baseline. With ``new_workers`` the job
+is redeployed on new worker processes, one per worker it used (started once its tasks
+stopped, each taking the place of one old worker in the layout), and the old ones exit
+once it runs again: what redeploying a Spark application or a Flink per-job cluster
+does. The job must then be the only one on its workers.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from runtime.layout import Layout, affected_tasks
 
 from .reconfig import Reconfiguration, ReconfigurationError, _ids, _ms
+from .workers import start_workers
 
 if TYPE_CHECKING:
     from .core import Coordinator
@@ -77,10 +83,13 @@ class _Snapshot:
             self.groups, self.positions = pickle.load(f)
 
 
-async def restart_with(coordinator: Coordinator, job: Job, new: Layout) -> Reconfiguration:
-    """Stop ``job`` with a snapshot, redeploy it as ``new`` with that state, start it again."""
+async def restart_with(
+    coordinator: Coordinator, job: Job, new: Layout, new_workers: bool = False
+) -> Reconfiguration:
+    """Stop ``job`` with a snapshot, redeploy it as ``new`` with that state (on new worker
+    processes with ``new_workers``), start it again."""
     async with job.lock:
-        return await restart_locked(coordinator, job, new)
+        return await restart_locked(coordinator, job, new, new_workers=new_workers)
 
 
 async def restart_locked(
@@ -88,14 +97,31 @@ async def restart_locked(
     job: Job,
     new: Layout,
     on_change: Callable[[Reconfiguration], None] | None = None,
+    new_workers: bool = False,
 ) -> Reconfiguration:
     """:func:`restart_with` for a caller that holds ``job.lock`` (``on_change``: see
-    :func:`.reconfig.run_locked`)."""
+    :func:`.reconfig.run_locked`). With ``new_workers`` the record's ``worker_map`` says
+    which new worker took the place of which old one."""
     if job.status != "running":
         raise ReconfigurationError(f"job {job.id} is {job.status}, not running")
     sources = {t for op in job.graph.sources() for t in job.layout.tasks_of(op.name)}
     if sources - new.placement.keys():
         raise ReconfigurationError("the baseline keeps every source task")
+    replaced = sorted(set(job.layout.workers_used()) | set(new.workers_used()))
+    if new_workers:
+        shared = {
+            w: other.id
+            for other in coordinator.jobs.values()
+            if other is not job and not other.done
+            for w in other.layout.workers_used()
+            if w in replaced
+        }
+        if shared:
+            w, other = next(iter(sorted(shared.items())))
+            raise ReconfigurationError(
+                f"a restart on new workers stops the job's workers, and worker {w} also runs "
+                f"job {other}: restart on the same workers instead"
+            )
     rec = Reconfiguration(
         next(_ids), job.id, job.layout, new, affected_tasks(job.graph, job.layout, new)
     )
@@ -126,6 +152,15 @@ async def restart_locked(
         t1 = time.perf_counter()
         # Step 2. Stop everywhere (workers handle it before the deploy that follows).
         coordinator._stop_everywhere(job)
+        if new_workers:  # the new processes take the old ones' places in the layout
+            try:
+                fresh = await start_workers(coordinator, len(replaced), "a restart on new workers")
+            except ReconfigurationError as exc:  # the job's tasks are stopped already
+                await coordinator._fail(job, f"restart failed: {exc}")
+                raise
+            rec.worker_map = {old: info.id for old, info in zip(replaced, fresh, strict=True)}
+            new = new.replace(placement={t: rec.worker_map[w] for t, w in new.placement.items()})
+            rec.new = new
         # Step 3. Read the savepoint, redeploy with the state, then start.
         rec.status = "updating"
         await asyncio.to_thread(snap.load, savepoint)
@@ -152,6 +187,8 @@ async def restart_locked(
         job.status = "running"
         coordinator._start(job)
         t2 = time.perf_counter()
+        for old in rec.worker_map:  # their tasks stopped; nothing of the job runs there now
+            coordinator.shutdown_worker(old)
         rec.timings_ms = {
             "snapshot": _ms(t0, t1),
             "redeploy": _ms(t1, t2),
