@@ -1,11 +1,12 @@
 """Live reconfiguration against stop-and-restart, on the word count (issue: live reconfiguration).
 
 For each per-task state size (``--state-mb``, default 1, 10, 100), a word count runs
-unbounded at ``--rate`` words/s (default: half the maximum measured by
-``bench/throughput.py``, else 250,000) on 2 local workers, with every word carrying
-``state_bytes`` of padding so that each count task holds about the given size. After a
-warm-up, each change is made live, then the same change (or its mirror, which moves as
-much) with the stop-and-restart baseline, a few seconds apart:
+unbounded on 2 local workers, with every word carrying ``state_bytes`` of padding so
+that each count task holds about the given size. The default rate is half of what that
+padded job sustains unthrottled, measured first on the same workers (``--rate`` sets one
+for every size). After a warm-up, each change is made live, then the same change (or its
+mirror, which moves as much) with the stop-and-restart baseline, on the running workers
+and on new worker processes, a few seconds apart:
 
 - rebalance moving half the key groups (each count task gives half of its groups away);
 - scale out 2 -> 4 and back in 4 -> 2 (count and its forward sink);
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import time
@@ -51,15 +51,8 @@ WARMUP_S = 6.0
 AFTER_S = 3.0  # the "after" window: the seconds following a change
 BEFORE_S = 4.0  # the "before" window: steady seconds right before a change
 RECOVER_S = 20.0  # at most this long to wait for latency to come back to steady state
+MAX_RATE_S = 6.0  # seconds of unthrottled running to measure the padded job's maximum
 FLUID_BATCH = 4  # key groups per step in fluid mode (of 128; 64 move in a rebalance)
-
-
-def half_rate_default() -> float:
-    path = Path(__file__).parent / "results" / "throughput.json"
-    try:
-        return 0.5 * json.loads(path.read_text())["max_throughput"]["steady_words_per_s"]
-    except (OSError, KeyError, ValueError, TypeError):
-        return 250_000.0
 
 
 def window(job: Job, start: float, end: float) -> dict:
@@ -120,6 +113,7 @@ def steps() -> list[tuple[str, str, object]]:
         ("rebalance half the key groups", "fluid_all", fluid(halves, None)),
         ("rebalance half the key groups", "fluid", fluid(halves)),
         ("rebalance half the key groups", "restart", halves),
+        ("rebalance half the key groups", "restart_new", halves),
         ("scale out 2 -> 4", "live", to(4)),
         ("scale in 4 -> 2", "live", to(2)),
         ("scale out 2 -> 4", "fluid_all", fluid(to(4), None)),
@@ -128,20 +122,37 @@ def steps() -> list[tuple[str, str, object]]:
         ("scale in 4 -> 2", "fluid", fluid(to(2))),
         ("scale out 2 -> 4", "restart", to(4)),
         ("scale in 4 -> 2", "restart", to(2)),
+        ("scale out 2 -> 4", "restart_new", to(4)),
+        ("scale in 4 -> 2", "restart_new", to(2)),
         ("migrate two tasks (swap workers)", "live", swap_workers),
         ("migrate two tasks (swap workers)", "fluid_all", fluid(swap_workers, None)),
         ("migrate two tasks (swap workers)", "fluid", fluid(swap_workers)),
         ("migrate two tasks (swap workers)", "restart", swap_workers),
+        ("migrate two tasks (swap workers)", "restart_new", swap_workers),
         ("swap logic", "live", logic),
         ("swap logic", "restart", logic),
+        ("swap logic", "restart_new", logic),
     ]
 
 
-async def run_state_size(state_mb: float, rate_words: float, only: list[str] | None = None) -> dict:
+async def max_rate(co, params: dict) -> float:
+    """Words/s the job sustains unthrottled: the median of per-second sink rates over
+    MAX_RATE_S seconds after a warm-up (the job is stopped after)."""
+    job = await co.submit(load_job("examples.wordcount:build", {**params, "rate": 0}))
+    await asyncio.sleep(WARMUP_S)
+    t0 = time.time()
+    await asyncio.sleep(MAX_RATE_S + 1.1)
+    rates = [window(job, t0 + i, t0 + i + 1)["sink_rate"] for i in range(int(MAX_RATE_S))]
+    await co.stop_job(job.id)
+    return statistics.median(rates)
+
+
+async def run_state_size(
+    state_mb: float, rate_words: float | None, only: list[str] | None = None
+) -> dict:
     pad = int(state_mb * 2**20 / (KEYS / 2))  # two count tasks share the 10,000 words
     params = {
         "records": 0,
-        "rate": rate_words / WORDS,
         "keys": KEYS,
         "zipf": 1.0,
         "parallelism": 2,
@@ -150,6 +161,12 @@ async def run_state_size(state_mb: float, rate_words: float, only: list[str] | N
     entries: dict[str, dict] = {}
     async with LocalCluster(2) as cluster:
         co = cluster.coordinator
+        max_words = None
+        if rate_words is None:
+            max_words = await max_rate(co, params)
+            rate_words = max_words / 2
+            print(f"  {state_mb:>5} MB  max {max_words:,.0f} words/s, running at half", flush=True)
+        params["rate"] = rate_words / WORDS
         job = await co.submit(load_job("examples.wordcount:build", params))
         await asyncio.sleep(WARMUP_S)
         steady_p99 = window(job, time.time() - 3.0, time.time())["latency"]["p99_ms"]
@@ -159,7 +176,12 @@ async def run_state_size(state_mb: float, rate_words: float, only: list[str] | N
             entry = entries.setdefault(name, {"change": name})
             before = window(job, time.time() - BEFORE_S, time.time())
             t0 = time.time()
-            rec = await co.apply_plan(job.id, build(job), restart=(how == "restart"))
+            rec = await co.apply_plan(
+                job.id,
+                build(job),
+                restart=how.startswith("restart"),
+                new_workers=(how == "restart_new"),
+            )
             t1 = time.time()  # the change is complete: the window runs AFTER_S past it
             await asyncio.sleep(AFTER_S + 1.1)
             after = window(job, t0, t1 + AFTER_S)
@@ -188,24 +210,24 @@ async def run_state_size(state_mb: float, rate_words: float, only: list[str] | N
         summary = job.summary()
         await co.stop_job(job.id)
     for entry in entries.values():
-        base = entry.get("restart")
-        if base is None:
-            continue
-        for how in ("live", "fluid_all"):
-            if how in entry:
-                live = entry[how]
-                entry[f"restart_over_{how}"] = {
-                    "completion": _ratio(
-                        base["timings_ms"].get("total", 0), live["timings_ms"].get("total", 0)
-                    ),
-                    "peak_latency": _ratio(
-                        base["latency_after_ms"]["max_ms"], live["latency_after_ms"]["max_ms"]
-                    ),
-                }
+        for baseline in ("restart", "restart_new"):
+            base = entry.get(baseline)
+            for how in ("live", "fluid_all") if base else ():
+                if how in entry:
+                    live = entry[how]
+                    entry[f"{baseline}_over_{how}"] = {
+                        "completion": _ratio(
+                            base["timings_ms"].get("total", 0), live["timings_ms"].get("total", 0)
+                        ),
+                        "peak_latency": _ratio(
+                            base["latency_after_ms"]["max_ms"], live["latency_after_ms"]["max_ms"]
+                        ),
+                    }
     return {
         "state_mb_per_task": state_mb,
         "pad_bytes_per_word": pad,
         "rate_words_per_s": rate_words,
+        "max_words_per_s": max_words,
         "changes": list(entries.values()),
         "job": summary,
     }
@@ -275,7 +297,12 @@ def _ratio(a: float, b: float) -> float | None:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rate", type=float, default=None, help="words/s (default: half the max)")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="words/s (default: half the maximum the padded job sustains, measured first)",
+    )
     parser.add_argument("--state-mb", type=float, nargs="+", default=[1, 10, 100])
     parser.add_argument("--upstream", type=int, nargs="*", default=[1, 2, 4, 8])
     parser.add_argument(
@@ -285,11 +312,10 @@ async def main() -> None:
     )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "reconfig.json"))
     args = parser.parse_args()
-    rate = args.rate or half_rate_default()
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     sizes = []
     for mb in args.state_mb:
-        sizes.append(await run_state_size(mb, rate, args.only))
+        sizes.append(await run_state_size(mb, args.rate, args.only))
     sync = await sync_vs_upstream(args.upstream)
     write_report(
         args.out, "reconfig", started, linger_ms=5.0, state_sizes=sizes, sync_vs_upstream=sync

@@ -65,8 +65,8 @@ def reconfig_section(d: dict) -> list[str]:
         "",
         f"Run {d['date']} on {m['cpu']} ({m['cores']} cores); `{d['command'].strip()}`. "
         "Word count on 2 local workers at the rate in each heading (by default half the "
-        "maximum in bench/results/throughput.json; `--rate` sets it); every word carries "
-        "padding so that each count task holds the given state. Each change is made live, then "
+        "maximum the padded job itself sustained, measured first in the same run; `--rate` "
+        "sets it); every word carries padding so that each count task holds the given state. Each change is made live, then "
         "the same change (or its mirror, which moves as much) with the stop-and-restart "
         "baseline in the same run. Latency: p99 / max of end-to-end latency from the start of "
         "the change to 3 s after it completed (before: the 4 steady seconds before it). "
@@ -77,9 +77,12 @@ def reconfig_section(d: dict) -> list[str]:
         "task pauses until its part is done. Fluid, 1 step: tasks that only give or gain key "
         "groups do not pause, records of a moving group wait for its state. Fluid, n steps: "
         "the same plan in steps of a few key groups, each its own short live reconfiguration. "
-        "Restart / live compares the baseline with pause mode and with fluid in 1 step. The baseline "
-        "writes its savepoint to local disk (fsync) and reads it back, and reuses the running "
-        "worker processes: an optimistic stop-and-restart (no process or JVM start).",
+        "Restart / live compares a baseline with pause mode and with fluid in 1 step. The "
+        "baseline writes its savepoint to local disk (fsync) and reads it back; `restart` "
+        "reuses the running worker processes (like resubmitting to a Flink session cluster: "
+        "an optimistic baseline, no process start), `restart, new workers` redeploys on new "
+        "worker processes started once the job stopped (like redeploying a Spark application "
+        "or a Flink per-job cluster; Python processes, no JVM start, so still optimistic).",
         "",
     ]
     out += [*(f"- {note}" for note in d.get("notes", [])), *([""] if d.get("notes") else [])]
@@ -92,21 +95,21 @@ def reconfig_section(d: dict) -> list[str]:
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for c in size["changes"]:
-            for how in ("live", "fluid_all", "fluid", "restart"):
+            for how in ("live", "fluid_all", "fluid", "restart", "restart_new"):
                 if how not in c:
                     continue
                 r = c[how]
                 t = r["timings_ms"]
                 phases = (
                     f"{fmt(t.get('prepare'))} / {fmt(t.get('sync'))} / {fmt(t.get('update'))}"
-                    if how != "restart"
+                    if not how.startswith("restart")
                     else f"snapshot {fmt(t.get('snapshot'))} / redeploy {fmt(t.get('redeploy'))}"
                 )
                 ratio = ""
-                if how == "restart":
+                if how.startswith("restart"):
                     ratio = "; ".join(
                         f"{fmt(rr['completion'])}x, {fmt(rr['peak_latency'])}x"
-                        for rr in (c.get("restart_over_live"), c.get("restart_over_fluid_all"))
+                        for rr in (c.get(f"{how}_over_live"), c.get(f"{how}_over_fluid_all"))
                         if rr
                     )
                 label = {
@@ -115,6 +118,7 @@ def reconfig_section(d: dict) -> list[str]:
                     if r["steps"] == 1
                     else f"fluid, all ({r['steps']} steps)",
                     "fluid": f"fluid, {r['steps']} steps",
+                    "restart_new": "restart, new workers",
                 }.get(how, how)
                 out.append(
                     f"| {c['change']} | {label} | {r['status']} | {fmt(t.get('total'))} ({phases}) | "
