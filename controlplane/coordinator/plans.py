@@ -141,9 +141,10 @@ async def apply(
             rec.plan = plan
             if rec.worker_map:
                 infos = {w.id: w for w in coordinator.workers.values()}
-                new = remap_workers(
+                moved = remap_workers(
                     new, {old: infos[w] for old, w in rec.worker_map.items()}, backend
                 )
+                new = refresh_workers(moved, coordinator.alive_workers(), backend)
         else:
             rec = await run_locked(
                 coordinator,

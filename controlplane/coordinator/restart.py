@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import pickle
 import tempfile
@@ -44,7 +45,10 @@ if TYPE_CHECKING:
 
 __all__ = ["SNAPSHOT_TIMEOUT_S", "restart_locked", "restart_with"]
 
+logger = logging.getLogger(__name__)
+
 SNAPSHOT_TIMEOUT_S = 60.0  # every task sends its state within this (100 MB through the coordinator)
+RETIRE_TIMEOUT_S = 10.0  # old workers of a restart on new ones are gone within this
 SAVEPOINT_DIR = Path(tempfile.gettempdir()) / "streampilot-savepoints"
 
 
@@ -81,6 +85,20 @@ class _Snapshot:
     def load(self, path: Path) -> None:
         with path.open("rb") as f:
             self.groups, self.positions = pickle.load(f)
+
+
+async def _retire(coordinator: Coordinator, workers: list[str]) -> None:
+    """Ask ``workers`` to exit and wait (at most ``RETIRE_TIMEOUT_S``) until they are gone,
+    so that the job's next version no longer offers them; one that lingers is only logged."""
+    for wid in workers:
+        coordinator.shutdown_worker(wid)
+
+    deadline = time.monotonic() + RETIRE_TIMEOUT_S
+    while any(coordinator.workers[w].status == "alive" for w in workers):
+        if time.monotonic() > deadline:
+            logger.warning("old workers %s still connected after a restart", workers)
+            return
+        await asyncio.sleep(0.02)
 
 
 async def restart_with(
@@ -187,8 +205,8 @@ async def restart_locked(
         job.status = "running"
         coordinator._start(job)
         t2 = time.perf_counter()
-        for old in rec.worker_map:  # their tasks stopped; nothing of the job runs there now
-            coordinator.shutdown_worker(old)
+        if rec.worker_map:  # nothing of the job runs on the old workers now: they exit
+            await _retire(coordinator, list(rec.worker_map))
         rec.timings_ms = {
             "snapshot": _ms(t0, t1),
             "redeploy": _ms(t1, t2),
