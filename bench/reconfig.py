@@ -16,8 +16,10 @@ and on new worker processes, a few seconds apart:
 Live changes run in pause mode (every affected task pauses until its part is done) and,
 for the rebalance, scale and migrate changes, in fluid mode: in one step (keyed tasks
 that give or gain key groups do not pause; records of a moving group wait for its state)
-and in steps of ``FLUID_BATCH`` key groups (each its own short reconfiguration; a
-migrating task hands its key groups to a stand-in on the target worker first).
+and in steps of ``FLUID_BATCH`` key groups (a migrating task hands its key groups to a
+stand-in on the target worker first): the steps that only move key groups run as stages
+of one reconfiguration (``fluid``), and, to compare, each as its own reconfiguration
+(``fluid_steps``, as before stages existed).
 
 For each: completion time and its phases, the longest pause, p99 and max latency of the
 seconds from the change to 3 s after its end against the seconds before it, and the sink
@@ -41,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.throughput import write_report
 from controlplane.abstraction import AssignWorkload, Plan, migrate, scale, update_logic
 from controlplane.coordinator import Job
+from controlplane.coordinator import fluid as fluid_mode
 from controlplane.runner import LocalCluster
 from runtime.dataflow import load_job
 from runtime.metrics import LatencyHistogram, summarize_latency
@@ -112,6 +115,7 @@ def steps() -> list[tuple[str, str, object]]:
         ("rebalance half the key groups", "live", halves),
         ("rebalance half the key groups", "fluid_all", fluid(halves, None)),
         ("rebalance half the key groups", "fluid", fluid(halves)),
+        ("rebalance half the key groups", "fluid_steps", fluid(halves)),
         ("rebalance half the key groups", "restart", halves),
         ("rebalance half the key groups", "restart_new", halves),
         ("scale out 2 -> 4", "live", to(4)),
@@ -120,6 +124,8 @@ def steps() -> list[tuple[str, str, object]]:
         ("scale in 4 -> 2", "fluid_all", fluid(to(2), None)),
         ("scale out 2 -> 4", "fluid", fluid(to(4))),
         ("scale in 4 -> 2", "fluid", fluid(to(2))),
+        ("scale out 2 -> 4", "fluid_steps", fluid(to(4))),
+        ("scale in 4 -> 2", "fluid_steps", fluid(to(2))),
         ("scale out 2 -> 4", "restart", to(4)),
         ("scale in 4 -> 2", "restart", to(2)),
         ("scale out 2 -> 4", "restart_new", to(4)),
@@ -127,6 +133,7 @@ def steps() -> list[tuple[str, str, object]]:
         ("migrate two tasks (swap workers)", "live", swap_workers),
         ("migrate two tasks (swap workers)", "fluid_all", fluid(swap_workers, None)),
         ("migrate two tasks (swap workers)", "fluid", fluid(swap_workers)),
+        ("migrate two tasks (swap workers)", "fluid_steps", fluid(swap_workers)),
         ("migrate two tasks (swap workers)", "restart", swap_workers),
         ("migrate two tasks (swap workers)", "restart_new", swap_workers),
         ("swap logic", "live", logic),
@@ -176,6 +183,7 @@ async def run_state_size(
             entry = entries.setdefault(name, {"change": name})
             before = window(job, time.time() - BEFORE_S, time.time())
             t0 = time.time()
+            fluid_mode.JOIN_STAGES = how != "fluid_steps"  # each step its own run, to compare
             rec = await co.apply_plan(
                 job.id,
                 build(job),
@@ -193,6 +201,8 @@ async def run_state_size(
                 "timings_ms": rec.timings_ms,
                 "max_pause_ms": max(rec.pause_ms.values(), default=0.0),
                 "steps": rec.steps,
+                "runs": rec.runs,
+                "stage_ms": rec.stage_ms,
                 "affected_tasks": len(rec.affected),
                 "latency_before_ms": before["latency"],
                 "latency_after_ms": after["latency"],

@@ -76,7 +76,11 @@ def reconfig_section(d: dict) -> list[str]:
         "which is why scaling moves little state across workers here. Pause: every affected "
         "task pauses until its part is done. Fluid, 1 step: tasks that only give or gain key "
         "groups do not pause, records of a moving group wait for its state. Fluid, n steps: "
-        "the same plan in steps of a few key groups, each its own short live reconfiguration. "
+        "the same plan in steps of a few key groups (a migrating task goes through a "
+        "stand-in); the steps that only move key groups are stages of one live "
+        "reconfiguration (a run: prepare, sync, update), each stage a barrier from the "
+        "upstream tasks, nobody pausing; `a run each` is the same plan with every step its "
+        "own live reconfiguration, as before stages existed, in the same run of the benchmark. "
         "Restart / live compares a baseline with pause mode and with fluid in 1 step. The "
         "baseline writes its savepoint to local disk (fsync) and reads it back; `restart` "
         "reuses the running worker processes (like resubmitting to a Flink session cluster: "
@@ -95,7 +99,7 @@ def reconfig_section(d: dict) -> list[str]:
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for c in size["changes"]:
-            for how in ("live", "fluid_all", "fluid", "restart", "restart_new"):
+            for how in ("live", "fluid_all", "fluid", "fluid_steps", "restart", "restart_new"):
                 if how not in c:
                     continue
                 r = c[how]
@@ -117,7 +121,8 @@ def reconfig_section(d: dict) -> list[str]:
                     "fluid_all": "fluid, 1 step"
                     if r["steps"] == 1
                     else f"fluid, all ({r['steps']} steps)",
-                    "fluid": f"fluid, {r['steps']} steps",
+                    "fluid": f"fluid, {r['steps']} steps in {r.get('runs', r['steps'])} runs",
+                    "fluid_steps": f"fluid, {r['steps']} steps, a run each",
                     "restart_new": "restart, new workers",
                 }.get(how, how)
                 out.append(

@@ -27,6 +27,14 @@ task's own loop. A new keyed task, or a keyed task's new instance on another wor
 starts at the update the same way, before its state has come. Only upstream tasks (whose
 routing swaps), the old instances of tasks that move or stop, and tasks whose logic
 changes pause.
+
+A fluid change can come in *stages* (``prepare(..., stages=...)``): the update makes the
+first layout; each later one only moves key groups and starts with its own barrier
+(:meth:`JobRuntime.stage`), which the tasks routing to the moving groups' owners emit
+themselves, swapping their owner tables as they do; a task that gives key groups ships
+them once it has aligned that barrier, one that gains them has their records wait from
+then on. Nobody pauses, and a stage costs one barrier hop instead of a prepare, a sync
+and an update.
 """
 
 from __future__ import annotations
@@ -88,6 +96,24 @@ class _Pending:
     sync_only: set[str] = field(default_factory=set)  # tasks that only align the barrier
     updating: bool = False
     finished: asyncio.Event = field(default_factory=asyncio.Event)
+    # Fluid stages (see JobRuntime.stage): the layout after each (the last is ``layout``),
+    # each later stage's barrier id, the tasks here each stage involves and, per task, the
+    # last stage it has a part in (it reports then).
+    stages: list[Layout] = field(default_factory=list)
+    stage_of: dict[int, int] = field(default_factory=dict)  # barrier id -> stage
+    involved: list[set[str]] = field(default_factory=list)
+    last_stage: dict[str, int] = field(default_factory=dict)
+    stage: int = -1  # the stage under way here
+    done: dict[int, set[str]] = field(default_factory=dict)  # stage -> tasks whose part began
+    completed: dict[int, set[str]] = field(default_factory=dict)  # ... and ended
+    reported: set[int] = field(default_factory=set)  # stages reported done from here
+    pause_s: dict[str, float] = field(default_factory=dict)
+    t_update: float = 0.0
+
+    @property
+    def first(self) -> Layout:
+        """The layout the update (stage 0) makes: the whole change unless staged."""
+        return self.stages[0] if self.stages else self.layout
 
 
 class JobRuntime:
@@ -112,6 +138,7 @@ class JobRuntime:
         self.pending: _Pending | None = None
         self.savepoint_id: int | None = None
         self.restore: dict[str, dict] = dict(msg.get("restore") or {})
+        self._stage_work: set[asyncio.Future] = set()  # key groups moving in a fluid stage
 
     @property
     def me(self) -> str:
@@ -268,6 +295,8 @@ class JobRuntime:
                 task.inject(barrier)
 
     async def stop(self) -> None:
+        for work in list(self._stage_work):
+            work.cancel()
         pending = self.pending
         if pending is not None:
             for task in pending.new_tasks.values():
@@ -284,7 +313,12 @@ class JobRuntime:
     def barrier_aligned(self, task: BaseTask, barrier: Barrier) -> bool:
         """True if ``task`` must pause for the pending reconfiguration's update."""
         p = self.pending
-        if barrier.kind is not BarrierKind.RECONFIG or p is None or barrier.id != p.barrier_id:
+        if barrier.kind is not BarrierKind.RECONFIG or p is None:
+            return False
+        if barrier.id in p.stage_of:
+            self._stage_aligned(p, p.stage_of[barrier.id], task)
+            return False
+        if barrier.id != p.barrier_id:
             return False
         tid = task.task_id
         if tid not in p.affected:
@@ -292,8 +326,10 @@ class JobRuntime:
         self.worker.send({"type": "paused", "job_id": self.job_id, "rid": p.rid, "task": tid})
         if tid in p.sync_only:  # it has taken in all a moving upstream task sent before
             return False
+        if p.stages and tid not in p.involved[0]:  # its part comes in a later stage
+            return False
         if tid in p.in_place:  # fluid: only the key groups it gains wait, for their state
-            _keyed(task).await_groups(p.layout.assignment[tid])
+            _keyed(task).await_groups(p.first.assignment[tid])
             return False
         p.paused.add(tid)
         return True
@@ -306,8 +342,14 @@ class JobRuntime:
         affected: set[str],
         peers: dict[str, tuple[str, int]],
         fluid: bool = False,
+        stages: list[Layout] | None = None,
+        stage_barriers: list[int] | None = None,
     ) -> None:
-        """Step 1: get ready for ``layout`` without changing anything that runs."""
+        """Step 1: get ready for ``layout`` without changing anything that runs.
+
+        ``stages`` (fluid): the layouts the change goes through, the last being ``layout``;
+        the update makes the first, each later one only moves key groups and is started by
+        its barrier (``stage_barriers``, one per later stage, see :meth:`stage`)."""
         if self.pending is not None and self.pending.updating:
             # The previous update's last task has reported; let its bookkeeping finish.
             await self.pending.finished.wait()
@@ -323,11 +365,22 @@ class JobRuntime:
                 raise ReconfigError(f"task {tid} is {task.status}; only running tasks can change")
         self.peers.update(peers)
         p = _Pending(rid, barrier_id, layout, set(affected), fluid=fluid)
-        p.sync_only = sync_only_tasks(self.graph, self.layout, layout) & p.affected
+        if stages and len(stages) > 1:
+            if stages[-1] != layout or len(stage_barriers or ()) != len(stages) - 1:
+                raise ReconfigError("stages must end at the layout, one barrier per later stage")
+            p.stages = list(stages)
+            p.stage_of = {b: k for k, b in enumerate(stage_barriers or (), start=1)}
+            before = [self.layout, *stages[:-1]]
+            p.involved = [
+                affected_tasks(self.graph, a, b) for a, b in zip(before, stages, strict=True)
+            ]
+            for k, tasks in enumerate(p.involved):
+                p.last_stage.update(dict.fromkeys(tasks, k))
+        p.sync_only = sync_only_tasks(self.graph, self.layout, p.first) & p.affected
         if fluid:
             p.in_place = {
                 t
-                for t in in_place_owners(self.graph, self.layout, layout) & p.affected
+                for t in in_place_owners(self.graph, self.layout, p.first) & p.affected
                 if _keyed(self.tasks.get(t)) is not None
             }
         try:
@@ -396,28 +449,192 @@ class JobRuntime:
         if p is None or p.rid != rid:
             raise ReconfigError(f"update {rid} without a matching prepare")
         p.updating = True
-        old = self.layout
+        p.stage = 0
+        p.t_update = time.perf_counter()
+        old, new = self.layout, p.first
         involved = sorted(
             t
-            for t in p.affected
-            if old.placement.get(t) == self.me or p.layout.placement.get(t) == self.me
+            for t in (p.involved[0] if p.stages else p.affected)
+            if old.placement.get(t) == self.me or new.placement.get(t) == self.me
         )
         results = await asyncio.gather(
-            *(self._update_task(p, old, tid) for tid in involved), return_exceptions=True
+            *(self._update_task(p, old, new, tid) for tid in involved), return_exceptions=True
         )
         errors = [
             f"{tid}: {r}"
             for tid, r in zip(involved, results, strict=True)
             if isinstance(r, BaseException)
         ]
-        self.layout = p.layout
-        self.pending = None
-        p.finished.set()
+        if p.stages and not errors:
+            p.done[0] = set(involved)
+            self._stage_finished(p, 0)
+        else:
+            self.layout = p.layout
+            self.pending = None
+            p.finished.set()
         if errors:
             raise ReconfigError("; ".join(errors))
 
-    async def _update_task(self, p: _Pending, old: Layout, tid: str) -> None:
-        new = p.layout
+    # -- fluid stages ------------------------------------------------------------------------
+
+    def stage(self, rid: int, k: int, barrier_id: int, inject: list[str]) -> None:
+        """Stage ``k`` of a staged fluid reconfiguration starts (every worker is done with
+        the one before): key groups move from ``stages[k - 1]`` to ``stages[k]`` while
+        everything runs. The barrier starts at ``inject`` (tasks here that route to the
+        tasks whose key groups move, or sources); each task with a part in the stage does
+        it when it aligns the barrier: a router swaps its owner table, a task that gives
+        key groups ships them, one that gains them has their records wait for them. A task
+        that has ended does its part at once. The worker reports ``stage_done`` when its
+        tasks are done with the stage."""
+        p = self.pending
+        if p is not None and p.rid == rid and p.stages and k < len(p.stages):
+            p.stage = k
+            p.done.setdefault(k, set())
+            for tid in sorted(p.involved[k] & self.tasks.keys()):
+                task = self.tasks[tid]
+                if task.status != "running" and tid not in p.done[k]:
+                    self._stage_part(p, k, task, aligned=False)
+        barrier = Barrier(BarrierKind.RECONFIG, barrier_id)
+        for tid in inject:
+            task = self.tasks.get(tid)
+            if task is not None and task.status == "running":
+                task.inject(barrier)  # type: ignore[attr-defined]
+        if p is None or p.rid != rid or not p.stages:
+            self.worker.send({"type": "stage_done", "job_id": self.job_id, "rid": rid, "stage": k})
+        else:
+            self._stage_check(p, k)
+
+    def withdraw_stage(self, rid: int, k: int, barrier_id: int, inject: list[str]) -> bool:
+        """Stage ``k`` took too long: withdraw its barrier from the tasks here that were to
+        start it. True if none of them had emitted it and no task here has done its part
+        (an ended task does it at once): then nothing of the stage happened here, and
+        nothing will unless :meth:`stage` is called again (the stage goes on after all)."""
+        p = self.pending
+        ours = p is not None and p.rid == rid and bool(p.stages)
+        clean = not (ours and p.done.get(k))  # type: ignore[union-attr]
+        for tid in inject:
+            task = self.tasks.get(tid)
+            if isinstance(task, StreamTask):
+                clean = task.withdraw(barrier_id) and clean
+            elif task is not None and task.status == "running":
+                clean = False  # a source: its barrier may be on its way
+        if ours:
+            p.stage = k - 1  # type: ignore[union-attr]  # no part of stage k starts now
+        return clean
+
+    def end_stages(self, rid: int, last: int) -> None:
+        """The reconfiguration ends at stage ``last`` (a later one was withdrawn before it
+        started anywhere): tasks with a part in later stages report now."""
+        p = self.pending
+        if p is None or p.rid != rid or not p.stages:
+            return
+        if p.stage != last:  # stage ``last + 1`` had been announced here: take it back
+            p.stage = last
+        for tid in sorted(self.tasks):
+            if p.last_stage.get(tid, 0) > last:
+                p.last_stage[tid] = last
+                self._report(p, tid, 0.0, p.t_update, last=True)
+        p.stages = p.stages[: last + 1]
+        p.layout = p.stages[-1]
+        self.layout = p.layout
+        self.pending = None
+        p.finished.set()
+
+    def task_ended(self, task: BaseTask) -> None:
+        """A task here ended; if a stage under way still expects its part, it does it now
+        (it aligns no more barriers)."""
+        p = self.pending
+        if p is None or not p.stages or p.stage < 1 or task.task_id not in p.involved[p.stage]:
+            return
+        if task.task_id not in p.done.setdefault(p.stage, set()):
+            self._stage_part(p, p.stage, task, aligned=False)
+
+    def _stage_aligned(self, p: _Pending, k: int, task: BaseTask) -> None:
+        tid = task.task_id
+        if k < len(p.stages) and tid in p.involved[k] and tid not in p.done.setdefault(k, set()):
+            self._stage_part(p, k, task, aligned=True)
+
+    def _stage_part(self, p: _Pending, k: int, task: BaseTask, aligned: bool) -> None:
+        """Do ``task``'s part of stage ``k``: swap its routing now; ship and take in key
+        groups in the background (records of gained groups wait from now on)."""
+        tid = task.task_id
+        prev, nxt = p.stages[k - 1], p.stages[k]
+        p.done[k].add(tid)
+        for edge in task.outputs.edges:
+            if isinstance(edge, KeyGroupEdge):
+                down = self.graph.operator(edge.operator)
+                edge.set_owner(nxt.owner_table(down, [ch.target for ch in edge.channels]))
+        processor = _keyed(task)
+        if processor is None or prev.assignment.get(tid) == nxt.assignment.get(tid):
+            self._stage_task_done(p, k, tid)
+            return
+        gained = set(nxt.assignment[tid]) - set(prev.assignment[tid])
+        if aligned:
+            processor.await_groups(gained)
+
+        async def part() -> None:
+            receive = (
+                self._receive_groups(p, task, gained)
+                if aligned
+                else self._import_groups(p, task, gained)
+            )
+            await asyncio.gather(self._ship_out(p, task, prev, nxt, everything=False), receive)
+
+        def finished(fut: asyncio.Future) -> None:
+            self._stage_work.discard(fut)
+            if fut.cancelled():
+                return
+            exc = fut.exception()
+            if exc is not None:
+                self.worker.send(
+                    {
+                        "type": "update_failed",
+                        "job_id": self.job_id,
+                        "rid": p.rid,
+                        "error": f"worker {self.me}: {tid} in stage {k}: {exc}",
+                    }
+                )
+                return
+            self._stage_task_done(p, k, tid)
+
+        work = asyncio.ensure_future(part())
+        self._stage_work.add(work)
+        work.add_done_callback(finished)
+
+    async def _import_groups(self, p: _Pending, task: BaseTask, groups: set[int]) -> None:
+        """Take in key groups for a task that has ended (no record of them can come)."""
+        processor = _keyed(task)
+        assert processor is not None
+        for g, data in (await self.worker.state.take(p.rid, task.task_id, groups)).items():
+            processor.arrive(g, data)
+
+    def _stage_task_done(self, p: _Pending, k: int, tid: str) -> None:
+        p.completed.setdefault(k, set()).add(tid)
+        if p.last_stage.get(tid, 0) == k:
+            self._report(p, tid, 0.0, p.t_update, last=True)
+        self._stage_check(p, k)
+
+    def _stage_check(self, p: _Pending, k: int) -> None:
+        """Stage ``k`` is done here once its message came and every task here with a part
+        in it has done that part."""
+        if self.pending is not p or p.stage != k or k in p.reported:
+            return
+        if (p.involved[k] & self.tasks.keys()) - p.completed.get(k, set()):
+            return
+        self._stage_finished(p, k)
+
+    def _stage_finished(self, p: _Pending, k: int) -> None:
+        """Report stage ``k`` done here; after the last stage a task here has a part in,
+        the reconfiguration is over on this worker."""
+        p.reported.add(k)
+        self.layout = p.stages[k]
+        self.worker.send({"type": "stage_done", "job_id": self.job_id, "rid": p.rid, "stage": k})
+        if k >= max((p.last_stage.get(t, 0) for t in self.tasks), default=0):
+            self.layout = p.layout
+            self.pending = None
+            p.finished.set()
+
+    async def _update_task(self, p: _Pending, old: Layout, new: Layout, tid: str) -> None:
         was_here = old.placement.get(tid) == self.me
         stays_here = new.placement.get(tid) == self.me
         t0 = time.perf_counter()
@@ -513,8 +730,23 @@ class JobRuntime:
         return {key for key, _u, _k in self._input_keys(tid, layout)}
 
     def _report(
-        self, p: _Pending, tid: str, pause_s: float, t0: float, final_metrics: dict | None = None
+        self,
+        p: _Pending,
+        tid: str,
+        pause_s: float,
+        t0: float,
+        final_metrics: dict | None = None,
+        last: bool = False,
     ) -> None:
+        """Tell the coordinator ``tid``'s part here is done. A task with a part in a later
+        stage reports after that one (``last``; its time counted from the update's start);
+        a task leaving this worker (``final_metrics``) has no later part here."""
+        if p.stages:
+            pause_s = max(pause_s, p.pause_s.pop(tid, 0.0))
+            if final_metrics is None and not last and p.last_stage.get(tid, 0) > 0:
+                p.pause_s[tid] = pause_s
+                return
+            t0 = p.t_update
         msg = {
             "type": "updated",
             "job_id": self.job_id,

@@ -257,3 +257,46 @@ def in_place_owners(graph: JobGraph, old: Layout, new: Layout) -> set[str]:
             continue
         owners.add(t)
     return owners
+
+
+def stage_entry(graph: JobGraph, prev: Layout, nxt: Layout) -> list[str] | None:
+    """Where the barrier of a fluid stage (``prev`` -> ``nxt``, same tasks, only key groups
+    move) can start instead of at the sources: the tasks that route to a task whose key
+    groups change, except those downstream of another such task (they swap when they
+    align it). None when a task downstream of them also reads from a task that is not
+    (its alignment would wait forever): the barrier then starts at the sources.
+
+    Started there, the barrier is a cut of the routers' output streams: every record a
+    router sent before it used the old owners, every record after it the new ones, and
+    every task downstream aligns it as it would a barrier from the sources.
+    """
+    changed = {t for t in prev.assignment if prev.assignment.get(t) != nxt.assignment.get(t)}
+    pairs = prev.channels(graph)
+    down: dict[str, set[str]] = {}
+    up: dict[str, set[str]] = {}
+    for u, d in pairs:
+        down.setdefault(u, set()).add(d)
+        up.setdefault(d, set()).add(u)
+    routers = {u for u, d in pairs if d in changed}
+    reach: set[str] = set()
+    stack = list(routers)
+    while stack:
+        for d in down.get(stack.pop(), ()):
+            if d not in reach:
+                reach.add(d)
+                stack.append(d)
+    entry = routers - reach
+    if all(up.get(d, set()) <= reach | entry for d in reach):
+        return sorted(entry)
+    return None
+
+
+def only_key_groups_move(old: Layout, new: Layout) -> bool:
+    """Whether ``new`` differs from ``old`` in key-group ownership alone (same tasks,
+    workers, weights and logic): a change a fluid stage can make without pausing anyone."""
+    return (
+        old.placement == new.placement
+        and old.weights == new.weights
+        and old.logic == new.logic
+        and old.assignment.keys() == new.assignment.keys()
+    )

@@ -15,7 +15,10 @@ A task runs until its inputs end, it fails, or it is cancelled:
    the processor is closed, end of stream goes downstream and the host is told the task
    finished.
 5. A call posted by the worker (:meth:`StreamTask.call_soon`: key-group state that
-   arrived in fluid mode) runs between batches, ahead of inputs.
+   arrived in fluid mode) runs between batches, ahead of inputs; so does a barrier the
+   worker asks the task itself to start (:meth:`StreamTask.inject`: a fluid stage's
+   barrier starts at the tasks whose routing it swaps), emitted after the records it
+   has sent so far.
 
 A source task instead polls its :class:`~runtime.io.SourceReader` and emits barriers that
 the coordinator asked to inject, in order with its records.
@@ -176,6 +179,31 @@ class StreamTask(BaseTask):
         self.gate = gate
         self.processor = processor
         self.aligner = Aligner(gate.channels)
+        self._injected: deque[Barrier] = deque()
+        self._emitted: set[int] = set()  # ids of barriers injected here and emitted
+        self._withdrawn: set[int] = set()
+
+    def inject(self, barrier: Barrier) -> None:
+        """Emit ``barrier`` from this task, after the records it has emitted so far, as if
+        all its inputs had delivered it (the host is told, as for an aligned barrier).
+        A barrier is emitted once, however often it is injected."""
+        self._withdrawn.discard(barrier.id)
+
+        def queue() -> None:
+            if barrier.id in self._withdrawn or barrier.id in self._emitted:
+                return
+            if all(b.id != barrier.id for b in self._injected):
+                self._injected.append(barrier)
+
+        self.gate.post(queue)
+
+    def withdraw(self, barrier_id: int) -> bool:
+        """Take back an injected barrier not emitted yet; False if it has been."""
+        if barrier_id in self._emitted:
+            return False
+        self._withdrawn.add(barrier_id)
+        self._injected = deque(b for b in self._injected if b.id != barrier_id)
+        return True
 
     def queued(self) -> dict[str, int]:
         return self.gate.queued()
@@ -229,6 +257,13 @@ class StreamTask(BaseTask):
                 item()
                 metrics.busy_s += clock() - t0
                 await outputs.flush()
+                while self._injected:
+                    barrier = self._injected.popleft()
+                    self._emitted.add(barrier.id)
+                    await outputs.broadcast(barrier)
+                    if self.host.barrier_aligned(self, barrier):
+                        await self._pause()
+                        outputs, processor = self.outputs, self.processor
                 continue
             if type(item) is Batch:
                 # Step 2. Process the batch.

@@ -96,6 +96,9 @@ class Worker:
             protocol.write_frame(self._writer, msg)
 
     def task_finished(self, task: BaseTask) -> None:
+        job = self.jobs.get(task.job_id)  # type: ignore[attr-defined]
+        if job is not None:
+            job.task_ended(task)
         self.send(
             {
                 "type": "task_finished",
@@ -244,6 +247,36 @@ class Worker:
                 job = self.jobs.get(msg["job_id"])
                 if job is not None:
                     job.inject(Barrier(BarrierKind(msg["kind"]), int(msg["id"])))
+            elif kind == "stage":
+                job = self.jobs.get(msg["job_id"])
+                if job is not None:
+                    job.stage(
+                        int(msg["rid"]),
+                        int(msg["stage"]),
+                        int(msg["barrier_id"]),
+                        list(msg.get("inject", ())),
+                    )
+            elif kind == "stage_withdraw":
+                job = self.jobs.get(msg["job_id"])
+                clean = job is None or job.withdraw_stage(
+                    int(msg["rid"]),
+                    int(msg["stage"]),
+                    int(msg["barrier_id"]),
+                    list(msg.get("inject", ())),
+                )
+                self.send(
+                    {
+                        "type": "stage_withdrawn",
+                        "job_id": msg["job_id"],
+                        "rid": msg["rid"],
+                        "stage": msg["stage"],
+                        "clean": clean,
+                    }
+                )
+            elif kind == "stages_end":
+                job = self.jobs.get(msg["job_id"])
+                if job is not None:
+                    job.end_stages(int(msg["rid"]), int(msg["last"]))
             elif kind == "savepoint":
                 job = self.jobs.get(msg["job_id"])
                 if job is not None:
@@ -299,6 +332,8 @@ class Worker:
                 set(msg["affected"]),
                 peers,
                 fluid=bool(msg.get("fluid", False)),
+                stages=[Layout.from_wire(x) for x in msg.get("stages") or ()],
+                stage_barriers=[int(b) for b in msg.get("stage_barriers") or ()],
             )
         except Exception as exc:
             logger.debug("prepare failed", exc_info=True)

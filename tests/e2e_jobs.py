@@ -127,10 +127,17 @@ def reference_keys(flow: Dataflow, params: dict[str, Any], parallelism: int) -> 
 
 
 def held_job(params: dict[str, Any]) -> Dataflow:
-    """keys -> hold (map, stalls while params["hold"] exists) -> count -> out."""
+    """keys -> hold (map, stalls while params["hold"] exists; params["hold_tasks"], default
+    2) -> count -> out."""
     flow = Dataflow("held")
     src = reference_keys(flow, params, parallelism=2)
-    held = src.map("hold", HoldWhile(params["hold"]))
+    tasks = int(params.get("hold_tasks", 2))
+    hold = HoldWhile(params["hold"])
+    held = (
+        src.map("hold", hold)
+        if tasks == 2
+        else src.rebalance().map("hold", hold, parallelism=tasks)
+    )
     counts = held.key_by(key_of).process("count", count, parallelism=2)
     counts.sink("out", Collect(params["output"], mode="last", key=first))
     return flow

@@ -77,12 +77,20 @@ def test_rebalance_scale_migrate_while_records_flow(
     assert job.summary()["sink_records"] == 60_000 * 8
 
 
-def start_held_job(cluster: BackgroundCluster, tmp_path: Path, records: int) -> tuple:
+def start_held_job(
+    cluster: BackgroundCluster, tmp_path: Path, records: int, hold_tasks: int = 2
+) -> tuple:
     """The held job, stalled (its hold file exists) until the test removes the file."""
     hold = tmp_path / "hold"
     hold.touch()
     out = tmp_path / "out"
-    params = {"records": records, "rate": 10_000, "hold": str(hold), "output": str(out)}
+    params = {
+        "records": records,
+        "rate": 10_000,
+        "hold": str(hold),
+        "output": str(out),
+        "hold_tasks": hold_tasks,
+    }
     return cluster.submit(load_job("tests.e2e_jobs:held_job", params)), hold, out
 
 
@@ -110,14 +118,15 @@ def test_sync_that_cannot_complete_aborts_and_the_job_goes_on(
 def test_a_fluid_plan_cut_short_keeps_its_completed_steps_and_exact_results(
     cluster: BackgroundCluster, tmp_path: Path
 ) -> None:
-    """A fluid rebalance whose later step cannot sync (the job is held busy mid-plan) ends
-    ``failed`` saying which steps stay applied; the job runs on that valid version and its
-    results are exact."""
+    """A fluid rebalance in steps of one key group, held busy mid-plan (the one task that
+    routes to the count tasks turns slow), ends ``failed`` at the first stage whose
+    barrier could not start within the sync timeout, saying which steps stay applied;
+    the job runs on that valid version and its results are exact."""
 
     from controlplane.abstraction import AssignWorkload, Plan, diff
 
     records = 40_000
-    job, hold, out = start_held_job(cluster, tmp_path, records)
+    job, hold, out = start_held_job(cluster, tmp_path, records, hold_tasks=1)
     hold.unlink()  # not held at first: the first steps complete
     time.sleep(0.3)
     a = job.abstraction
@@ -133,23 +142,84 @@ def test_a_fluid_plan_cut_short_keeps_its_completed_steps_and_exact_results(
         run = asyncio.ensure_future(
             cluster.coordinator.apply_plan(job.id, plan, sync_timeout_s=1.0)
         )
-        while len(job.versions) < a.version + 3 and not run.done():  # two steps applied
+        while not job.reconfigurations or job.reconfigurations[-1].steps < 2:
+            assert not run.done(), run.result().error
             await asyncio.sleep(0.001)
-        hold.touch()  # from now on the barrier cannot get through in time
+        hold.touch()  # from now on a stage's barrier cannot start in time
         return await run
 
     rec = cluster.call(run_and_hold())
     assert rec.status == "failed", rec.error
+    assert rec.runs == 1, rec.runs  # the steps ran as stages of one reconfiguration
     k = job.abstraction.version - a.version
     assert 2 <= k < len(half), (k, rec.error)
+    assert (
+        f"step {k + 1} of {len(half)} aborted: sync timed out after 1s: the barrier of stage"
+        in rec.error
+    )
     assert (
         f"steps 1 to {k} stay applied: the job runs on version {job.abstraction.version}"
         in rec.error
     )
-    assert "sync timed out" in rec.error
+    assert rec.steps == k
     assert job.status == "running"
     assert len(diff(a, job.abstraction).operator("count").key_group_moves) == k
     hold.unlink()
+    assert cluster.wait(job, 60) == "finished", job.error
+    assert final_counts(out) == counting_reference(records)
+
+
+def test_fluid_steps_run_as_stages_without_pausing(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    """A fluid plan in batches runs as few live reconfigurations as it can: the batches
+    that only move key groups among the same tasks are stages of one, each started by a
+    barrier from the task that routes to the count tasks, and only that task pauses, once
+    (stage 0). Per-key order and results hold."""
+    from dataclasses import replace
+
+    from controlplane.abstraction import AssignWorkload, Plan, migrate, scale
+
+    records = 60_000
+    out = tmp_path / "out"
+    params = {"records": records, "rate": 20_000, "output": str(out), "pad": 100_000}
+    job = cluster.submit(load_job("tests.e2e_jobs:ordered_job", params))
+    time.sleep(0.3)
+    a = job.abstraction
+    tasks = a.operator("count").tasks
+    give = tasks[0].workload.key_groups[:24]
+    moved = {
+        tasks[0].id: [g for g in tasks[0].workload.key_groups if g not in give],
+        tasks[1].id: [*tasks[1].workload.key_groups, *give],
+    }
+    plan = Plan(a.version, (AssignWorkload("count", moved),), mode="fluid", batch_size=4)
+    rec = cluster.call(cluster.coordinator.apply_plan(job.id, plan))
+    assert rec.status == "completed", rec.error
+    assert (rec.steps, rec.runs) == (6, 1)
+    assert [v.version for v in job.versions] == list(range(1, 8))
+    assert all(rec.pause_ms[t] == 0.0 for t in rec.pause_ms if t.startswith("count-"))
+    assert rec.pause_ms["number-0"] > 0.0, rec.pause_ms
+    # A scale-out: the new task is made in stage 0, its key groups come in stages.
+    rec = cluster.call(
+        cluster.coordinator.apply_plan(
+            job.id, replace(scale(job.abstraction, "count", 3), mode="fluid", batch_size=8)
+        )
+    )
+    assert rec.status == "completed", rec.error
+    assert rec.runs == 1 and rec.steps > 2, (rec.runs, rec.steps)
+    # A migration through a stand-in: setup and batches in one run, the emptied task's move
+    # and its taking its key groups back in a second, the stand-in's removal in a third.
+    a = job.abstraction
+    worker = a.task("count-0").resources.worker
+    other = next(w.id for w in a.workers if w.id != worker)
+    rec = cluster.call(
+        cluster.coordinator.apply_plan(
+            job.id, replace(migrate(a, "count-0", other), mode="fluid", batch_size=8)
+        )
+    )
+    assert rec.status == "completed", rec.error
+    assert rec.runs == 3 and rec.steps > 4, (rec.runs, rec.steps)
+    assert job.abstraction.task("count-0").resources.worker == other
     assert cluster.wait(job, 60) == "finished", job.error
     assert final_counts(out) == counting_reference(records)
 

@@ -526,7 +526,15 @@ class Coordinator:
                 snap.add(msg["task"], msg)
         elif kind == "barrier_ack":
             self._check_barriers(job, msg["task"], int(msg["id"]))
-        elif kind in ("prepared", "prepare_failed", "paused", "updated", "update_failed"):
+        elif kind in (
+            "prepared",
+            "prepare_failed",
+            "paused",
+            "updated",
+            "update_failed",
+            "stage_done",
+            "stage_withdrawn",
+        ):
             rec = self._active.get(job.id)
             if rec is None or rec.id != msg.get("rid"):
                 return
@@ -536,6 +544,10 @@ class Coordinator:
                 rec.on_prepared(info.id, msg["error"])
             elif kind == "paused":
                 rec.on_paused(msg["task"])
+            elif kind == "stage_done":
+                rec.on_stage_done(info.id, int(msg["stage"]))
+            elif kind == "stage_withdrawn":
+                rec.on_stage_withdrawn(info.id, bool(msg["clean"]))
             elif kind == "updated":
                 if "metrics" in msg:
                     job.metrics.add(time.time(), msg["task"], msg["metrics"])

@@ -1,14 +1,18 @@
 """Fluid mode on the coordinator: a plan carried out as a sequence of small live steps.
 
 :func:`~controlplane.abstraction.fluid_steps` splits the plan (setup, then batches of at
-most ``batch_size`` key-group moves, removals last); each step runs the whole live
-protocol of :mod:`.reconfig` (prepare, sync, update) in its fluid form and commits its
-own version: keyed tasks that only give or gain key groups do not pause (records of a
+most ``batch_size`` key-group moves, removals last) and each step makes its own
+version. A step runs the live protocol of :mod:`.reconfig` (prepare, sync, update) in
+its fluid form: keyed tasks that only give or gain key groups do not pause (records of a
 moving group wait for its state alone, see :mod:`runtime.deployment`); upstream tasks
-pause while their routing swaps. The steps share one record: phases' times add up,
-``pause_ms`` keeps each task's longest pause, ``steps`` counts the steps run.
+pause while their routing swaps. The steps that follow it and only move key groups
+among the same tasks (the batches) join it as its later *stages*: no prepare, sync or
+update of their own, only a barrier each, started at the upstream tasks, which swap
+their routing as they emit it (:func:`.reconfig._drive_stages`); nothing pauses. The
+steps share one record: phases' times add up, ``pause_ms`` keeps each task's longest
+pause, ``steps`` counts the steps (versions) made, ``runs`` the live protocol runs.
 
-A step that does not complete (or cannot start: the job stopped, a worker was lost) ends
+A run that does not complete (or cannot start: the job stopped, a worker was lost) ends
 the plan there. Steps before it stay applied: the job runs on their version (valid, every
 key group owned once), and the record's error says so. A first step that cannot start
 raises, as a plan in pause mode does: nothing changed.
@@ -27,6 +31,7 @@ from controlplane.abstraction import (
     apply_plan,
     fluid_steps,
 )
+from runtime.layout import Layout, only_key_groups_move
 
 from .reconfig import Reconfiguration, ReconfigurationError, new_record, run_locked
 
@@ -37,6 +42,10 @@ if TYPE_CHECKING:
 __all__ = ["run_fluid"]
 
 PHASES = ("prepare", "sync", "update")
+# Steps that only move key groups join the run before them as stages (module docstring).
+# False runs every step on its own, as before stages existed: kept so that
+# bench/reconfig.py can compare the two in one run.
+JOIN_STAGES = True
 
 
 async def run_fluid(
@@ -55,16 +64,20 @@ async def run_fluid(
 
     steps = fluid_steps(current, plan)
     outer = new_record(job, job.layout, plan)
-    outer.steps = 0
+    outer.steps = outer.runs = 0
     outer.timings_ms = dict.fromkeys(PHASES, 0.0)
     if on_change is not None:
         outer.listener = on_change
         on_change(outer)
     started = time.perf_counter()
 
+    done_before = 0  # steps made by the runs before the current one
+
     def follow(step: Reconfiguration) -> None:
         if step.status in ("preparing", "syncing", "updating") and outer.status != step.status:
             outer.status = step.status
+        if step.stages_made:  # a staged run's steps count as their stages are made
+            outer.steps = done_before + step.stages_made
 
     backend = coordinator.backend.name if coordinator.backend is not None else "local"
 
@@ -77,36 +90,47 @@ async def run_fluid(
         outer.ended_at = time.time()
         return outer
 
-    for i, ops in enumerate(steps, start=1):
+    i = 0
+    while i < len(steps):
+        n = i + 1  # the step (1-based) this run starts with
         applied = (
-            f"; steps 1 to {i - 1} stay applied: the job runs on version {job.abstraction.version}"
-            if i > 1
+            f"; steps 1 to {n - 1} stay applied: the job runs on version {job.abstraction.version}"
+            if n > 1
             else ""
         )
         try:
             base = refresh_workers(job.abstraction, coordinator.alive_workers(), backend)
             target = await substitute_new_workers(
-                coordinator, apply_plan(base, Plan(base.version, ops))
+                coordinator, apply_plan(base, Plan(base.version, steps[i]))
             )
-            layout = layout_of(target, job.graph, base, job.layout)
+            targets = [target]
+            layouts = [layout_of(target, job.graph, base, job.layout)]
+            if JOIN_STAGES:
+                _join_stages(job, steps[i + 1 :], targets, layouts)
             step = await run_locked(
                 coordinator,
                 job,
-                layout,
+                layouts[-1],
                 plan=plan,
                 sync_timeout_s=sync_timeout_s,
                 on_change=follow,
                 record=False,
                 fluid=True,
+                stages=layouts,
             )
         except (ReconfigurationError, AbstractionError) as exc:
-            if i == 1:  # nothing changed: refused like a plan in pause mode
+            if n == 1:  # nothing changed: refused like a plan in pause mode
                 end("failed", str(exc))
                 raise
-            return end("failed", f"step {i} of {len(steps)} could not start: {exc}{applied}")
+            return end("failed", f"step {n} of {len(steps)} could not start: {exc}{applied}")
+        made = step.stages_made if step.cut_short else len(targets)
+        i += made
+        done_before = i
         outer.steps = i
+        outer.runs += 1
+        outer.stage_ms += step.stage_ms
         outer.affected |= step.affected
-        outer.new = layout if step.status == "completed" else outer.new
+        outer.new = layouts[made - 1] if step.status == "completed" else outer.new
         for phase in PHASES:
             outer.timings_ms[phase] += step.timings_ms.get(phase, 0.0)
         for task, ms in step.pause_ms.items():
@@ -114,8 +138,32 @@ async def run_fluid(
         for task, ms in step.update_ms.items():
             outer.update_ms[task] = max(ms, outer.update_ms.get(task, 0.0))
         if step.status != "completed":
-            error = f"step {i} of {len(steps)} {step.status}: {step.error}{applied}"
-            return end(step.status if i == 1 else "failed", error)
-        job.abstraction = target
-        job.versions.append(target)
+            error = f"step {n} of {len(steps)} {step.status}: {step.error}{applied}"
+            return end(step.status if n == 1 else "failed", error)
+        job.abstraction = targets[made - 1]
+        job.versions.extend(targets[:made])
+        if made < len(targets):  # its later stages were withdrawn: the plan ends here
+            error = (
+                f"step {i + 1} of {len(steps)} aborted: {step.error}; steps 1 to {i} stay "
+                f"applied: the job runs on version {job.abstraction.version}"
+            )
+            return end("failed", error)
     return end("completed")
+
+
+def _join_stages(job: Job, later: list, targets: list[Abstraction], layouts: list[Layout]) -> None:
+    """Extend ``targets`` / ``layouts`` (one step so far) with the steps of ``later`` that
+    follow it and only move key groups: they run as later stages of the same live
+    reconfiguration (:func:`.reconfig._drive_stages`), each still its own version."""
+    from .plans import layout_of
+
+    for ops in later:
+        try:
+            target = apply_plan(targets[-1], Plan(targets[-1].version, ops))
+        except AbstractionError:
+            return  # it runs on its own and reports the error then
+        layout = layout_of(target, job.graph, targets[-1], layouts[-1])
+        if not only_key_groups_move(layouts[-1], layout):
+            return
+        targets.append(target)
+        layouts.append(layout)

@@ -17,6 +17,11 @@ Protocol (the worker's side is :mod:`runtime.deployment`):
    reporting ``updated`` with its pause time. A failure or silence past
    ``UPDATE_TIMEOUT_S`` fails the job (state may be half moved; recovery from a
    checkpoint is the fault-tolerance issue's).
+   Staged (fluid, :func:`_drive_stages`): the update makes the first of several layouts
+   and each later one, which only moves key groups, is a *stage*: once every worker is
+   done with the stage before, a barrier starts at the tasks that route to the moving
+   key groups' owners, which swap their routing as they emit it; givers ship, gainers
+   wait for the state of what they gain, nothing pauses.
 4. **Commit.** The job's layout becomes the new one; the record keeps timings.
 
 Only one reconfiguration runs per job at a time: others wait in order for the job's lock,
@@ -26,6 +31,7 @@ or are refused with :class:`ReconfigurationBusy` when the caller does not want t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import pickle
@@ -35,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from runtime import codeload
-from runtime.layout import Layout, affected_tasks
+from runtime.layout import Layout, affected_tasks, only_key_groups_move, stage_entry
 from runtime.records import BarrierKind
 
 if TYPE_CHECKING:
@@ -91,7 +97,9 @@ class Reconfiguration:
     ended_at: float | None = None
     barrier_id: int | None = None
     version: int | None = None  # the abstraction version it made (or left) current
-    steps: int = 1  # live protocol runs it took (fluid mode: one per batch, see .fluid)
+    steps: int = 1  # versions it went through (fluid mode: one per batch, see .fluid)
+    runs: int = 1  # live protocol runs (prepare, sync, update) it took: steps go as stages
+    stages: list[Layout] = field(default_factory=list, repr=False)  # staged fluid: see _run
     worker_map: dict[str, str] = field(default_factory=dict)  # old -> new worker (a restart)
     listener: Callable[[Reconfiguration], None] | None = field(default=None, repr=False)
     # Protocol state (filled by the coordinator's message handler).
@@ -101,10 +109,16 @@ class Reconfiguration:
     _synced: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _updated: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _failure: str | None = field(default=None, repr=False)
+    _stages_done: dict[int, set[str]] = field(default_factory=dict, repr=False)  # -> workers
+    _stage_event: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _withdrawals: dict[str, asyncio.Future] = field(default_factory=dict, repr=False)
+    stages_made: int = 0  # staged: the stages every worker is done with, so far
+    stage_ms: list[float] = field(default_factory=list)  # staged: how long each stage took
+    cut_short: bool = False  # staged: later stages were withdrawn (see _drive_stages)
 
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)
-        if name in ("status", "ended_at", "version"):  # tell whoever follows the record
+        if name in ("status", "ended_at", "version", "stages_made"):  # tell whoever follows
             listener = getattr(self, "listener", None)
             if listener is not None:
                 listener(self)
@@ -136,6 +150,21 @@ class Reconfiguration:
         if not self._to_update:
             self._updated.set()
 
+    def on_stage_done(self, worker: str, stage: int) -> None:
+        self._stages_done.setdefault(stage, set()).add(worker)
+        self._stage_event.set()
+
+    def on_stage_withdrawn(self, worker: str, clean: bool) -> None:
+        fut = self._withdrawals.get(worker)
+        if fut is not None and not fut.done():
+            fut.set_result(clean)
+
+    async def stage_done(self, stage: int, workers: set[str]) -> None:
+        """Wait until every worker in ``workers`` is done with ``stage`` (or it failed)."""
+        while not workers <= self._stages_done.get(stage, set()) and self._failure is None:
+            self._stage_event.clear()
+            await self._stage_event.wait()
+
     def on_task_finished(self, task: str) -> None:
         """A task ended (its inputs ended) before pausing: the barrier cannot reach it."""
         if task in self._to_pause:
@@ -148,6 +177,7 @@ class Reconfiguration:
                 fut.set_result(error)
         self._synced.set()
         self._updated.set()
+        self._stage_event.set()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -208,6 +238,7 @@ async def run_locked(
     on_change: Callable[[Reconfiguration], None] | None = None,
     record: bool = True,
     fluid: bool = False,
+    stages: list[Layout] | None = None,
 ) -> Reconfiguration:
     """:func:`reconfigure` for a caller that already holds ``job.lock``.
 
@@ -215,14 +246,24 @@ async def run_locked(
     changes or it ends (on the coordinator's loop; it must not block). With ``record``
     false the record is not kept in the job's history (a step of a fluid plan, whose own
     record is kept instead). With ``fluid`` keyed tasks that only gain or give key groups
-    do not pause (see :mod:`runtime.deployment`).
+    do not pause (see :mod:`runtime.deployment`). ``stages`` (fluid): layouts to go
+    through after ``new``'s predecessor, ending at ``new``; each after the first only moves
+    key groups (see :func:`_drive_stages`).
     """
     if job.status != "running":
         raise ReconfigurationError(f"job {job.id} is {job.status}, not running")
     _check_layout(coordinator, job, new)
-    rec = Reconfiguration(
-        next(_ids), job.id, job.layout, new, affected_tasks(job.graph, job.layout, new), plan=plan
-    )
+    stages = list(stages or ())
+    if stages and stages[-1] != new:
+        raise ReconfigurationError("the last stage must be the new layout")
+    if len(stages) > 1 and not (
+        fluid and all(only_key_groups_move(a, b) for a, b in itertools.pairwise(stages))
+    ):
+        raise ReconfigurationError("stages after the first may only move key groups (fluid)")
+    path = [job.layout, *stages] if len(stages) > 1 else [job.layout, new]
+    affected = set().union(*(affected_tasks(job.graph, a, b) for a, b in itertools.pairwise(path)))
+    rec = Reconfiguration(next(_ids), job.id, job.layout, new, affected, plan=plan)
+    rec.stages = stages if len(stages) > 1 else []
     if record:
         job.reconfigurations.append(rec)
     if on_change is not None:
@@ -297,6 +338,10 @@ async def _run(
         "code": codeload.sources_for([graph, *rec.new.logic.values()]),
         "fluid": fluid,
     }
+    stage_barriers = [coordinator._next_barrier_id() for _ in rec.stages[1:]]
+    if rec.stages:
+        msg["stages"] = [layout.to_wire() for layout in rec.stages]
+        msg["stage_barriers"] = stage_barriers
     joining = {  # what a worker that hosts none of the job's tasks yet needs to take some
         "graph": graph,
         "current_layout": rec.old.to_wire(),
@@ -361,10 +406,21 @@ async def _run(
     rec.status = "updating"
     for wid in workers:
         coordinator._send(wid, {"type": "update", "job_id": job.id, "rid": rec.id})
+    driver = (
+        asyncio.ensure_future(
+            _drive_stages(coordinator, job, rec, set(workers), stage_barriers, sync_timeout_s)
+        )
+        if rec.stages
+        else None
+    )
     try:
         await asyncio.wait_for(rec._updated.wait(), UPDATE_TIMEOUT_S)
     except TimeoutError:
         rec._failure = f"update timed out after {UPDATE_TIMEOUT_S:.0f}s: tasks {sorted(t for _, t in rec._to_update)[:10]} did not finish"
+    if driver is not None:
+        driver.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await driver
     t_updated = time.perf_counter()
     rec.timings_ms["update"] = _ms(t_synced, t_updated)
     rec.timings_ms["total"] = _ms(t_start, t_updated)
@@ -376,6 +432,8 @@ async def _run(
         )
         return
     # Step 4. Commit.
+    if rec.cut_short:  # the job runs on the last stage made
+        rec.new = rec.stages[rec.stages_made - 1]
     job.layout = rec.new
     job.metrics.track_tasks({t: t.rpartition("-")[0] for t in rec.new.placement})
     rec.status = "completed"
@@ -386,6 +444,99 @@ async def _run(
         rec.timings_ms["total"],
         len(rec.affected),
     )
+
+
+async def _drive_stages(
+    coordinator: Coordinator,
+    job: Job,
+    rec: Reconfiguration,
+    workers: set[str],
+    barriers: list[int],
+    sync_timeout_s: float,
+) -> None:
+    """Step 3, staged (fluid): after the update has made the first stage, start each
+    later one once every worker is done with the one before.
+
+    A stage only moves key groups between tasks that keep their place, so nothing pauses:
+    its barrier starts at the tasks that route to the tasks whose key groups move
+    (:func:`runtime.layout.stage_entry`; at the sources when the graph does not allow
+    it), each router swaps its owner table as it emits or aligns it, each task that gives
+    key groups ships them once aligned and each that gains them has their records wait
+    for them. A stage costs a message to the workers and the barrier's hop to the keyed
+    tasks, not a prepare, a sync and an update.
+    """
+    try:
+        await _stages(coordinator, job, rec, workers, barriers, sync_timeout_s)
+    except Exception as exc:  # a bug here must fail the reconfiguration, not hang it
+        logger.exception("reconfiguration %s: driving its stages failed", rec.id)
+        rec.on_failed(f"driving the stages failed: {type(exc).__name__}: {exc}")
+
+
+async def _stages(
+    coordinator: Coordinator,
+    job: Job,
+    rec: Reconfiguration,
+    workers: set[str],
+    barriers: list[int],
+    sync_timeout_s: float,
+) -> None:
+    done_by = workers  # the workers the update went to report stage 0
+    await rec.stage_done(0, done_by)
+    rec.stages_made = 1
+    for k in range(1, len(rec.stages)):
+        if rec._failure is not None:
+            return
+        prev, nxt = rec.stages[k - 1], rec.stages[k]
+        entry = stage_entry(job.graph, prev, nxt) or [
+            t for op in job.graph.sources() for t in prev.tasks_of(op.name)
+        ]
+        done_by = {prev.placement[t] for t in affected_tasks(job.graph, prev, nxt) | set(entry)}
+        msg = {"job_id": job.id, "rid": rec.id, "stage": k, "barrier_id": barriers[k - 1]}
+        _tell(coordinator, done_by, prev, entry, {"type": "stage", **msg})
+        t0 = time.perf_counter()
+        try:
+            await asyncio.wait_for(rec.stage_done(k, done_by), sync_timeout_s)
+            rec.stage_ms.append(_ms(t0, time.perf_counter()))
+            rec.stages_made = k + 1
+            continue
+        except TimeoutError:
+            pass
+        # Step 3b. A stage that has not gone through in the sync timeout is withdrawn if
+        # its barrier has not started anywhere: the change ends at the stage before (a
+        # valid layout, every key group owned once). Else it goes on.
+        loop = asyncio.get_running_loop()
+        rec._withdrawals = {wid: loop.create_future() for wid in done_by}
+        _tell(coordinator, done_by, prev, entry, {"type": "stage_withdraw", **msg})
+        try:
+            replies = await asyncio.wait_for(
+                asyncio.gather(*rec._withdrawals.values()), ABORT_TIMEOUT_S
+            )
+        except TimeoutError:
+            replies = [False]
+        if all(replies):
+            rec.cut_short = True
+            rec.error = (
+                f"sync timed out after {sync_timeout_s:g}s: the barrier of stage {k + 1} of "
+                f"{len(rec.stages)} did not get through tasks {sorted(entry)[:10]}"
+            )
+            for wid in workers:
+                coordinator._send(
+                    wid, {"type": "stages_end", "job_id": job.id, "rid": rec.id, "last": k - 1}
+                )
+            return
+        # It had started somewhere: it goes on (within the update's timeout).
+        _tell(coordinator, done_by, prev, entry, {"type": "stage", **msg})
+        await rec.stage_done(k, done_by)
+        rec.stages_made = k + 1
+
+
+def _tell(
+    coordinator: Coordinator, workers: set[str], layout: Layout, entry: list[str], msg: dict
+) -> None:
+    """Send ``msg`` about a stage to ``workers``, each with the entry tasks it hosts."""
+    for wid in sorted(workers):
+        inject = [t for t in entry if layout.placement[t] == wid]
+        coordinator._send(wid, {**msg, "inject": inject})
 
 
 async def _abort(
