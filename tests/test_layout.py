@@ -76,3 +76,33 @@ def test_the_downstream_of_a_moving_task_only_syncs() -> None:
     # Moving with it, the sink changes itself; a rebalance moves no task.
     assert sync_only_tasks(GRAPH, BASE, moved(BASE, count_1="w1", sink_1="w1")) == set()
     assert sync_only_tasks(GRAPH, BASE, REBALANCED) == set()
+
+
+def test_a_stage_barrier_starts_at_the_tasks_routing_to_the_moving_groups() -> None:
+    """Word count: the split tasks route to the count tasks, and everything downstream of
+    them reads from them only; a graph in which a task downstream also reads another
+    source's stream needs the barrier from the sources (None)."""
+    from jobs_for_tests import count, first, identity
+
+    from runtime.dataflow import Dataflow
+    from runtime.layout import only_key_groups_move, stage_entry
+    from runtime.sources import Generator
+
+    assert stage_entry(GRAPH, BASE, REBALANCED) == ["split-0", "split-1"]
+    assert only_key_groups_move(BASE, REBALANCED)
+    assert not only_key_groups_move(BASE, scaled_out())
+    assert not only_key_groups_move(BASE, moved(BASE, count_1="w1"))
+
+    flow = Dataflow("joined")
+    counts = (
+        flow.source("a", Generator(records=10, keys=2, seed=1))
+        .key_by(first)
+        .process("count", count, parallelism=2)
+    )
+    other = flow.source("b", Generator(records=10, keys=2, seed=2))
+    flow.union(counts, other).map("merged", identity)
+    graph = flow.compile()
+    base = Layout.initial(graph, ["w1", "w2"])
+    a = dict(base.assignment)
+    a["count-0"], a["count-1"] = tuple(range(32)), tuple(range(32, 128))
+    assert stage_entry(graph, base, base.replace(assignment=a)) is None
