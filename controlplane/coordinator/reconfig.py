@@ -31,7 +31,7 @@ or are refused with :class:`ReconfigurationBusy` when the caller does not want t
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import itertools
 import logging
 import pickle
@@ -406,21 +406,19 @@ async def _run(
     rec.status = "updating"
     for wid in workers:
         coordinator._send(wid, {"type": "update", "job_id": job.id, "rid": rec.id})
-    driver = (
-        asyncio.ensure_future(
+    driver = None
+    if rec.stages:
+        driver = asyncio.ensure_future(
             _drive_stages(coordinator, job, rec, set(workers), stage_barriers, sync_timeout_s)
         )
-        if rec.stages
-        else None
-    )
+        driver.add_done_callback(functools.partial(_driver_ended, rec))
     try:
         await asyncio.wait_for(rec._updated.wait(), UPDATE_TIMEOUT_S)
     except TimeoutError:
         rec._failure = f"update timed out after {UPDATE_TIMEOUT_S:.0f}s: tasks {sorted(t for _, t in rec._to_update)[:10]} did not finish"
     if driver is not None:
-        driver.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await driver
+        driver.cancel()  # done by now unless the update failed; an error was reported
+        await asyncio.gather(driver, return_exceptions=True)
     t_updated = time.perf_counter()
     rec.timings_ms["update"] = _ms(t_synced, t_updated)
     rec.timings_ms["total"] = _ms(t_start, t_updated)
@@ -465,21 +463,6 @@ async def _drive_stages(
     for them. A stage costs a message to the workers and the barrier's hop to the keyed
     tasks, not a prepare, a sync and an update.
     """
-    try:
-        await _stages(coordinator, job, rec, workers, barriers, sync_timeout_s)
-    except Exception as exc:  # a bug here must fail the reconfiguration, not hang it
-        logger.exception("reconfiguration %s: driving its stages failed", rec.id)
-        rec.on_failed(f"driving the stages failed: {type(exc).__name__}: {exc}")
-
-
-async def _stages(
-    coordinator: Coordinator,
-    job: Job,
-    rec: Reconfiguration,
-    workers: set[str],
-    barriers: list[int],
-    sync_timeout_s: float,
-) -> None:
     done_by = workers  # the workers the update went to report stage 0
     await rec.stage_done(0, done_by)
     rec.stages_made = 1
@@ -528,6 +511,14 @@ async def _stages(
         _tell(coordinator, done_by, prev, entry, {"type": "stage", **msg})
         await rec.stage_done(k, done_by)
         rec.stages_made = k + 1
+
+
+def _driver_ended(rec: Reconfiguration, driver: asyncio.Future) -> None:
+    """A bug in :func:`_drive_stages` fails the reconfiguration instead of hanging it."""
+    if not driver.cancelled() and driver.exception() is not None:
+        exc = driver.exception()
+        logger.error("reconfiguration %s: driving its stages failed", rec.id, exc_info=exc)
+        rec.on_failed(f"driving the stages failed: {type(exc).__name__}: {exc}")
 
 
 def _tell(
