@@ -58,6 +58,10 @@ def throughput_section(d: dict) -> list[str]:
     ]
 
 
+def _runs(n: int) -> str:
+    return "1 run" if n == 1 else f"{n} runs"
+
+
 def reconfig_section(d: dict) -> list[str]:
     m = d["machine"]
     out = [
@@ -121,7 +125,7 @@ def reconfig_section(d: dict) -> list[str]:
                     "fluid_all": "fluid, 1 step"
                     if r["steps"] == 1
                     else f"fluid, all ({r['steps']} steps)",
-                    "fluid": f"fluid, {r['steps']} steps in {r.get('runs', r['steps'])} runs",
+                    "fluid": f"fluid, {r['steps']} steps in {_runs(r.get('runs', r['steps']))}",
                     "fluid_steps": f"fluid, {r['steps']} steps, a run each",
                     "restart_new": "restart, new workers",
                 }.get(how, how)
