@@ -396,7 +396,9 @@ class JobRuntime:
                 gate = InputGate()
                 for key, _u, _k in self._input_keys(tid, layout):
                     gate.add(self.inputs[key])
-                p.new_tasks[tid] = await self._make_task(tid, layout, gate)
+                # Made for the first stage: a task new in a staged change owns no key group
+                # it gains in a later stage until that group's state has come.
+                p.new_tasks[tid] = await self._make_task(tid, p.first, gate)
             for tid, data in layout.logic.items():
                 if layout.placement.get(tid) == self.me and data != self.layout.logic.get(tid):
                     pickle.loads(data)  # the new logic must load here
@@ -569,6 +571,9 @@ class JobRuntime:
             self._stage_task_done(p, k, tid)
             return
         gained = set(nxt.assignment[tid]) - set(prev.assignment[tid])
+        early = sorted(g for g in gained if processor.state.owns(g))
+        if early:  # its records would count on empty state, then lose it to the shipped one
+            raise ReconfigError(f"task {tid} owns key groups {early[:10]} before they arrive")
         if aligned:
             processor.await_groups(gained)
 

@@ -182,7 +182,7 @@ def test_fluid_steps_run_as_stages_without_pausing(
 
     records = 60_000
     out = tmp_path / "out"
-    params = {"records": records, "rate": 20_000, "output": str(out), "pad": 100_000}
+    params = {"records": records, "rate": 20_000, "output": str(out), "pad": 400_000}
     job = cluster.submit(load_job("tests.e2e_jobs:ordered_job", params))
     time.sleep(0.3)
     a = job.abstraction

@@ -506,6 +506,9 @@ class Coordinator:
                 self._stop_everywhere(job)
         elif kind == "task_failed":
             job.failed_tasks[msg["task"]] = msg["error"]
+            active = self._active.get(job.id)
+            if active is not None:  # a reconfiguration under way ends with the task's error
+                active.on_failed(msg["error"])
             if job._end("failed", msg["error"]):
                 logger.warning("job %s failed: %s", job.id, msg["error"])
                 self._stop_everywhere(job)
