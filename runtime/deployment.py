@@ -495,7 +495,7 @@ class JobRuntime:
             for tid in sorted(p.involved[k] & self.tasks.keys()):
                 task = self.tasks[tid]
                 if task.status != "running" and tid not in p.done[k]:
-                    self._stage_part(p, k, task, aligned=False)
+                    self._stage_ended_task(p, k, task)
         barrier = Barrier(BarrierKind.RECONFIG, barrier_id)
         for tid in inject:
             task = self.tasks.get(tid)
@@ -549,7 +549,7 @@ class JobRuntime:
         if p is None or not p.stages or p.stage < 1 or task.task_id not in p.involved[p.stage]:
             return
         if task.task_id not in p.done.setdefault(p.stage, set()):
-            self._stage_part(p, p.stage, task, aligned=False)
+            self._stage_ended_task(p, p.stage, task)
 
     def _stage_aligned(self, p: _Pending, k: int, task: BaseTask) -> None:
         tid = task.task_id
@@ -591,20 +591,27 @@ class JobRuntime:
                 return
             exc = fut.exception()
             if exc is not None:
-                self.worker.send(
-                    {
-                        "type": "update_failed",
-                        "job_id": self.job_id,
-                        "rid": p.rid,
-                        "error": f"worker {self.me}: {tid} in stage {k}: {exc}",
-                    }
-                )
+                self._stage_failed(p, k, tid, exc)
                 return
             self._stage_task_done(p, k, tid)
 
         work = asyncio.ensure_future(part())
         self._stage_work.add(work)
         work.add_done_callback(finished)
+
+    def _stage_ended_task(self, p: _Pending, k: int, task: BaseTask) -> None:
+        """The part of a task that has ended (it aligns no barrier any more): done at once,
+        from the worker's control loop, which an error must not break."""
+        try:
+            self._stage_part(p, k, task, aligned=False)
+        except Exception as exc:
+            self._stage_failed(p, k, task.task_id, exc)
+
+    def _stage_failed(self, p: _Pending, k: int, tid: str, exc: BaseException) -> None:
+        error = f"worker {self.me}: {tid} in stage {k}: {exc}"
+        self.worker.send(
+            {"type": "update_failed", "job_id": self.job_id, "rid": p.rid, "error": error}
+        )
 
     async def _import_groups(self, p: _Pending, task: BaseTask, groups: set[int]) -> None:
         """Take in key groups for a task that has ended (no record of them can come)."""
