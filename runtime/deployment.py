@@ -530,8 +530,7 @@ class JobRuntime:
         p = self.pending
         if p is None or p.rid != rid or not p.stages:
             return
-        if p.stage != last:  # stage ``last + 1`` had been announced here: take it back
-            p.stage = last
+        p.stage = last  # stage ``last + 1`` may have been announced here: take it back
         for tid in sorted(self.tasks):
             if p.last_stage.get(tid, 0) > last:
                 p.last_stage[tid] = last
@@ -553,7 +552,7 @@ class JobRuntime:
 
     def _stage_aligned(self, p: _Pending, k: int, task: BaseTask) -> None:
         tid = task.task_id
-        if k < len(p.stages) and tid in p.involved[k] and tid not in p.done.setdefault(k, set()):
+        if tid in p.involved[k] and tid not in p.done.setdefault(k, set()):
             self._stage_part(p, k, task, aligned=True)
 
     def _stage_part(self, p: _Pending, k: int, task: BaseTask, aligned: bool) -> None:
@@ -578,10 +577,11 @@ class JobRuntime:
             processor.await_groups(gained)
 
         async def part() -> None:
+            # An ended task takes its groups in directly: no record of them can come.
             receive = (
                 self._receive_groups(p, task, gained)
                 if aligned
-                else self._import_groups(p, task, gained)
+                else self._ship_in(p, task, prev, nxt)
             )
             await asyncio.gather(self._ship_out(p, task, prev, nxt, everything=False), receive)
 
@@ -612,13 +612,6 @@ class JobRuntime:
         self.worker.send(
             {"type": "update_failed", "job_id": self.job_id, "rid": p.rid, "error": error}
         )
-
-    async def _import_groups(self, p: _Pending, task: BaseTask, groups: set[int]) -> None:
-        """Take in key groups for a task that has ended (no record of them can come)."""
-        processor = _keyed(task)
-        assert processor is not None
-        for g, data in (await self.worker.state.take(p.rid, task.task_id, groups)).items():
-            processor.arrive(g, data)
 
     def _stage_task_done(self, p: _Pending, k: int, tid: str) -> None:
         p.completed.setdefault(k, set()).add(tid)

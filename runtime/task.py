@@ -160,6 +160,13 @@ class BaseTask:
     async def _run(self) -> None:
         raise NotImplementedError
 
+    async def _emit_barrier(self, barrier: Barrier) -> None:
+        """Send ``barrier`` on every output after the records before it, tell the host,
+        and pause if it says so (a reconfiguration's update, a savepoint)."""
+        await self.outputs.broadcast(barrier)
+        if self.host.barrier_aligned(self, barrier):
+            await self._pause()
+
 
 class StreamTask(BaseTask):
     """A task with inputs: map, flat_map, filter, keyed or sink."""
@@ -260,10 +267,8 @@ class StreamTask(BaseTask):
                 while self._injected:
                     barrier = self._injected.popleft()
                     self._emitted.add(barrier.id)
-                    await outputs.broadcast(barrier)
-                    if self.host.barrier_aligned(self, barrier):
-                        await self._pause()
-                        outputs, processor = self.outputs, self.processor
+                    await self._emit_barrier(barrier)
+                    outputs, processor = self.outputs, self.processor
                 continue
             if type(item) is Batch:
                 # Step 2. Process the batch.
@@ -345,10 +350,7 @@ class SourceTask(BaseTask):
 
     async def _emit_barriers(self) -> None:
         while self._barriers:
-            barrier = self._barriers.popleft()
-            await self.outputs.broadcast(barrier)
-            if self.host.barrier_aligned(self, barrier):
-                await self._pause()
+            await self._emit_barrier(self._barriers.popleft())
 
     async def _run(self) -> None:
         reader, outputs, metrics = self.reader, self.outputs, self.metrics
