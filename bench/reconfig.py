@@ -10,7 +10,8 @@ and on new worker processes, a few seconds apart:
 
 - rebalance moving half the key groups (each count task gives half of its groups away);
 - scale out 2 -> 4 and back in 4 -> 2 (count and its forward sink);
-- migrate two count tasks (each to the other's worker, so each worker keeps one);
+- migrate two count tasks with their forward sinks (each to the other's worker, so each
+  worker keeps one count and its sink);
 - swap the count logic.
 
 Live changes run in pause mode (every affected task pauses until its part is done) and,
@@ -55,7 +56,7 @@ AFTER_S = 3.0  # the "after" window: the seconds following a change
 BEFORE_S = 4.0  # the "before" window: steady seconds right before a change
 RECOVER_S = 20.0  # at most this long to wait for latency to come back to steady state
 MAX_RATE_S = 6.0  # seconds of unthrottled running to measure the padded job's maximum
-FLUID_BATCH = 4  # key groups per step in fluid mode (of 128; 64 move in a rebalance)
+FLUID_BATCH = 4  # key groups each task gives or gains per step in fluid mode (of 128)
 
 
 def window(job: Job, start: float, end: float) -> dict:
@@ -91,10 +92,12 @@ def steps() -> list[tuple[str, str, object]]:
     """(change, how, plan builder) in order; each builder sees the abstraction of its moment."""
 
     def swap_workers(j: Job) -> Plan:
-        """Migrate count-0 and count-1 to each other's worker (one task per worker stays)."""
+        """Migrate count-0 and count-1, each with its forward sink, to each other's worker
+        (a count task and its sink stay together, as Flink's chaining would keep them)."""
         a = j.abstraction
         w0, w1 = a.task("count-0").resources.worker, a.task("count-1").resources.worker
-        first, second = migrate(a, "count-0", w1), migrate(a, "count-1", w0)
+        first = migrate(a, "count-0", w1, with_forward=True)
+        second = migrate(a, "count-1", w0, with_forward=True)
         return Plan(a.version, tuple(first.ops) + tuple(second.ops))
 
     def logic(j: Job) -> Plan:

@@ -101,8 +101,8 @@ class PlanBuilder:
     ) -> PlanBuilder:
         return self.add(rebalance(self.current, operator, loads, threshold=threshold))
 
-    def migrate(self, task: str, worker: str) -> PlanBuilder:
-        return self.add(migrate(self.current, task, worker))
+    def migrate(self, task: str, worker: str, *, with_forward: bool = False) -> PlanBuilder:
+        return self.add(migrate(self.current, task, worker, with_forward=with_forward))
 
     def update_logic(
         self, operator: str, ref: str, tasks: Sequence[str] | None = None

@@ -8,6 +8,7 @@ from test_abstraction import deploy, rebalanced_graph, wordcount_abs
 from controlplane.abstraction import (
     NEW_WORKER,
     AssignLogic,
+    AssignResource,
     InvalidPlan,
     KeyGroupConflict,
     UnknownTask,
@@ -100,5 +101,19 @@ def test_migrate_and_update_logic_helpers() -> None:
         update_logic(a, "count", "examples.wordcount:count_word", ["count-4"])
     p = update_logic(a, "split", "examples.wordcount:split_words")
     assert p.ops == (AssignLogic("split", "all", "examples.wordcount:split_words"),)
+    # With its forward partners: count-0 -forward-> sink-0 move together, to one new worker.
+    chained = apply_plan(a, migrate(a, "count-0", NEW_WORKER, with_forward=True))
+    assert chained.task("count-0").worker == chained.task("sink-0").worker == "new-1"
+    assert len(chained.workers) == len(a.workers) + 1
+    assert migrate(a, "count-1", "w2", with_forward=True).ops == (
+        AssignResource("count", "count-1", "w2"),
+        AssignResource("sink", "sink-1", "w2"),
+    )
+    partner_there = apply_plan(a, migrate(a, "sink-1", "w2"))
+    assert migrate(partner_there, "count-1", "w2", with_forward=True).ops == (
+        AssignResource("count", "count-1", "w2"),
+    )
+    both_there = apply_plan(partner_there, migrate(partner_there, "count-1", "w2"))
+    assert not migrate(both_there, "count-1", "w2", with_forward=True)
     src = migrate(a, "sentences-1", "w2")
     assert apply_plan(a, src).task("sentences-1").worker == "w2"  # sources may move

@@ -226,7 +226,9 @@ def random_step(draw: Any, a: Abstraction) -> tuple[str, Plan, dict[str, Any]]:
         tasks = draw(st.none() | st.lists(st.sampled_from(ids), min_size=1, unique=True))
         return action, update_logic(a, name, draw(st.sampled_from(REFS[name])), tasks), {}
     task = draw(st.sampled_from(sorted(t.id for op in a.operators for t in op.tasks)))
-    return "migrate", migrate(a, task, draw(st.sampled_from([*worker_ids, NEW_WORKER]))), {}
+    worker, chained = draw(st.sampled_from([*worker_ids, NEW_WORKER])), draw(st.booleans())
+    plan = migrate(a, task, worker, with_forward=chained)
+    return "migrate", plan, {"task": task, "with_forward": chained}
 
 
 def check_step(action: str, a: Abstraction, b: Abstraction, info: dict[str, Any]) -> None:
@@ -243,6 +245,14 @@ def check_step(action: str, a: Abstraction, b: Abstraction, info: dict[str, Any]
                 assert max(after) - min(after) <= 1
             else:
                 assert all(t.workload.weight == 1.0 for t in b.operator(name).tasks)
+    if action == "migrate":  # the task and, when asked, its forward partners share a worker
+        moved = a.task(info["task"])
+        index = moved.id.rsplit("-", 1)[1]
+        group = a.forward_group(moved.operator) if info["with_forward"] else (moved.operator,)
+        ids = {f"{name}-{index}" for name in group}
+        assert len({b.task(t).worker for t in ids}) == 1
+        others = [t for op in a.operators for t in op.tasks if t.id not in ids]
+        assert all(b.task(t.id).worker == t.worker for t in others)
     if action == "rebalance" and a.operator(info["operator"]).keyed:
         name, loads = info["operator"], info["loads"]
         if loads is None:

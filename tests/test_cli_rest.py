@@ -61,8 +61,8 @@ def abstraction(api: Api, job: int, *version: object) -> dict[str, Any]:
     return ok_json(cli(api, "abstraction", "show", job, "--json", *version))
 
 
-def count_tasks(a: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    op = next(o for o in a["operators"] if o["name"] == "count")
+def count_tasks(a: dict[str, Any], operator: str = "count") -> dict[str, dict[str, Any]]:
+    op = next(o for o in a["operators"] if o["name"] == operator)
     return {t["id"]: t for t in op["tasks"]}
 
 
@@ -150,9 +150,11 @@ def test_migrate_logic_and_rebalance(api: Api, job: int) -> None:
     a = abstraction(api, job)
     count0 = count_tasks(a)["count-0"]["resources"]["worker"]
     target = next(w["id"] for w in a["workers"] if w["id"] != count0 and w["status"] == "alive")
-    out = ok(cli(api, "reconfigure", "migrate", job, "count-0", target))
+    out = ok(cli(api, "reconfigure", "migrate", job, "count-0", target, "--with-forward"))
     assert "migrate, completed" in out and "timings: prepare" in out
-    assert count_tasks(abstraction(api, job))["count-0"]["resources"]["worker"] == target
+    after = abstraction(api, job)
+    assert count_tasks(after)["count-0"]["resources"]["worker"] == target
+    assert count_tasks(after, "sink")["sink-0"]["resources"]["worker"] == target  # its partner
 
     v2 = "examples.wordcount:count_word_v2"
     out = ok(cli(api, "reconfigure", "logic", job, "count", v2, "--task", "count-1"))

@@ -238,17 +238,33 @@ def migrate(
     task: str,
     worker: str,
     *,
+    with_forward: bool = False,
     mode: Mode = "pause",
     batch_size: int | None = None,
 ) -> Plan:
     """A plan moving ``task`` to ``worker`` (an id or ``"new"``); empty if it is already
-    there. Raises :class:`UnknownTask` or :class:`UnknownWorker`."""
-    t = abstraction.task(task)
+    there. With ``with_forward``, the tasks of the same index in the operators linked to
+    its operator by forward edges (:meth:`Abstraction.forward_group`, what Flink chains into
+    one task) move with it, so the edges between them stay on one worker; those already
+    there stay. Raises :class:`UnknownTask` or :class:`UnknownWorker`."""
+    a = abstraction
+    t = a.task(task)
     if worker != NEW_WORKER:
-        abstraction.worker(worker)
-    if t.worker == worker:
-        return Plan(abstraction.version, (), mode, batch_size)
-    return Plan(abstraction.version, (AssignResource(t.operator, task, worker),), mode, batch_size)
+        a.worker(worker)
+    moving = [t]
+    if with_forward:
+        index = t.id.rsplit("-", 1)[1]
+        moving += [
+            a.task(f"{name}-{index}") for name in a.forward_group(t.operator) if name != t.operator
+        ]
+    moving = [m for m in moving if m.worker != worker]
+    target = worker
+    ops: list[Op] = []
+    for m in moving:
+        ops.append(AssignResource(m.operator, m.id, target))
+        if target == NEW_WORKER:  # the partners follow to the worker the first one asks for
+            target = next_placeholder({w.id for w in a.workers})
+    return Plan(a.version, tuple(ops), mode, batch_size)
 
 
 def update_logic(

@@ -121,8 +121,9 @@ FluidOpt = Annotated[
         "--fluid",
         min=0,
         metavar="N",
-        help="fluid mode: tasks that only give or gain key groups do not pause; N key "
-        "groups move per step, each step its own short reconfiguration (0: all in one step)",
+        help="fluid mode: tasks that only give or gain key groups do not pause; each task "
+        "gives or gains at most N key groups per step, one stage after another without "
+        "pausing anyone (0: all in one step)",
     ),
 ]
 
@@ -177,12 +178,19 @@ def migrate(
     job_id: JobArg,
     task: Annotated[str, typer.Argument(help="task to move, e.g. count-0")],
     worker: Annotated[str, typer.Argument(help='worker id, or "new" for a fresh worker')],
+    with_forward: Annotated[
+        bool,
+        typer.Option(
+            "--with-forward",
+            help="also move the tasks forward edges link to it (e.g. count-0 with sink-0)",
+        ),
+    ] = False,
     fluid: FluidOpt = None,
 ) -> dict[str, Any]:
     """Move one task, with its state, to another worker (with --fluid N, a keyed task hands
     its key groups over N at a time through a stand-in on that worker; with --fluid 0 its
     new instance starts at once and each key group's records wait for its state)."""
-    body = {"task": task, "worker": worker, **_pace(fluid)}
+    body = {"task": task, "worker": worker, "with_forward": with_forward, **_pace(fluid)}
     return api.post(f"/jobs/{job_id}/migrate", body)
 
 

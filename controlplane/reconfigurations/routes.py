@@ -97,8 +97,11 @@ def rebalance(
 def migrate(
     job_id: JobId, body: MigrateRequest, session: SessionDep, engine: EngineDep, tracker: TrackerDep
 ) -> ReconfigurationRead:
-    """Move one task to another worker (or to a fresh one: ``"new"``) with its state."""
-    build = service.paced(service.migrate_plan(body.task, body.worker), body.mode, body.batch_size)
+    """Move one task to another worker (or to a fresh one: ``"new"``) with its state, and
+    with ``with_forward`` its forward-connected partners too."""
+    build = service.paced(
+        service.migrate_plan(body.task, body.worker, body.with_forward), body.mode, body.batch_size
+    )
     return _request(session, engine, tracker, job_id, "migrate", build)
 
 

@@ -145,11 +145,12 @@ def _key_group(key: str, operator: str) -> int:
         ) from None
 
 
-def migrate_plan(task: str, worker: str) -> PlanBuilder:
+def migrate_plan(task: str, worker: str, with_forward: bool = False) -> PlanBuilder:
     def build(view: JobView) -> Plan:
-        plan = migrate(view.abstraction, task, worker)
+        plan = migrate(view.abstraction, task, worker, with_forward=with_forward)
         if not plan.ops:
-            raise PlanRefused(f"task {task!r} already runs on worker {worker!r}", code="no_change")
+            what = f"task {task!r} " + ("and its forward partners run" if with_forward else "runs")
+            raise PlanRefused(f"{what} already on worker {worker!r}", code="no_change")
         return plan
 
     return build
@@ -203,6 +204,8 @@ def request_reconfiguration(
         timings_ms={},
         pause_ms={},
         update_ms={},
+        runs=None,
+        stage_ms=[],
         base_version=plan.base_version,
         result_version=None,
         runtime_id=None,
@@ -247,6 +250,8 @@ def record_progress(*, session: Session, reconfiguration_id: int, progress: Prog
     rec.timings_ms = dict(progress.timings_ms)
     rec.pause_ms = dict(progress.pause_ms)
     rec.update_ms = dict(progress.update_ms)
+    rec.runs = progress.runs
+    rec.stage_ms = list(progress.stage_ms)
     rec.runtime_id = progress.runtime_id if progress.runtime_id is not None else rec.runtime_id
     if progress.done:
         rec.ended_at = db.utcnow()
