@@ -61,6 +61,8 @@ class Progress:
     timings_ms: Mapping[str, float] = field(default_factory=dict)
     pause_ms: Mapping[str, float] = field(default_factory=dict)
     update_ms: Mapping[str, float] = field(default_factory=dict)
+    runs: int | None = None
+    stage_ms: tuple[float, ...] = ()
     runtime_id: int | None = None
     version: int | None = None
     abstractions: tuple[dict[str, Any], ...] = ()
@@ -79,6 +81,8 @@ class Progress:
             timings_ms=dict(rec.timings_ms),
             pause_ms=dict(sorted(rec.pause_ms.items())),
             update_ms=dict(sorted(rec.update_ms.items())),
+            runs=rec.runs,
+            stage_ms=tuple(rec.stage_ms),
             runtime_id=rec.id,
         )
 

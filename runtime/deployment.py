@@ -830,8 +830,8 @@ class JobRuntime:
         expected = set(new.assignment.get(tid, ())) - have
         if not expected:
             return None
-        got = await self.worker.state.take(p.rid, tid, expected)
-        for g, data in got.items():
+        # Each group is taken in as it arrives, while the rest are still on their way.
+        async for g, data in self.worker.state.arrivals(p.rid, tid, expected):
             if isinstance(data, bytes | bytearray):
                 state.import_group(g, data)
             else:

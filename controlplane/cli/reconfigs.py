@@ -43,6 +43,10 @@ def print_timings(rec: dict[str, Any]) -> None:
         "timings: " + "  ".join(f"{p} {fmt_ms(timings.get(p))}" for p in PHASES),
         highlight=False,
     )
+    stages = rec.get("stage_ms") or []
+    if rec.get("runs") is not None and (rec["runs"] > 1 or stages):
+        staged = f", then {len(stages)} stages: {fmt_ms(sum(stages))}" if stages else ""
+        console.print(f"live runs: {rec['runs']}{staged}", highlight=False)
     pauses, updates = rec["pause_ms"], rec.get("update_ms", {})
     rows = [(t, fmt_ms(pauses.get(t)), fmt_ms(updates.get(t))) for t in sorted({*pauses, *updates})]
     if rows:

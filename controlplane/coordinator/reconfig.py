@@ -417,6 +417,10 @@ async def _run(
     except TimeoutError:
         rec._failure = f"update timed out after {UPDATE_TIMEOUT_S:.0f}s: tasks {sorted(t for _, t in rec._to_update)[:10]} did not finish"
     if driver is not None:
+        if rec._failure is None:
+            # Every task has reported, so every stage is done: the driver records the
+            # last one's time as its stage_done comes in (it may come after the reports).
+            await asyncio.wait({driver}, timeout=sync_timeout_s)
         driver.cancel()  # done by now unless the update failed; an error was reported
         await asyncio.gather(driver, return_exceptions=True)
     t_updated = time.perf_counter()

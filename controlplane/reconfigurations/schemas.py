@@ -74,7 +74,9 @@ class PlanCreate(_Strict):
     ops: list[OpBody] = Field(min_length=1)
     mode: Mode = "pause"
     batch_size: int | None = Field(
-        None, ge=1, description="fluid mode: key groups per step (none: all in one step)"
+        None,
+        ge=1,
+        description="fluid mode: key groups each task gives or gains per step (none: all in one step)",
     )
 
     def document(self) -> dict[str, Any]:
@@ -89,7 +91,9 @@ class _Paced(_Strict):
 
     mode: Mode = "pause"
     batch_size: int | None = Field(
-        None, ge=1, description="fluid mode: key groups per step (none: all in one step)"
+        None,
+        ge=1,
+        description="fluid mode: key groups each task gives or gains per step (none: all in one step)",
     )
 
 
@@ -118,6 +122,11 @@ class RebalanceRequest(_Paced):
 class MigrateRequest(_Paced):
     task: str
     worker: str = Field(description='a worker id, or "new" for a fresh worker')
+    with_forward: bool = Field(
+        False,
+        description="also move the tasks of the same index that forward edges link to it "
+        "(what Flink chains with it), so those edges stay on one worker",
+    )
 
 
 class LogicRequest(_Strict):
@@ -143,7 +152,9 @@ class ReconfigurationRead(BaseModel):
     base_version: int
     result_version: int | None = Field(description="the version it made current")
     mode: Mode
-    batch_size: int | None = Field(description="fluid mode: key groups per step (none: one step)")
+    batch_size: int | None = Field(
+        description="fluid mode: key groups each task gives or gains per step (none: one step)"
+    )
     ops: list[OpBody]
     affected_tasks: list[str]
     error: str | None
@@ -153,6 +164,14 @@ class ReconfigurationRead(BaseModel):
         description="per affected task, how long its part of the update took, to resuming; a "
         "task that did not pause (fluid mode) until the last key group it gains had arrived "
         "and the records waiting for it were processed (fluid steps: the longest)"
+    )
+    runs: int | None = Field(
+        description="live runs (prepare, sync, update) it took so far: one, or in fluid mode "
+        "one per step except the steps that only move key groups, which are stages of the "
+        "run before them"
+    )
+    stage_ms: list[float] = Field(
+        description="fluid mode: how long each stage (a step run within the run before it) took"
     )
     created_at: datetime
     ended_at: datetime | None
@@ -174,6 +193,8 @@ class ReconfigurationRead(BaseModel):
             timings_ms=Timings.model_validate(rec.timings_ms),
             pause_ms=rec.pause_ms,
             update_ms=rec.update_ms,
+            runs=rec.runs,
+            stage_ms=rec.stage_ms,
             created_at=rec.created_at,
             ended_at=rec.ended_at,
         )
