@@ -4,6 +4,7 @@ live, their records (status, timings, pauses), version history and diff, and ref
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -292,8 +293,11 @@ def test_fluid_scale_moves_key_groups_in_small_steps(api: Api) -> None:
         assert (r.json()["mode"], r.json()["batch_size"]) == ("fluid", 16)
         rec = api.wait_reconfiguration(http, job, r.json()["id"])
         assert rec["status"] == "completed", rec
-        # setup (new tasks) + 64 key groups, 16 per step
-        assert rec["result_version"] == v + 1 + 4
+        # setup (new tasks) + 64 key groups: each old task gives 32, 16 per step, both at
+        # once; the two batches are stages of the setup's live run, each timed
+        assert rec["result_version"] == v + 1 + 2
+        assert rec["runs"] == 1 and len(rec["stage_ms"]) == 2, rec
+        assert all(ms > 0.0 for ms in rec["stage_ms"]), rec
         # The count tasks that give key groups never pause; each step's update time is
         # kept (for them: until the groups they gave had left).
         assert rec["pause_ms"]["count-0"] == rec["pause_ms"]["count-1"] == 0.0, rec
@@ -304,11 +308,12 @@ def test_fluid_scale_moves_key_groups_in_small_steps(api: Api) -> None:
             for x in http.get(f"/api/v1/jobs/{job}/abstraction/versions").json()["items"]
             if x["version"] > v
         ]
-        assert sorted(x["version"] for x in made) == list(range(v + 1, v + 6))
+        assert sorted(x["version"] for x in made) == list(range(v + 1, v + 4))
         assert {x["reconfiguration_id"] for x in made} == {rec["id"]}
-        step = http.get(f"/api/v1/jobs/{job}/abstraction/diff?from={v + 2}&to={v + 3}").json()
+        step = http.get(f"/api/v1/jobs/{job}/abstraction/diff?from={v + 1}&to={v + 2}").json()
         moves = [m for o in step["operators"] for m in o["key_group_moves"]]
-        assert len(moves) == 16
+        assert len(moves) == 32
+        assert max(Counter(src for _, src, _ in moves).values()) == 16
         groups = key_groups(current(http, job))
         assert sorted(len(g) for g in groups.values()) == [32, 32, 32, 32]
         r = http.post(

@@ -385,11 +385,20 @@ def random_plan(rng, a):
 
 
 def groups_moved(job, since: int) -> int:
-    """Key groups that changed owner from version ``since`` to the job's current one."""
+    """The most key groups one task gave, or gained, from version ``since`` to the job's
+    current one (a fluid step moves at most ``batch_size`` out of and into each task)."""
+    from collections import Counter
+
     from controlplane.abstraction import diff
 
     base = next(v for v in job.versions if v.version == since)
-    return sum(len(d.key_group_moves) for d in diff(base, job.abstraction).operators)
+    ends = Counter(
+        end
+        for d in diff(base, job.abstraction).operators
+        for _, src, dst in d.key_group_moves
+        for end in ((src, "gives"), (dst, "gains"))
+    )
+    return max(ends.values(), default=0)
 
 
 def paced_randomly(rng, kind: str, plan):

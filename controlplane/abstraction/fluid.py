@@ -3,10 +3,11 @@
 In ``pause`` mode a plan is one reconfiguration: every affected task pauses until all of
 its state has moved, so a plan moving many key groups (or much state) pauses their tasks
 for as long as the whole transfer takes. In ``fluid`` mode (after Megaphone's batched
-migration) the plan becomes a sequence of plans, each its own reconfiguration and its own
-version, each moving at most ``batch_size`` key groups between workers: a task pauses
-only while its few key groups move, and between steps the job runs on a valid
-intermediate configuration.
+migration) the plan becomes a sequence of plans, each its own version, in each of which
+no task gives or gains more than ``batch_size`` key groups: a task's records wait only
+while its few key groups move, and between steps the job runs on a valid intermediate
+configuration. (The coordinator runs the steps that only move key groups as stages of
+one live reconfiguration: :mod:`controlplane.coordinator.fluid`.)
 
 :func:`fluid_steps` splits a plan; every step is validated as it is built
 (:func:`~controlplane.abstraction.apply_plan`), and applying them in order gives the
@@ -25,15 +26,18 @@ plan's result (with a version per step). Steps, in order:
    stand-in, a task with its own logic), the task moves whole, in the setup step (in
    fluid mode its new instance starts at once, each key group's records waiting for that
    group's state).
-3. One step per batch of the plan's other key-group moves: ``(operator, from task, to
-   task, group)`` sorted, so that a batch touches few tasks, cut every ``batch_size``
-   moves (one batch when ``batch_size`` is None).
+3. One step per batch of the plan's other key-group moves (one batch when
+   ``batch_size`` is None): ``(operator, from task, to task, group)`` in order, each in
+   the first batch where neither its giver nor its gainer already moves ``batch_size``
+   key groups. A step's cost to latency is per task (the groups it gives or gains wait
+   while they move), so tasks that do not share groups move theirs in the same step: a
+   change over many tasks takes as many steps as over two.
 4. The removals (their tasks emptied by then) are part of the last step.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 
 from .errors import NoChange, PlanError
@@ -75,10 +79,10 @@ class _Steps:
         )
 
     def batches(self, moves: list[Move], size: int | None, last: Iterable[Op] = ()) -> None:
-        """One step per ``size`` moves (all at once when None); ``last`` joins the last."""
+        """One step per round of moves in which no task gives, and none gains, more than
+        ``size`` key groups (all at once when None); ``last`` joins the last step."""
         last = tuple(last)
-        size = size or len(moves) or 1
-        cuts = [moves[i : i + size] for i in range(0, len(moves), size)] or [[]]
+        cuts = _rounds(moves, size) if size else [moves]
         for i, batch in enumerate(cuts):
             owned = {
                 name: {
@@ -97,6 +101,26 @@ class _Steps:
                 for name, tasks in sorted(touched.items())
             ]
             self.add([*ops, *(last if i == len(cuts) - 1 else ())])
+
+
+def _rounds(moves: list[Move], size: int) -> list[list[Move]]:
+    """``moves`` (in order) in rounds, each move in the first round where its giver and
+    its gainer still have room (``size`` groups out of, and into, each task): tasks on
+    other workers move their groups in the same step, none more than ``size`` at a time.
+    At least one round, possibly empty."""
+    rounds: list[list[Move]] = []
+    taken: list[Counter] = []
+    for move in moves:
+        name, src, dst, _ = move
+        out, into = (name, src, "out"), (name, dst, "in")
+        i = next((k for k, c in enumerate(taken) if c[out] < size and c[into] < size), len(rounds))
+        if i == len(rounds):
+            rounds.append([])
+            taken.append(Counter())
+        rounds[i].append(move)
+        taken[i][out] += 1
+        taken[i][into] += 1
+    return rounds or [[]]
 
 
 def _removal(op: Op) -> bool:

@@ -237,9 +237,10 @@ class Plan:
     reconfiguration (see :func:`~controlplane.abstraction.apply_plan`).
 
     ``mode`` is ``"pause"`` (affected tasks pause) or ``"fluid"`` (only records of moving key
-    groups wait; ``batch_size`` key groups move at a time, all at once when None); both are
-    carried for the coordinator, not interpreted here. A plan with no operations is falsy:
-    the helpers return one when there is nothing to do, and ``apply_plan`` refuses it.
+    groups wait; no task gives or gains more than ``batch_size`` key groups a step, all at
+    once when None); both are carried for the coordinator, not interpreted here. A plan
+    with no operations is falsy: the helpers return one when there is nothing to do, and
+    ``apply_plan`` refuses it.
     Raises :class:`InvalidPlan` for a bad version, mode, batch size or operation.
     """
 
