@@ -19,9 +19,10 @@ plan's result (with a version per step). Steps, in order:
 2. With a ``batch_size``, moves of keyed tasks that own key groups (``migrate``) go
    through a stand-in: a temporary task of the same operator on the target worker (with
    the operators forward-connected to it, as a scale-out would add), which takes the
-   task's key groups in batches; then the emptied task moves (nothing to ship), takes its
-   key groups back from the stand-in in one step (a hand-over on one worker copies no
-   state), and the stand-in is removed at the end. Without one, or when that is not
+   task's key groups in batches; then, in one step, the emptied task moves (nothing to
+   ship) and takes its key groups back from the stand-in (a hand-over on one worker
+   copies no state), and the stand-in is removed in that step too unless other moves of
+   the plan come after it (then at the end). Without one, or when that is not
    possible (the operator's parallelism changes in the same plan, no slot for the
    stand-in, a task with its own logic), the task moves whole, in the setup step (in
    fluid mode its new instance starts at once, each key group's records waiting for that
@@ -187,16 +188,22 @@ def _through_stand_ins(
         for g in base.task(m.task).workload.key_groups or ():
             owners[m.operator][g] = stand_in[m.task]
     steps.batches(steps.moves_to(owners), plan.batch_size)
-    # ... the emptied tasks move, then take their key groups back (on one worker).
-    steps.add(migrations)
+    # ... then, in one step, the emptied tasks move and take their key groups back (on one
+    # worker: no copy); the stand-ins go with it unless other moves come after.
+    handed = steps.current
     for m in migrations:
         for g in base.task(m.task).workload.key_groups or ():
             owners[m.operator][g] = m.task
-    steps.batches(steps.moves_to(owners), None)
-    # Steps 3 and 4: the plan's other moves; removals, the stand-ins' last.
+    back = _Steps(handed, resolve_logic)
+    back.batches(back.moves_to(owners), None)
     removals = [op for op in plan.ops if _removal(op)]
     removals += [AssignResource(op.operator, op.task, None) for op in created]
-    steps.batches(steps.moves_to(_owners(result)), plan.batch_size, removals)
+    rest = back.moves_to(_owners(result))
+    hand_back = [*migrations, *(op for ops in back.steps for op in ops)]
+    steps.add([*hand_back, *(() if rest else removals)])
+    # Steps 3 and 4: the plan's other moves; removals, the stand-ins' last.
+    if rest:
+        steps.batches(steps.moves_to(_owners(result)), plan.batch_size, removals)
     return steps.steps
 
 
