@@ -17,14 +17,17 @@ and on new worker processes, a few seconds apart:
 Live changes run in pause mode (every affected task pauses until its part is done) and,
 for the rebalance, scale and migrate changes, in fluid mode: in one step (keyed tasks
 that give or gain key groups do not pause; records of a moving group wait for its state)
-and in steps of ``FLUID_BATCH`` key groups (a migrating task hands its key groups to a
-stand-in on the target worker first): the steps that only move key groups run as stages
-of one reconfiguration (``fluid``), and, to compare, each as its own reconfiguration
-(``fluid_steps``, as before stages existed).
+and in steps in which no task gives or gains more than ``FLUID_BATCH`` key groups (a
+migrating task hands its key groups to a stand-in on the target worker first): the
+steps that only move key groups run as stages of one reconfiguration (``fluid``); with
+``--with-steps`` also each as its own reconfiguration (``fluid_steps``, as before stages
+existed), to compare.
 
 For each: completion time and its phases, the longest pause, p99 and max latency of the
 seconds from the change to 3 s after its end against the seconds before it, and the sink
-throughput over the same window against the seconds before it. Then the
+throughput over the same window against the seconds before it. All the changes run
+``--repeat`` rounds (default 3) on the same job; each row gives the median of its
+rounds (and the range of the completion time), the rounds are kept in the JSON. Then the
 sync time against the number of upstream tasks (1, 2, 4, 8) on a nearly idle pipeline.
 Writes JSON to ``bench/results/reconfig.json``.
 """
@@ -158,7 +161,11 @@ async def max_rate(co, params: dict) -> float:
 
 
 async def run_state_size(
-    state_mb: float, rate_words: float | None, only: list[str] | None = None
+    state_mb: float,
+    rate_words: float | None,
+    only: list[str] | None = None,
+    repeat: int = 1,
+    with_steps: bool = False,
 ) -> dict:
     pad = int(state_mb * 2**20 / (KEYS / 2))  # two count tasks share the 10,000 words
     params = {
@@ -180,10 +187,12 @@ async def run_state_size(
         job = await co.submit(load_job("examples.wordcount:build", params))
         await asyncio.sleep(WARMUP_S)
         steady_p99 = window(job, time.time() - 3.0, time.time())["latency"]["p99_ms"]
-        for name, how, build in steps():
+        samples: dict[tuple[str, str], list[dict]] = {}
+        for name, how, build in [step for _ in range(repeat) for step in steps()]:
             if only and not any(o in f"{name} / {how}" for o in only):
                 continue
-            entry = entries.setdefault(name, {"change": name})
+            if how == "fluid_steps" and not with_steps:
+                continue
             before = window(job, time.time() - BEFORE_S, time.time())
             t0 = time.time()
             fluid_mode.JOIN_STAGES = how != "fluid_steps"  # each step its own run, to compare
@@ -198,21 +207,23 @@ async def run_state_size(
             after = window(job, t0, t1 + AFTER_S)
             recovered = await recover(job, steady_p99)
             await settle(job, steady_p99)  # so the next change's "before" window is steady
-            entry[how] = {
-                "status": rec.status,
-                "error": rec.error,
-                "timings_ms": rec.timings_ms,
-                "max_pause_ms": max(rec.pause_ms.values(), default=0.0),
-                "steps": rec.steps,
-                "runs": rec.runs,
-                "stage_ms": rec.stage_ms,
-                "affected_tasks": len(rec.affected),
-                "latency_before_ms": before["latency"],
-                "latency_after_ms": after["latency"],
-                "p99_ratio": _ratio(after["latency"]["p99_ms"], before["latency"]["p99_ms"]),
-                "throughput_ratio": _ratio(after["sink_rate"], before["sink_rate"]),
-                "recovered_after_s": recovered,
-            }
+            samples.setdefault((name, how), []).append(
+                {
+                    "status": rec.status,
+                    "error": rec.error,
+                    "timings_ms": rec.timings_ms,
+                    "max_pause_ms": max(rec.pause_ms.values(), default=0.0),
+                    "steps": rec.steps,
+                    "runs": rec.runs,
+                    "stage_ms": rec.stage_ms,
+                    "affected_tasks": len(rec.affected),
+                    "latency_before_ms": before["latency"],
+                    "latency_after_ms": after["latency"],
+                    "p99_ratio": _ratio(after["latency"]["p99_ms"], before["latency"]["p99_ms"]),
+                    "throughput_ratio": _ratio(after["sink_rate"], before["sink_rate"]),
+                    "recovered_after_s": recovered,
+                }
+            )
             print(
                 f"  {state_mb:>5} MB  {name:<30} {how:<8} {rec.status:<9} "
                 f"total {rec.timings_ms.get('total', 0):8.1f} ms  "
@@ -222,6 +233,8 @@ async def run_state_size(
             )
         summary = job.summary()
         await co.stop_job(job.id)
+    for (name, how), runs in samples.items():
+        entries.setdefault(name, {"change": name})[how] = {**median_of(runs), "samples": runs}
     for entry in entries.values():
         for baseline in ("restart", "restart_new"):
             base = entry.get(baseline)
@@ -243,6 +256,39 @@ async def run_state_size(
         "max_words_per_s": max_words,
         "changes": list(entries.values()),
         "job": summary,
+    }
+
+
+def median_of(runs: list[dict]) -> dict:
+    """One row for the repetitions of a change: each figure the median of its runs (the
+    completion time also its range); the status says how many completed."""
+
+    def med(get) -> float | None:
+        values = [v for v in (get(r) for r in runs) if v is not None]
+        return round(statistics.median(values), 3) if values else None
+
+    first = runs[0]
+    completed = sum(r["status"] == "completed" for r in runs)
+    totals = [r["timings_ms"].get("total", 0.0) for r in runs]
+    return {
+        "status": "completed"
+        if completed == len(runs)
+        else f"{completed} of {len(runs)} completed",
+        "error": next((r["error"] for r in runs if r["error"]), None),
+        "repeats": len(runs),
+        "timings_ms": {k: med(lambda r, k=k: r["timings_ms"].get(k)) for k in first["timings_ms"]},
+        "total_ms_range": [min(totals), max(totals)],
+        "max_pause_ms": med(lambda r: r["max_pause_ms"]),
+        "steps": first["steps"],
+        "runs": first["runs"],
+        "affected_tasks": first["affected_tasks"],
+        **{
+            side: {k: med(lambda r, k=k, side=side: r[side][k]) for k in first[side]}
+            for side in ("latency_before_ms", "latency_after_ms")
+        },
+        "p99_ratio": med(lambda r: r["p99_ratio"]),
+        "throughput_ratio": med(lambda r: r["throughput_ratio"]),
+        "recovered_after_s": med(lambda r: r["recovered_after_s"]),
     }
 
 
@@ -323,12 +369,23 @@ async def main() -> None:
         nargs="+",
         help="run only the changes whose 'change / how' contains one of these (e.g. 'migrate')",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="rounds of all the changes (each row: the median of its rounds)",
+    )
+    parser.add_argument(
+        "--with-steps",
+        action="store_true",
+        help="also run each batched fluid change with a live reconfiguration per step",
+    )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "reconfig.json"))
     args = parser.parse_args()
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     sizes = []
     for mb in args.state_mb:
-        sizes.append(await run_state_size(mb, args.rate, args.only))
+        sizes.append(await run_state_size(mb, args.rate, args.only, args.repeat, args.with_steps))
     sync = await sync_vs_upstream(args.upstream)
     write_report(
         args.out, "reconfig", started, linger_ms=5.0, state_sizes=sizes, sync_vs_upstream=sync

@@ -72,7 +72,9 @@ def reconfig_section(d: dict) -> list[str]:
         "maximum the padded job itself sustained, measured first in the same run; `--rate` "
         "sets it); every word carries padding so that each count task holds the given state. Each change is made live, then "
         "the same change (or its mirror, which moves as much) with the stop-and-restart "
-        "baseline in the same run. Latency: p99 / max of end-to-end latency from the start of "
+        "baseline in the same run. All the changes run in rounds on the same job (`--repeat`, "
+        "see each heading); every figure is the median of its rounds, the completion time "
+        "also with its range [min-max], and the ratios are of medians. Latency: p99 / max of end-to-end latency from the start of "
         "the change to 3 s after it completed (before: the 4 steady seconds before it). "
         "Throughput: sink records per second over that window, as a ratio of the rate before. "
         "A move between tasks on the same worker hands the state over without copying it (the "
@@ -80,8 +82,8 @@ def reconfig_section(d: dict) -> list[str]:
         "which is why scaling moves little state across workers here. Pause: every affected "
         "task pauses until its part is done. Fluid, 1 step: tasks that only give or gain key "
         "groups do not pause, records of a moving group wait for its state. Fluid, n steps: "
-        "the same plan in steps of a few key groups (a migrating task goes through a "
-        "stand-in); the steps that only move key groups are stages of one live "
+        "the same plan in steps in which no task gives or gains more than a few key groups "
+        "(a migrating task goes through a stand-in); the steps that only move key groups are stages of one live "
         "reconfiguration (a run: prepare, sync, update), each stage a barrier from the "
         "upstream tasks, nobody pausing; `a run each` is the same plan with every step its "
         "own live reconfiguration, as before stages existed, in the same run of the benchmark. "
@@ -95,9 +97,19 @@ def reconfig_section(d: dict) -> list[str]:
     ]
     out += [*(f"- {note}" for note in d.get("notes", [])), *([""] if d.get("notes") else [])]
     for size in d["state_sizes"]:
+        rounds = max(
+            (
+                r.get("repeats", 1)
+                for c in size["changes"]
+                for r in c.values()
+                if isinstance(r, dict)
+            ),
+            default=1,
+        )
         out += [
             f"### {fmt(size['state_mb_per_task'])} MB of state per count task "
-            f"({fmt(round(size['rate_words_per_s']))} words/s)",
+            f"({fmt(round(size['rate_words_per_s']))} words/s, "
+            f"{'1 round' if rounds == 1 else f'median of {rounds} rounds'})",
             "",
             "| change | how | status | total ms (prepare / sync / update) | longest pause ms | p99 before -> after ms | max after ms | throughput | restart / live (pause; fluid, 1 step): completion, peak latency |",
             "|---|---|---|---|---|---|---|---|---|",
@@ -129,8 +141,12 @@ def reconfig_section(d: dict) -> list[str]:
                     "fluid_steps": f"fluid, {r['steps']} steps, a run each",
                     "restart_new": "restart, new workers",
                 }.get(how, how)
+                span = r.get("total_ms_range")
+                total = fmt(t.get("total")) + (
+                    f" [{fmt(span[0])}-{fmt(span[1])}]" if span and r.get("repeats", 1) > 1 else ""
+                )
                 out.append(
-                    f"| {c['change']} | {label} | {r['status']} | {fmt(t.get('total'))} ({phases}) | "
+                    f"| {c['change']} | {label} | {r['status']} | {total} ({phases}) | "
                     f"{fmt(r['max_pause_ms'])} | {fmt(r['latency_before_ms']['p99_ms'])} -> "
                     f"{fmt(r['latency_after_ms']['p99_ms'])} | {fmt(r['latency_after_ms']['max_ms'])} | "
                     f"{fmt(r.get('throughput_ratio'))} | {ratio} |"
