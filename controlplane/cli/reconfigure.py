@@ -122,8 +122,8 @@ FluidOpt = Annotated[
         min=0,
         metavar="N",
         help="fluid mode: tasks that only give or gain key groups do not pause; each task "
-        "gives or gains at most N key groups per step, one stage after another without "
-        "pausing anyone (0: all in one step)",
+        "gives or gains at most N key groups per step, the steps that only move key groups "
+        "running as stages of one reconfiguration (0: all in one step)",
     ),
 ]
 
