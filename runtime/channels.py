@@ -472,13 +472,27 @@ class _DataConnection(asyncio.BufferedProtocol):
         self.server._conns.discard(self)
         if self.ended:
             return
-        if exc is not None:  # a reset or a read error: say which peer it was
+        live = self._live_channels()
+        if exc is not None and (live or not self.seen):  # a reset or a read error
             self._failed(ChannelError(f"data connection from {self.peer} broke: {exc}"))
             return
+        # Closed, or reset once nothing it carried was still being read here (its streams
+        # ended, or their jobs stopped here): a worker shutting down, nothing lost.
         self.ended = True
-        for ch in self.seen.values():
-            if not ch.closed and ch.gate is not None:
+        if exc is not None:
+            logger.debug("data connection from %s reset after its streams: %s", self.peer, exc)
+        for ch in live:
+            if ch.gate is not None:
                 ch.gate.fail(ChannelError(f"{self.peer} disconnected before the end of {ch.key}"))
+
+    def _live_channels(self) -> list[InputChannel]:
+        """The channels this peer has sent on that are still open, of jobs running here."""
+        has_job = self.server.has_job
+        return [
+            ch
+            for key, ch in self.seen.items()
+            if not ch.closed and (has_job is None or has_job(key.partition("/")[0]))
+        ]
 
     def close(self) -> None:
         self.ended = True

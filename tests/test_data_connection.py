@@ -1,0 +1,72 @@
+"""The end of a data connection, seen from the receiving worker's data server (in process,
+real loopback sockets): a peer's reset fails the jobs whose channels from it are still being
+read, and is quiet once nothing it carried is (its streams ended, or their jobs stopped
+here), as when workers shut down one after another."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+
+import pytest
+
+from runtime import protocol
+from runtime.channels import DataServer, InputChannel
+from runtime.records import BarrierKind
+
+SECRET = "cluster-secret"
+KEY = protocol.channel_key("job-1", "split-0", "count-0")
+
+
+async def reset_peer(caplog: pytest.LogCaptureFixture, *, running: bool, ended: bool) -> list:
+    """A peer says hello, sends a barrier (and the end of stream when ``ended``) on one
+    channel of job-1, then resets its connection; returns the errors the server reported
+    once it has taken the reset in."""
+    errors: list = []
+    server = DataServer(
+        SECRET,
+        {KEY: InputChannel(KEY, "split-0")},
+        on_error=lambda message, jobs: errors.append((message, jobs)),
+        has_job=lambda job: running and job == "job-1",
+    )
+    host, port = await server.start("127.0.0.1")
+    try:
+        _, writer = await asyncio.open_connection(host, port)
+        protocol.write_frame(writer, [protocol.HELLO, "w9", SECRET])
+        protocol.write_frame(writer, [protocol.BARRIER, KEY, BarrierKind.RECONFIG.value, 1])
+        if ended:
+            protocol.write_frame(writer, [protocol.END, KEY])
+        await writer.drain()
+        await asyncio.sleep(0.1)  # the server has read the frames
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.close()  # with linger 0: a reset, not a clean close
+        for _ in range(100):  # the server logs or reports the reset within a second
+            if errors or "reset after its streams" in caplog.text:
+                break
+            await asyncio.sleep(0.01)
+        else:
+            pytest.fail("the data server did not take the reset in within 1 s")
+        return errors
+    finally:
+        await server.close()
+
+
+@pytest.mark.parametrize(("running", "ended"), [(False, False), (True, True), (False, True)])
+def test_a_reset_after_the_streams_is_quiet(
+    caplog: pytest.LogCaptureFixture, running: bool, ended: bool
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="runtime.channels")
+    assert asyncio.run(reset_peer(caplog, running=running, ended=ended)) == []
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
+def test_a_reset_while_a_channel_is_read_fails_its_job(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="runtime.channels")
+    errors = asyncio.run(reset_peer(caplog, running=True, ended=False))
+    assert len(errors) == 1, errors
+    message, jobs = errors[0]
+    assert jobs == {"job-1"}
+    assert "data connection from worker w9 broke" in message
