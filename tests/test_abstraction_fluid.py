@@ -1,7 +1,6 @@
 """Fluid mode's split of a plan into steps (hypothesis): applied in order, the steps are
 each valid, move at most ``batch_size`` key groups out of and into each task, touch only
-what the plan touches,
-and end exactly where the plan ends (one version per step)."""
+what the plan touches, and end exactly where the plan ends (one version per step)."""
 
 from __future__ import annotations
 

@@ -384,21 +384,12 @@ def random_plan(rng, a):
     return kind, Plan(a.version, tuple(first.ops) + tuple(second.ops))
 
 
-def groups_moved(job, since: int) -> int:
+def busiest_since(job, since: int) -> int:
     """The most key groups one task gave, or gained, from version ``since`` to the job's
     current one (a fluid step moves at most ``batch_size`` out of and into each task)."""
-    from collections import Counter
+    from test_abstraction_fluid import busiest
 
-    from controlplane.abstraction import diff
-
-    base = next(v for v in job.versions if v.version == since)
-    ends = Counter(
-        end
-        for d in diff(base, job.abstraction).operators
-        for _, src, dst in d.key_group_moves
-        for end in ((src, "gives"), (dst, "gains"))
-    )
-    return max(ends.values(), default=0)
+    return busiest(next(v for v in job.versions if v.version == since), job.abstraction)
 
 
 def paced_randomly(rng, kind: str, plan):
@@ -433,7 +424,7 @@ def fire_random_plans(cluster: BackgroundCluster, job, make_plan, count: int = 6
         assert rec.status == "completed", f"{kind}: {rec.error}"
         assert rec.version == job.abstraction.version
         if plan.mode == "fluid" and plan.batch_size:
-            moved = groups_moved(job, plan.base_version)
+            moved = busiest_since(job, plan.base_version)
             assert rec.steps >= moved / plan.batch_size, (kind, rec.steps, moved)
         done.append(kind)
         time.sleep(0.2)
