@@ -832,10 +832,7 @@ class JobRuntime:
             return None
         # Each group is taken in as it arrives, while the rest are still on their way.
         async for g, data in self.worker.state.arrivals(p.rid, tid, expected):
-            if isinstance(data, bytes | bytearray):
-                state.import_group(g, data)
-            else:
-                state.groups()[g] = data
+            state.take_in(g, data)
         return None
 
 

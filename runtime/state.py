@@ -96,6 +96,15 @@ class KeyedState:
             )
         self._groups[group] = state
 
+    def take_in(self, group: int, data: bytes | bytearray | dict) -> None:
+        """Own ``group`` with state handed over by its previous owner: bytes exported on
+        another worker (:meth:`import_group`), or its key -> value dict as is (same
+        worker: no copy)."""
+        if isinstance(data, bytes | bytearray):
+            self.import_group(group, data)
+        else:
+            self._groups[group] = data
+
     def drop_group(self, group: int) -> None:
         """Stop owning ``group`` and forget its state."""
         self._groups.pop(group, None)

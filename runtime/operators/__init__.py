@@ -148,10 +148,7 @@ class KeyedProcessor(Processor):
     def arrive(self, group: int, data: Any) -> None:
         """The state of an awaited ``group`` arrived (exported bytes, or the key -> value
         dict from a task of the same worker): own it, then process its waiting records."""
-        if isinstance(data, bytes | bytearray):
-            self.state.import_group(group, data)
-        else:
-            self.state.groups()[group] = data
+        self.state.take_in(group, data)
         waiting = self.awaiting.pop(group, None)
         if not waiting:
             return
