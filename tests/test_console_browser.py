@@ -241,6 +241,34 @@ def test_dashboard_shows_a_live_job_its_tasks_metrics_and_a_reconfiguration(
     expect(page.locator('[data-testid="task-row"][data-task="count-2"]')).to_have_count(1)
     count = page.locator('[data-testid="operator-metrics-row"][data-operator="count"]')
     expect(count.get_by_test_id("operator-tasks")).to_have_text("3")  # all three report
+    first = page.locator(f'[data-testid="reconfiguration-row"][data-id="{rec["id"]}"]')
+    expect(first.get_by_test_id("reconfiguration-mode")).to_have_text("pause")
+    expect(first.get_by_test_id("reconfiguration-runs")).to_have_text("1")
+
+    # Back to two tasks in fluid mode, a few key groups per step: mode and runs in the history.
+    batch = page.get_by_test_id("action-batch")
+    expect(batch).to_be_disabled()  # pause mode has no steps
+    page.get_by_label("Either change is made").select_option("fluid")
+    batch.fill("0")
+    page.get_by_test_id("scale-parallelism").fill("2")
+    page.get_by_test_id("scale-submit").click()
+    expect(page.get_by_test_id("action-status")).to_have_text(
+        'Key groups per step must be a whole number of at least 1 (or empty: all in one '
+        'step), not "0".'
+    )
+    batch.fill("8")
+    page.get_by_test_id("scale-submit").click()
+    expect(done).to_have_count(2, timeout=RECONFIGURATION_WAIT_MS)
+    with api.client() as http:
+        fluid = http.get(f"/api/v1/jobs/{job}/reconfigurations").json()["items"][0]
+    assert (fluid["origin"], fluid["mode"], fluid["batch_size"]) == ("scale", "fluid", 8)
+    stages = len(fluid["stage_ms"])
+    assert stages >= 1, fluid  # the steps that only move key groups are stages
+    row = page.locator(f'[data-testid="reconfiguration-row"][data-id="{fluid["id"]}"]')
+    expect(row.get_by_test_id("reconfiguration-mode")).to_have_text("fluid, 8 per step")
+    expect(row.get_by_test_id("reconfiguration-runs")).to_have_text(
+        f"{fluid['runs']} + {stages} stage{'' if stages == 1 else 's'}"
+    )
 
     page.screenshot(path=tmp_path / "console.png", full_page=True)
 

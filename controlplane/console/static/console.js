@@ -223,6 +223,17 @@ function renderNoMetrics(message) {
   say($("#metrics-status"), message);
 }
 
+function modeText(rec) {
+  if (rec.mode !== "fluid") return rec.mode;
+  return rec.batch_size == null ? "fluid, one step" : `fluid, ${rec.batch_size} per step`;
+}
+
+function runsText(rec) {
+  const runs = rec.runs == null ? "—" : `${rec.runs}`;
+  const stages = rec.stage_ms.length;
+  return stages ? `${runs} + ${stages} stage${stages === 1 ? "" : "s"}` : runs;
+}
+
 function renderReconfigurations(page) {
   const rows = page.items.map((rec) => {
     const t = rec.timings_ms;
@@ -233,6 +244,15 @@ function renderReconfigurations(page) {
       el("th", { scope: "row" }, `${rec.id}`),
       cell(rec.origin),
       el("td", { "data-testid": "reconfiguration-status" }, statusBadge(rec.status)),
+      el("td", { "data-testid": "reconfiguration-mode" }, modeText(rec)),
+      el(
+        "td",
+        {
+          "data-testid": "reconfiguration-runs",
+          title: rec.stage_ms.length ? `stages, ms: ${rec.stage_ms.map((x) => number(x)).join(", ")}` : "",
+        },
+        runsText(rec),
+      ),
       cell(rec.result_version == null ? `${rec.base_version} →` : `${rec.base_version} → ${rec.result_version}`),
       el("td", { "data-testid": "affected-tasks" }, rec.affected_tasks.join(", ") || "—"),
       el("td", { class: "num", "data-testid": "timing-prepare" }, number(t.prepare)),
@@ -347,7 +367,28 @@ function selectFromHash() {
   }
 }
 
+// How the scale and rebalance forms make their change: {mode, batch_size}, or null (and
+// the reason said) when the batch size is not a whole number of at least 1.
+function pace() {
+  const mode = $("#action-mode").value;
+  const batch = $("#action-batch").value.trim();
+  if (mode !== "fluid" || batch === "") return { mode };
+  const n = Number(batch);
+  if (!Number.isInteger(n) || n < 1) {
+    say(
+      $("#action-status"),
+      `Key groups per step must be a whole number of at least 1 (or empty: all in one step), not "${batch}".`,
+      "error",
+    );
+    return null;
+  }
+  return { mode, batch_size: n };
+}
+
 async function reconfigure(kind, body) {
+  const how = pace();
+  if (how === null) return;
+  body = { ...body, ...how };
   const status = $("#action-status");
   say(status, `Sending ${kind}…`);
   try {
@@ -386,6 +427,11 @@ function start() {
   });
   $("#token-forget").addEventListener("click", () => setToken(null));
   $("#scale-operator").addEventListener("change", showParallelism);
+  const paceInputs = () => {
+    $("#action-batch").disabled = $("#action-mode").value !== "fluid";
+  };
+  $("#action-mode").addEventListener("change", paceInputs);
+  paceInputs(); // a reload may have restored the mode
   $("#scale-form").addEventListener("submit", (event) => {
     event.preventDefault();
     reconfigure("scale", {
