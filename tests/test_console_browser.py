@@ -253,7 +253,7 @@ def test_dashboard_shows_a_live_job_its_tasks_metrics_and_a_reconfiguration(
     page.get_by_test_id("scale-parallelism").fill("2")
     page.get_by_test_id("scale-submit").click()
     expect(page.get_by_test_id("action-status")).to_have_text(
-        'Key groups per step must be a whole number of at least 1 (or empty: all in one '
+        "Key groups per step must be a whole number of at least 1 (or empty: all in one "
         'step), not "0".'
     )
     batch.fill("8")
