@@ -323,6 +323,10 @@ class PeerLink:
         return link
 
     def send(self, frame: list) -> int:
+        if self.writer.transport.is_closing():  # the peer closed or reset it, or we did
+            raise ChannelError(
+                f"the data connection to worker {self.peer} is closed (the worker stopped or died)"
+            )
         return protocol.write_frame(self.writer, frame)
 
     async def drain_if_needed(self) -> None:

@@ -1,7 +1,8 @@
 """The end of a data connection, seen from the receiving worker's data server (in process,
 real loopback sockets): a peer's reset fails the jobs whose channels from it are still being
 read, and is quiet once nothing it carried is (its streams ended, or their jobs stopped
-here), as when workers shut down one after another."""
+here), as when workers shut down one after another. And from the sending side: a link whose
+peer has gone says so when written to."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import struct
 import pytest
 
 from runtime import protocol
-from runtime.channels import DataServer, InputChannel
+from runtime.channels import ChannelError, DataServer, InputChannel, PeerLink
 from runtime.records import BarrierKind
 
 SECRET = "cluster-secret"
@@ -70,3 +71,30 @@ def test_a_reset_while_a_channel_is_read_fails_its_job(caplog: pytest.LogCapture
     message, jobs = errors[0]
     assert jobs == {"job-1"}
     assert "data connection from worker w9 broke" in message
+
+
+async def send_until_refused() -> str:
+    """A link to a data server that then closes; returns the error a send finally raises
+    (the first writes may still reach the kernel before the peer's reset comes back)."""
+    server = DataServer(SECRET, {}, on_error=lambda message, jobs: None)
+    host, port = await server.start("127.0.0.1")
+    link = await PeerLink.connect("w1", host, port, "w9", SECRET)
+    try:
+        await asyncio.sleep(0.1)  # the server has taken the hello
+        await server.close()
+        for _ in range(100):
+            try:
+                link.send([protocol.DATA, KEY, ["word"], [0.0]])
+            except ChannelError as exc:
+                return str(exc)
+            await asyncio.sleep(0.01)
+        pytest.fail("sends on a link whose peer closed it did not fail within 1 s")
+    finally:
+        await link.close()
+
+
+def test_a_send_to_a_worker_that_has_gone_says_which() -> None:
+    message = asyncio.run(send_until_refused())
+    assert message == ("the data connection to worker w1 is closed (the worker stopped or died)"), (
+        message
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -513,6 +514,65 @@ def test_migrate_to_a_new_worker_started_for_it(
     assert abstraction.worker("w3").status == "alive"
     assert status == "finished"
     assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
+
+
+def test_a_worker_lost_while_a_change_waits_on_it_fails_the_change_at_once(
+    tmp_path: Path, no_leftover_processes: None
+) -> None:
+    """A worker killed as a change starts to prepare: the change fails within seconds with
+    the worker's death as its reason, not after the prepare timeout (15 s). The new worker
+    of a migration: the job goes on unchanged and its results are exact. A worker of the
+    job, in a fluid plan (whose steps have no record of their own): the job fails too, and
+    the plan with it."""
+    from controlplane.abstraction import migrate, scale
+    from controlplane.runner import LocalCluster
+
+    params = {"records": 120_000, "rate": 20_000, "output": str(tmp_path)}  # 6 s
+
+    async def change_killing(c: LocalCluster, job: object, plan: object, victim: object) -> tuple:
+        """Apply ``plan``, killing the worker ``victim()`` names when it starts preparing;
+        returns the record and the seconds from the kill to the plan's end."""
+        co = c.coordinator
+        killed: list[float] = []
+
+        def kill_at_prepare(rec: object) -> None:
+            if rec.status == "preparing" and not killed:  # type: ignore[attr-defined]
+                assert c.backend is not None
+                c.backend.kill_worker(co.workers[victim()].pid)  # type: ignore[operator]
+                killed.append(time.monotonic())
+
+        rec = await co.apply_plan(job.id, plan, on_change=kill_at_prepare)  # type: ignore[attr-defined]
+        assert killed, "the change never started preparing"
+        return rec, time.monotonic() - killed[0]
+
+    async def new_worker_dies() -> tuple:
+        async with LocalCluster(2) as c:
+            job = await c.coordinator.submit(load_job("examples.wordcount:build", params))
+            await asyncio.sleep(0.5)
+            plan = migrate(job.abstraction, "count-1", "new")
+            rec, took = await change_killing(c, job, plan, lambda: "w3")
+            version = job.abstraction.version
+            return rec, took, version, await job.wait(60)
+
+    rec, took, version, status = asyncio.run(new_worker_dies())
+    assert rec.status == "failed" and took < 5, (rec.status, rec.error, took)
+    assert "worker w3" in rec.error and "died" in rec.error, rec.error
+    assert version == 1 and status == "finished"
+    assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
+
+    async def job_worker_dies() -> tuple:
+        async with LocalCluster(2) as c:
+            unbounded = {"records": 0, "rate": 20_000}
+            job = await c.coordinator.submit(load_job("examples.wordcount:build", unbounded))
+            await asyncio.sleep(0.5)
+            plan = replace(scale(job.abstraction, "count", 3), mode="fluid", batch_size=1)
+            rec, took = await change_killing(c, job, plan, lambda: "w2")
+            return rec, took, await job.wait(10), job.error
+
+    rec, took, status, error = asyncio.run(job_worker_dies())
+    assert rec.status == "failed" and took < 5, (rec.status, rec.error, took)
+    assert "worker w2" in rec.error, rec.error  # its death, or a channel from it broken
+    assert status == "failed" and "worker w2" in error
 
 
 def test_a_worker_without_tasks_of_the_job_joins_it(

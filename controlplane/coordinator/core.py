@@ -82,7 +82,6 @@ class Coordinator:
         self._barrier_ids = itertools.count(1)
         self._registered = asyncio.Condition()
         self._readers: set[asyncio.Task] = set()
-        self._active: dict[str, Any] = {}  # job id -> running Reconfiguration
         self.backend: Any = None  # a WorkerBackend, to start workers a plan asks for
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self._monitor: asyncio.Task | None = None
@@ -457,6 +456,9 @@ class Coordinator:
             if fut is not None and not fut.done():
                 fut.set_result(None)
         for job in self.jobs.values():
+            rec = job.active
+            if rec is not None and info.id in rec.workers():  # e.g. a migration's target
+                rec.on_failed(_lost_message(info, info.error))
             if job.done or info.id not in job.layout.workers_used():
                 continue
             msg = _lost_message(info, info.error)
@@ -497,7 +499,7 @@ class Coordinator:
             if "metrics" in msg:
                 job.metrics.add(time.time(), msg["task"], msg["metrics"])
             job.finished_tasks.add(msg["task"])
-            active = self._active.get(job.id)
+            active = job.active
             if active is not None:
                 active.on_task_finished(msg["task"])
             self._check_barriers(job, msg["task"], None)
@@ -506,7 +508,7 @@ class Coordinator:
                 self._stop_everywhere(job)
         elif kind == "task_failed":
             job.failed_tasks[msg["task"]] = msg["error"]
-            active = self._active.get(job.id)
+            active = job.active
             if active is not None:  # a reconfiguration under way ends with the task's error
                 active.on_failed(msg["error"])
             if job._end("failed", msg["error"]):
@@ -538,7 +540,7 @@ class Coordinator:
             "stage_done",
             "stage_withdrawn",
         ):
-            rec = self._active.get(job.id)
+            rec = job.active
             if rec is None or rec.id != msg.get("rid"):
                 return
             if kind == "prepared":

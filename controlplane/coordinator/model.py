@@ -64,6 +64,7 @@ class Job:
         self.graph = graph
         self.layout = layout
         self.reconfigurations: list = []  # Reconfiguration records, oldest first
+        self.active: Any = None  # the live run under way (a fluid plan's step has no record)
         self.abstraction: Any = None  # the current version (controlplane.abstraction)
         self.versions: list = []  # every version, oldest first
         self.lock = asyncio.Lock()  # one reconfiguration at a time
@@ -93,8 +94,8 @@ class Job:
     def _end(self, status: str, error: str | None = None) -> bool:
         if self.done:
             return False
-        for rec in self.reconfigurations:
-            if not rec.done:
+        for rec in [*self.reconfigurations, self.active]:
+            if rec is not None and not rec.done:
                 rec.on_failed(f"job {self.id} ended ({status}): {error or 'stopped'}")
         self.status = status
         self.error = error

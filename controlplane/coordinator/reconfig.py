@@ -275,7 +275,7 @@ async def run_locked(
         rec.ended_at = time.time()
         return rec
     job.status = "reconfiguring"
-    coordinator._active[job.id] = rec
+    job.active = rec
     try:
         await _run(
             coordinator,
@@ -285,7 +285,7 @@ async def run_locked(
             fluid,
         )
     finally:
-        coordinator._active.pop(job.id, None)
+        job.active = None
         if job.status == "reconfiguring":
             job.status = "running"
         rec.ended_at = time.time()
@@ -354,7 +354,7 @@ async def _run(
         coordinator._send(wid, msg if wid in hosting else {**msg, **joining})
     try:
         errors = await asyncio.wait_for(asyncio.gather(*rec._prepared.values()), PREPARE_TIMEOUT_S)
-        failure = "; ".join(e for e in errors if e)
+        failure = "; ".join(dict.fromkeys(e for e in errors if e))  # one failure, told once
     except TimeoutError:
         failure = f"prepare timed out after {PREPARE_TIMEOUT_S:.0f}s"
     t_prepared = time.perf_counter()
