@@ -524,24 +524,26 @@ def test_a_worker_lost_while_a_change_waits_on_it_fails_the_change_at_once(
     of a migration: the job goes on unchanged and its results are exact. A worker of the
     job, in a fluid plan (whose steps have no record of their own): the job fails too, and
     the plan with it."""
-    from controlplane.abstraction import migrate, scale
+    from controlplane.abstraction import Plan, migrate, scale
+    from controlplane.coordinator.model import Job
+    from controlplane.coordinator.reconfig import Reconfiguration
     from controlplane.runner import LocalCluster
 
     params = {"records": 120_000, "rate": 20_000, "output": str(tmp_path)}  # 6 s
 
-    async def change_killing(c: LocalCluster, job: object, plan: object, victim: object) -> tuple:
-        """Apply ``plan``, killing the worker ``victim()`` names when it starts preparing;
+    async def change_killing(c: LocalCluster, job: Job, plan: Plan, victim: str) -> tuple:
+        """Apply ``plan``, killing worker ``victim`` as the change starts preparing;
         returns the record and the seconds from the kill to the plan's end."""
         co = c.coordinator
         killed: list[float] = []
 
-        def kill_at_prepare(rec: object) -> None:
-            if rec.status == "preparing" and not killed:  # type: ignore[attr-defined]
+        def kill_at_prepare(rec: Reconfiguration) -> None:
+            if rec.status == "preparing" and not killed:
                 assert c.backend is not None
-                c.backend.kill_worker(co.workers[victim()].pid)  # type: ignore[operator]
+                c.backend.kill_worker(co.workers[victim].pid)
                 killed.append(time.monotonic())
 
-        rec = await co.apply_plan(job.id, plan, on_change=kill_at_prepare)  # type: ignore[attr-defined]
+        rec = await co.apply_plan(job.id, plan, on_change=kill_at_prepare)
         assert killed, "the change never started preparing"
         return rec, time.monotonic() - killed[0]
 
@@ -550,7 +552,7 @@ def test_a_worker_lost_while_a_change_waits_on_it_fails_the_change_at_once(
             job = await c.coordinator.submit(load_job("examples.wordcount:build", params))
             await asyncio.sleep(0.5)
             plan = migrate(job.abstraction, "count-1", "new")
-            rec, took = await change_killing(c, job, plan, lambda: "w3")
+            rec, took = await change_killing(c, job, plan, "w3")
             version = job.abstraction.version
             return rec, took, version, await job.wait(60)
 
@@ -566,7 +568,7 @@ def test_a_worker_lost_while_a_change_waits_on_it_fails_the_change_at_once(
             job = await c.coordinator.submit(load_job("examples.wordcount:build", unbounded))
             await asyncio.sleep(0.5)
             plan = replace(scale(job.abstraction, "count", 3), mode="fluid", batch_size=1)
-            rec, took = await change_killing(c, job, plan, lambda: "w2")
+            rec, took = await change_killing(c, job, plan, "w2")
             return rec, took, await job.wait(10), job.error
 
     rec, took, status, error = asyncio.run(job_worker_dies())
