@@ -8,6 +8,7 @@ worker.
 
 from __future__ import annotations
 
+import itertools
 import pickle
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -15,6 +16,10 @@ from typing import Any
 __all__ = ["KeyGroupNotOwnedError", "KeyedState", "ValueState"]
 
 _MISSING = object()
+
+SIZE_SAMPLE = 4  # keys of a key group pickled to estimate its bytes per key
+SIZE_REFRESH = 8  # key groups whose bytes per key a size report re-estimates (in turn)
+_EMPTY_DICT = len(pickle.dumps({}, protocol=5))
 
 
 class KeyGroupNotOwnedError(KeyError):
@@ -56,6 +61,8 @@ class KeyedState:
     def __init__(self, task: str, groups: Iterable[int] = ()) -> None:
         self.task = task
         self._groups: dict[int, dict] = {g: {} for g in groups}
+        self._per_key: dict[int, float] = {}  # key group -> estimated pickled bytes per key
+        self._turn = 0  # where the next size report starts re-estimating
 
     def owned(self) -> list[int]:
         return sorted(self._groups)
@@ -108,6 +115,34 @@ class KeyedState:
     def drop_group(self, group: int) -> None:
         """Stop owning ``group`` and forget its state."""
         self._groups.pop(group, None)
+
+    def size(self, refresh: int = SIZE_REFRESH) -> tuple[int, int]:
+        """(keys, estimated bytes) of the state: what moving all of it would ship.
+
+        Each key group's bytes per key are estimated by pickling a few of its entries;
+        a call re-estimates at most ``refresh`` groups (those never estimated first, then
+        the others in turn), so its cost stays small however large the state; a group not
+        estimated yet counts at the mean of those that are."""
+        groups = self._groups
+        for g in [g for g in self._per_key if g not in groups]:
+            del self._per_key[g]
+        owned = sorted(g for g, store in groups.items() if store)
+        known = [g for g in owned if g in self._per_key]
+        start = self._turn % len(known) if known else 0
+        todo = [g for g in owned if g not in self._per_key] + known[start:] + known[:start]
+        for g in todo[:refresh]:
+            store = groups[g]
+            sample = dict(itertools.islice(store.items(), SIZE_SAMPLE))
+            self._per_key[g] = (len(pickle.dumps(sample, protocol=5)) - _EMPTY_DICT) / len(sample)
+        self._turn = start + max(refresh - (len(todo) - len(known)), 0)
+        per_key = [self._per_key[g] for g in owned if g in self._per_key]
+        mean = sum(per_key) / len(per_key) if per_key else 0.0
+        keys = est = 0
+        for g in owned:
+            n = len(groups[g])
+            keys += n
+            est += n * self._per_key.get(g, mean)
+        return keys, int(est + _EMPTY_DICT * len(owned))
 
     def items(self) -> Iterator[tuple[int, Any, Any]]:
         """Every (group, key, value), groups in order."""

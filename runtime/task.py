@@ -40,7 +40,7 @@ from .alignment import Aligner, Finished, Forward
 from .channels import InputGate
 from .dataflow import OperatorSpec
 from .metrics import TaskMetrics
-from .operators import Processor
+from .operators import KeyedProcessor, Processor
 from .partitioning import Outputs
 from .records import Barrier, Batch, EndOfStream
 
@@ -214,6 +214,13 @@ class StreamTask(BaseTask):
 
     def queued(self) -> dict[str, int]:
         return self.gate.queued()
+
+    def snapshot_metrics(self) -> dict:
+        snap = super().snapshot_metrics()
+        if isinstance(self.processor, KeyedProcessor):  # a level, like the queues
+            keys, size = self.processor.state.size()
+            snap["state"] = {"keys": keys, "bytes": size}
+        return snap
 
     def call_soon(self, call: Callable[[], None]) -> asyncio.Future:
         """Run ``call`` in this task's loop between batches (its outputs are flushed like a

@@ -60,6 +60,12 @@ def test_job_metrics_window_is_plausible(api: Api, job: int) -> None:
     assert groups and all(0 <= g < 128 and n > 0 for g, n in groups.items())
     assert all(not t["key_groups"] for t in tasks.values() if t["operator"] != "count")
     assert all(isinstance(n, int) for t in tasks.values() for n in t["queued"].values())
+    # Keyed tasks report the keys they hold and their state's estimated pickled size.
+    assert all(0 < t["state_keys"] < t["state_bytes"] for t in counted), counted
+    assert ops["count"]["state_bytes"] == sum(t["state_bytes"] for t in counted)
+    unkeyed = [t for t in tasks.values() if t["operator"] != "count"]
+    assert all(t["state_keys"] is None and t["state_bytes"] is None for t in unkeyed)
+    assert all(o["state_bytes"] is None for name, o in ops.items() if name != "count")
 
     cells = {(c["source"], c["target"]): c for c in body["traffic"]}
     assert cells and all(s in tasks and t in tasks for s, t in cells)
@@ -104,4 +110,6 @@ def test_prometheus_text_parses_and_names_its_metrics(api: Api, job: int) -> Non
     assert rates[str(job)] > 0
     p99 = {s.labels["job"]: s.value for s in samples["streampilot_job_sink_latency_p99_seconds"]}
     assert 0 < p99[str(job)] < 10
+    state = {s.labels["job"]: s.value for s in samples["streampilot_job_state_bytes"]}
+    assert state[str(job)] > 0
     assert samples["streampilot_workers"][0].value >= 2

@@ -204,6 +204,11 @@ def test_dashboard_shows_a_live_job_its_tasks_metrics_and_a_reconfiguration(
         "count",
         "sink",
     ]
+    counts = page.locator('[data-testid="operator-metrics-row"][data-operator="count"]')
+    expect(counts.get_by_test_id("operator-state")).to_have_text(
+        re.compile(r"^[\d,.]+ (B|kB|MB)$")  # keyed state, estimated
+    )
+    expect(sink.get_by_test_id("operator-state")).to_have_text("—")
     expect(page.get_by_test_id("latency-p50")).to_have_text(re.compile(r"^[\d,.]+ ms$"))
     expect(page.get_by_test_id("latency-p99")).to_have_text(re.compile(r"^[\d,.]+ ms$"))
     status = page.get_by_test_id("metrics-status")

@@ -198,3 +198,42 @@ def test_round_trip_of_any_group(store: dict, group: int) -> None:
     new.import_group(group, data)
     assert new.group(group) == store
     assert pickle.loads(pickle.dumps(new.group(group))) == store
+
+
+def padded(groups: int, keys: int, pad: int) -> KeyedState:
+    """A state of ``groups`` key groups of ``keys`` keys, each ``(count, pad bytes)``."""
+    state = KeyedState("count-0", range(groups))
+    for g in range(groups):
+        state.group(g).update({f"w{g}-{i}": (i, bytes(pad)) for i in range(keys)})
+    return state
+
+
+def exported(state: KeyedState) -> int:
+    return sum(len(state.export_group(g)) for g in state.owned())
+
+
+def test_size_estimates_what_a_move_ships_and_follows_the_keys() -> None:
+    state = padded(64, 78, 21_000)  # 100 MB, as in the benchmark's count tasks
+    keys, size = state.size()  # 8 groups estimated, the others at their mean
+    assert keys == 64 * 78
+    assert size == pytest.approx(exported(state), rel=0.01)
+    for g in range(0, 64, 2):  # more keys in half the groups: counted at once
+        state.group(g).update({f"x{g}-{i}": (i, bytes(21_000)) for i in range(10)})
+    keys, size = state.size()
+    assert keys == 64 * 78 + 32 * 10
+    assert size == pytest.approx(exported(state), rel=0.01)
+    state.drop_group(0)
+    assert state.size()[0] == 63 * 78 + 31 * 10
+    assert KeyedState("empty", range(4)).size() == (0, 0)
+
+
+def test_size_re_estimates_a_few_groups_a_call_in_turn() -> None:
+    state = padded(16, 20, 100)
+    for _ in range(4):  # every group estimated once
+        state.size(refresh=4)
+    for g in state.owned():  # the entries grow tenfold: each call sees 4 more groups anew
+        state.group(g).update({k: (v[0], bytes(1_000)) for k, v in state.group(g).items()})
+    sizes = [state.size(refresh=4)[1] for _ in range(5)]
+    assert sizes == sorted(sizes) and sizes[3] == sizes[4]  # all 16 re-estimated in 4 calls
+    assert sizes[3] == pytest.approx(exported(state), rel=0.01)
+    assert sizes[0] < 0.5 * exported(state)

@@ -26,6 +26,12 @@ class TaskMetrics(BaseModel):
     key_groups: dict[int, int] = Field(
         description="records per key group summed over the window (keyed tasks only)"
     )
+    state_keys: int | None = Field(None, description="keys in its state (keyed tasks; latest)")
+    state_bytes: int | None = Field(
+        None,
+        description="its keyed state's size as a move ships it (pickled), estimated from a "
+        "few keys per key group (keyed tasks; latest)",
+    )
 
 
 class OperatorMetrics(BaseModel):
@@ -37,6 +43,9 @@ class OperatorMetrics(BaseModel):
     busy: float = Field(ge=0, le=1, description="mean over its tasks")
     backpressure: float = Field(ge=0, le=1, description="mean over its tasks")
     queued: int = Field(description="records waiting at its tasks (latest)")
+    state_bytes: int | None = Field(
+        None, description="estimated size of its tasks' keyed state (keyed operators; latest)"
+    )
 
 
 class ChannelMetrics(BaseModel):

@@ -3,8 +3,8 @@
 exposition of the whole control plane (:func:`prometheus_text`).
 
 Worker snapshots are deltas of about one second each (``runtime.metrics.TaskMetrics``):
-counts over the window are summed and divided by the window; queue lengths are a level,
-so the latest snapshot of each task counts.
+counts over the window are summed and divided by the window; queue lengths and state sizes
+are levels, so the latest snapshot of each task counts.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
     w = view.window_s
     sums: dict[str, Counter[str]] = {}
     queued: dict[str, dict[str, int]] = {}
+    state: dict[str, Mapping[str, int]] = {}
     groups: dict[str, Counter[int]] = {}
     traffic: dict[tuple[str, str], Counter[str]] = {}
     latency = LatencyHistogram()
@@ -59,6 +60,8 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
         for k in ("records_in", "records_out", "busy_s", "backpressure_s", "idle_s"):
             agg[k] += float(snap.get(k, 0) or 0)
         queued[task] = {str(u): int(n) for u, n in dict(snap.get("queued") or {}).items()}
+        if snap.get("state"):
+            state[task] = snap["state"]
         for g, n in dict(snap.get("key_groups") or {}).items():
             groups.setdefault(task, Counter())[int(g)] += int(n)
         for target, ch in dict(snap.get("channels") or {}).items():
@@ -79,6 +82,8 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
             backpressure=min(agg["backpressure_s"] / covered(agg, w), 1.0),
             queued=queued.get(task, {}),
             key_groups=dict(sorted(groups.get(task, Counter()).items())),
+            state_keys=int(state[task]["keys"]) if task in state else None,
+            state_bytes=int(state[task]["bytes"]) if task in state else None,
         )
         for task, agg in sorted(sums.items())
     ]
@@ -95,6 +100,9 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
             busy=sum(t.busy for t in ts) / len(ts),
             backpressure=sum(t.backpressure for t in ts) / len(ts),
             queued=sum(sum(t.queued.values()) for t in ts),
+            state_bytes=None
+            if all(t.state_bytes is None for t in ts)
+            else sum(t.state_bytes or 0 for t in ts),
         )
         for op, ts in by_op.items()
     ]
@@ -139,8 +147,8 @@ def job_metrics(
 
 def prometheus_text(*, session: Session, engine: Engine) -> bytes:
     """The Prometheus exposition: jobs and reconfigurations by status (from the database),
-    records per second and sink latency p99 of each live job over ``PROMETHEUS_WINDOW_S``,
-    and the number of live workers."""
+    records per second and sink latency p99 of each live job over ``PROMETHEUS_WINDOW_S``
+    and the size of its keyed state, and the number of live workers."""
     registry = CollectorRegistry(auto_describe=True)
     jobs_g = Gauge("streampilot_jobs", "Jobs by status", ["status"], registry=registry)
     counts = dict(session.execute(select(Job.status, func.count()).group_by(Job.status)).all())
@@ -171,6 +179,12 @@ def prometheus_text(*, session: Session, engine: Engine) -> bytes:
         ["job"],
         registry=registry,
     )
+    state = Gauge(
+        "streampilot_job_state_bytes",
+        "Estimated size of the job's keyed state (pickled, as a move ships it)",
+        ["job"],
+        registry=registry,
+    )
     for job_id in live:
         view = views.get(job_key(job_id))
         if view is None:
@@ -179,5 +193,6 @@ def prometheus_text(*, session: Session, engine: Engine) -> bytes:
         sinks = [o for o in summary.operators if o.kind == "sink"]
         rate.labels(str(job_id)).set(sum(o.in_per_s for o in sinks))
         p99.labels(str(job_id)).set(summary.latency.p99_ms / 1000.0)
+        state.labels(str(job_id)).set(sum(o.state_bytes or 0 for o in summary.operators))
     Gauge("streampilot_workers", "Live workers", registry=registry).set(engine.workers())
     return generate_latest(registry)

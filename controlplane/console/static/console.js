@@ -74,6 +74,16 @@ function keyGroupRanges(groups) {
 const number = (x, digits = 1) =>
   x == null ? "—" : x.toLocaleString("en-US", { maximumFractionDigits: digits });
 const percent = (x) => `${Math.round(x * 100)} %`;
+const UNITS = ["B", "kB", "MB", "GB", "TB"];
+function bytes(x) {
+  if (x == null) return "—";
+  let i = 0;
+  while (x >= 1000 && i < UNITS.length - 1) {
+    x /= 1000;
+    i += 1;
+  }
+  return `${number(x, i ? 1 : 0)} ${UNITS[i]}`;
+}
 const when = (iso) => new Date(iso).toLocaleString();
 
 function workloadText(workload) {
@@ -201,6 +211,7 @@ function renderMetrics(metrics) {
       num(percent(op.busy)),
       num(percent(op.backpressure)),
       num(number(op.queued, 0)),
+      el("td", { class: "num", "data-testid": "operator-state" }, bytes(op.state_bytes)),
     ),
   );
   fill($("#operator-metrics"), rows, "No task has reported yet.");
