@@ -62,6 +62,10 @@ def integer(value: Any, path: str) -> int:
     return value
 
 
+def opt_integer(value: Any, path: str) -> int | None:
+    return None if value is None else integer(value, path)
+
+
 def string(value: Any, path: str) -> str:
     if not isinstance(value, str):
         raise ViewError(f"{path}: expected a string, got {_kind(value)}")

@@ -10,6 +10,7 @@ questions policies ask::
     m = view.metrics
     m.input_rate("count")            # records/s into the operator
     m.key_group_loads("count")       # {key group: records/s}
+    m.state_bytes("count")           # {task: estimated bytes of keyed state}
     m.processing_speeds("count")     # {task: records per busy second} (measured tasks only)
     m.traffic_matrix(tasks)          # numpy array of bytes/s from row task to column task
     m.latency.p99_ms                 # end-to-end at the sinks (count == 0: nothing measured)
@@ -41,7 +42,13 @@ __all__ = [
 
 MIN_BUSY = 0.005  # below this busy fraction a task's speed is noise, not a measurement
 
-_READERS = {"float": js.number, "int": js.integer, "str": js.string, "str | None": js.opt_string}
+_READERS = {
+    "float": js.number,
+    "int": js.integer,
+    "int | None": js.opt_integer,
+    "str": js.string,
+    "str | None": js.opt_string,
+}
 
 
 class _Record:
@@ -59,7 +66,11 @@ class _Record:
         values = {}
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
             reader = cls._special.get(f.name) or _READERS[str(f.type)]
-            values[f.name] = reader(js.field(d, f.name, path), f"{path}.{f.name}")
+            if f.default is dataclasses.MISSING:  # a field with a default may be absent
+                value = js.field(d, f.name, path)
+            else:
+                value = js.field(d, f.name, path, f.default)
+            values[f.name] = reader(value, f"{path}.{f.name}")
         return cls(**values)
 
 
@@ -76,6 +87,8 @@ class TaskSample(_Record):
     backpressure: float
     queued: Mapping[str, int]  # records waiting, per upstream task (latest level)
     key_groups: Mapping[int, int]  # records per key group summed over the window
+    state_keys: int | None = None  # keys in its state (keyed tasks; latest level)
+    state_bytes: int | None = None  # its state's estimated pickled size: what a move ships
 
     _special: ClassVar[Mapping[str, Callable[[Any, str], Any]]] = {
         "queued": js.str_keys,
@@ -113,6 +126,7 @@ class OperatorSample(_Record):
     busy: float
     backpressure: float
     queued: int
+    state_bytes: int | None = None  # its tasks' keyed state, estimated (keyed operators)
 
 
 @dataclass(frozen=True)
@@ -202,6 +216,11 @@ class MetricsWindow:
             for g, n in t.key_groups.items():
                 loads[g] = loads.get(g, 0.0) + n / self.window_s
         return dict(sorted(loads.items()))
+
+    def state_bytes(self, operator: str) -> dict[str, int]:
+        """Estimated bytes of keyed state of each reporting task of ``operator`` (what moving
+        it would ship); empty for non-keyed operators."""
+        return {t.task: t.state_bytes for t in self.tasks_of(operator) if t.state_bytes is not None}
 
     def processing_speeds(self, operator: str, min_busy: float = MIN_BUSY) -> dict[str, float]:
         """Records per busy second of each task of ``operator`` busy at least ``min_busy`` of

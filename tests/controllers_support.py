@@ -50,9 +50,11 @@ def task(
     groups: Mapping[int, float] | None = None,
     worker: str | None = "w0",
     queued: int = 0,
+    state_bytes: int | None = None,
 ) -> TaskMetrics:
     """One task's metrics; ``groups`` are key-group loads in records/s (stored as counts
-    over the window, as workers report them); ``in_per_s`` defaults to their sum."""
+    over the window, as workers report them); ``in_per_s`` defaults to their sum;
+    ``state_bytes`` comes with a key a kilobyte."""
     counts = {g: round(load * WINDOW_S) for g, load in (groups or {}).items()}
     rate = in_per_s or sum((groups or {}).values())
     return TaskMetrics(
@@ -65,6 +67,8 @@ def task(
         backpressure=0.0,
         queued={"up-0": queued} if queued else {},
         key_groups=counts,
+        state_keys=None if state_bytes is None else state_bytes // 1000,
+        state_bytes=state_bytes,
     )
 
 
@@ -102,6 +106,9 @@ def window(
                 busy=sum(t.busy for t in ts) / len(ts),
                 backpressure=0.0,
                 queued=sum(sum(t.queued.values()) for t in ts),
+                state_bytes=None
+                if all(t.state_bytes is None for t in ts)
+                else sum(t.state_bytes or 0 for t in ts),
             )
             for op, ts in by_op.items()
         ],

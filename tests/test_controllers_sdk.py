@@ -40,8 +40,8 @@ def recorded() -> View:
     a = wordcount()
     metrics = window(
         [
-            task("count-0", busy=0.5, groups={0: 30.0, 3: 10.0}, queued=7),
-            task("count-1", busy=0.25, groups={9: 20.0}, worker="w1"),
+            task("count-0", busy=0.5, groups={0: 30.0, 3: 10.0}, queued=7, state_bytes=8000),
+            task("count-1", busy=0.25, groups={9: 20.0}, worker="w1", state_bytes=2000),
             task("split-0", in_per_s=10.0, busy=0.1),
         ],
         traffic={("split-0", "count-0"): 400.0, ("split-0", "count-1"): 200.0},
@@ -106,7 +106,18 @@ def test_metrics_accessors() -> None:
     assert m.traffic_matrix(metric="records_per_s")[2, 0] == 40.0  # sorted: split-0 last
     assert m.channel_rates()[("split-0", "count-1")] == 200.0
     assert m.latency.p99_ms == 120.0 and m.latency.count == 1000
+    assert m.state_bytes("count") == {"count-0": 8000, "count-1": 2000}
+    assert m.task("count-0").state_keys == 8  # type: ignore[union-attr]
+    assert m.operator("count").state_bytes == 10_000  # type: ignore[union-attr]
+    assert m.state_bytes("split") == {} and m.operator("split").state_bytes is None  # type: ignore[union-attr]
     assert MetricsWindow.from_dict(m.to_dict()) == m
+    # A document from before state sizes were reported reads with none.
+    doc = m.to_dict()
+    for t in doc["tasks"]:
+        del t["state_keys"], t["state_bytes"]
+    for o in doc["operators"]:
+        del o["state_bytes"]
+    assert MetricsWindow.from_dict(doc).state_bytes("count") == {}
 
 
 @dataclass(frozen=True)
