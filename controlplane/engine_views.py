@@ -108,6 +108,24 @@ class JobView:
                 loads[int(group)] = loads.get(int(group), 0.0) + float(count) / window_s
         return loads
 
+    def key_group_bytes(self, operator: str, window_s: float) -> float | None:
+        """The largest estimated state per key group of a task of ``operator`` (its state's
+        bytes over the key groups it owns, from its latest report in the last
+        ``window_s``); None when no task of it reported a state size in that window."""
+        since = time.time() - window_s
+        latest: dict[str, float] = {}
+        operator_of = self._job.metrics.operator_of
+        for t, task, snap in list(self._job.metrics.samples):
+            if t >= since and operator_of.get(task) == operator and snap.get("state"):
+                latest[task] = float(snap["state"]["bytes"])
+        if not latest:
+            return None
+        owned = {
+            t.id: len(t.workload.key_groups or ())
+            for t in self.abstraction.operator(operator).tasks
+        }
+        return max((b / owned[t] for t, b in latest.items() if owned.get(t)), default=0.0)
+
 
 PlanBuilder = Callable[[JobView], Plan]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from api_support import Api
+from api_support import Api, wait_until
 
 WORDCOUNT = {
     "name": "wordcount-live",
@@ -36,6 +36,12 @@ def current(http: httpx.Client, job_id: int) -> dict[str, Any]:
 def tasks_of(abstraction: dict[str, Any], operator: str) -> dict[str, dict[str, Any]]:
     op = next(o for o in abstraction["operators"] if o["name"] == operator)
     return {t["id"]: t for t in op["tasks"]}
+
+
+def elsewhere(abstraction: dict[str, Any], operator: str, task: str) -> str:
+    """A worker other than the one ``task`` (of ``operator``) runs on."""
+    here = tasks_of(abstraction, operator)[task]["resources"]["worker"]
+    return next(w["id"] for w in abstraction["workers"] if w["id"] != here)
 
 
 def key_groups(abstraction: dict[str, Any]) -> dict[str, list[int]]:
@@ -325,9 +331,7 @@ def test_fluid_scale_moves_key_groups_in_small_steps(api: Api) -> None:
         groups = key_groups(current(http, job))
         assert sorted(g for gs in groups.values() for g in gs) == list(range(128))
         # A fluid migration: through a stand-in on the target worker, 16 groups a step.
-        a = current(http, job)
-        task = tasks_of(a, "count")["count-0"]
-        other = next(w["id"] for w in a["workers"] if w["id"] != task["resources"]["worker"])
+        other = elsewhere(current(http, job), "count", "count-0")
         r = http.post(
             f"/api/v1/jobs/{job}/migrate",
             json={"task": "count-0", "worker": other, "mode": "fluid", "batch_size": 16},
@@ -345,3 +349,58 @@ def test_fluid_scale_moves_key_groups_in_small_steps(api: Api) -> None:
         )
         assert r.status_code == 422, r.text
         assert "fluid" in r.json()["error"]["message"]
+
+
+def test_fluid_steps_sized_in_bytes_of_state(api: Api) -> None:
+    """``batch_bytes`` paces a fluid change by the measured state: as many key groups per
+    step as make about that many bytes at the largest state per key group of a task; bad
+    combinations are refused naming what to fix."""
+    padded = {
+        "name": "wordcount-padded",
+        "job": "examples.wordcount:build",
+        "params": {"records": 0, "rate": 500, "keys": 300, "state_bytes": 20_000},
+    }
+    with api.running_job(padded) as job, api.client() as http:
+
+        def per_group() -> float | None:
+            """The largest state per key group of a count task, once every task reports
+            it with all 300 words seen (state sizes are levels: the latest report)."""
+            body = http.get(f"/api/v1/jobs/{job}/metrics", params={"window_s": 10}).json()
+            counted = [t for t in body["tasks"] if t["operator"] == "count"]
+            if len(counted) < 2 or sum(t["state_keys"] or 0 for t in counted) < 300:
+                return None
+            owned = {t: len(g) for t, g in key_groups(current(http, job)).items()}
+            return max(t["state_bytes"] / owned[t["task"]] for t in counted)
+
+        largest = wait_until(per_group, 20.0, "the count tasks' state sizes", every=0.5)
+        # 300 words of ~20 kB over 128 key groups: about 47 kB a group on average
+        assert 20_000 < largest < 200_000
+        r = http.post(
+            f"/api/v1/jobs/{job}/scale",
+            json={"operator": "count", "parallelism": 3, "mode": "fluid", "batch_bytes": 500_000},
+        )
+        assert r.status_code == 202, r.text
+        size = r.json()["batch_size"]
+        # Measured again by the server a moment later: the same state, give or take the
+        # estimate's refresh (8 key groups a report).
+        assert size == pytest.approx(500_000 / largest, rel=0.25), (size, largest)
+        rec = api.wait_reconfiguration(http, job, r.json()["id"])
+        assert rec["status"] == "completed" and rec["batch_size"] == size, rec
+        # Nothing keyed moves (a sink task to the other worker): one step.
+        other = elsewhere(current(http, job), "sink", "sink-0")
+        r = http.post(
+            f"/api/v1/jobs/{job}/migrate",
+            json={"task": "sink-0", "worker": other, "mode": "fluid", "batch_bytes": 1000},
+        )
+        assert r.status_code == 202 and r.json()["batch_size"] is None, r.text
+        assert api.wait_reconfiguration(http, job, r.json()["id"])["status"] == "completed"
+
+        for body, fragment in (
+            ({"batch_size": 4, "batch_bytes": 1000, "mode": "fluid"}, "not both"),
+            ({"batch_bytes": 1000}, 'set mode to \\"fluid\\"'),
+            ({"batch_bytes": 0, "mode": "fluid"}, "greater than or equal to 1"),
+        ):
+            r = http.post(
+                f"/api/v1/jobs/{job}/scale", json={"operator": "count", "parallelism": 2, **body}
+            )
+            assert r.status_code == 422 and fragment in r.text, r.text

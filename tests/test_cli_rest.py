@@ -411,3 +411,11 @@ def test_fluid_scale_runs_in_steps(api: Api, job: int) -> None:
     assert all(rec["pause_ms"][t] == 0.0 for t in kept), rec["pause_ms"]
     bad = cli(api, "reconfigure", "scale", job, "count", n, "--fluid", -1)
     assert bad.exit_code == 2 and "--fluid" in bad.stderr, bad.output
+    # --fluid SIZE: about that much state per step, in key groups from the measured sizes.
+    ok(cli(api, "reconfigure", "scale", job, "count", n + 1, "--fluid", "1MB"))
+    rec = ok_json(cli(api, "reconfig", "list", job, "--json"))["items"][0]
+    assert (rec["mode"], rec["status"]) == ("fluid", "completed"), rec
+    assert isinstance(rec["batch_size"], int) and rec["batch_size"] >= 1, rec
+    ok(cli(api, "reconfigure", "scale", job, "count", n, "--fluid", 0))
+    bad = cli(api, "reconfigure", "scale", job, "count", n, "--fluid", "8XB")
+    assert bad.exit_code == 2 and "e.g. 8MB" in bad.stderr, bad.output

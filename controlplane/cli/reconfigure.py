@@ -115,23 +115,46 @@ def _read_plan(path: Path) -> dict[str, Any]:
     return plan
 
 
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def _fluid_pace(value: str | None) -> dict[str, Any] | None:
+    """``--fluid``: key groups per step (0: one step) or a size of state per step."""
+    if value is None:
+        return None
+    text = value.strip().lower().replace(" ", "")
+    if text.isdigit():
+        return {"mode": "fluid", "batch_size": int(text) or None}
+    number = text.rstrip("bkmgi")
+    unit = text[len(number) :]
+    try:
+        size = float(number) * _UNITS[unit]
+    except (ValueError, KeyError):
+        raise typer.BadParameter(
+            f"give a number of key groups (e.g. 8; 0: one step) or a size of state with its "
+            f"unit (e.g. 8MB, 512kB, 1GiB), not {value!r}"
+        ) from None
+    if size < 1:
+        raise typer.BadParameter(f"a size of state per step must be at least 1 byte, not {value!r}")
+    return {"mode": "fluid", "batch_bytes": int(size)}
+
+
 FluidOpt = Annotated[
-    int | None,
+    dict[str, Any] | None,
     typer.Option(
         "--fluid",
-        min=0,
-        metavar="N",
+        metavar="N|SIZE",
+        parser=_fluid_pace,
         help="fluid mode: tasks that only give or gain key groups do not pause; each task "
-        "gives or gains at most N key groups per step, the steps that only move key groups "
-        "running as stages of one reconfiguration (0: all in one step)",
+        "gives or gains at most N key groups per step (0: all in one step), or about SIZE of "
+        "state (e.g. 8MB: as many key groups as the measured state sizes make), the steps "
+        "that only move key groups running as stages of one reconfiguration",
     ),
 ]
 
 
-def _pace(fluid: int | None) -> dict[str, Any]:
-    if fluid is None:
-        return {}
-    return {"mode": "fluid", "batch_size": fluid or None}
+def _pace(fluid: dict[str, Any] | None) -> dict[str, Any]:
+    return fluid or {}
 
 
 @_command("scale")

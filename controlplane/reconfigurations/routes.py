@@ -59,6 +59,8 @@ def post_plan(
     """Apply a plan: ``assignWorkload`` / ``assignResource`` / ``assignLogic`` operations
     against ``base_version`` (the current abstraction version), all in one reconfiguration."""
     build = service.parse_plan(body.document())
+    if body.batch_bytes is not None:
+        build = service.paced(build, body.mode, None, body.batch_bytes)
     return _request(session, engine, tracker, job_id, "plan", build)
 
 
@@ -72,6 +74,7 @@ def scale(
         service.scale_plan(body.operator, body.parallelism, body.workers),
         body.mode,
         body.batch_size,
+        body.batch_bytes,
     )
     return _request(session, engine, tracker, job_id, "scale", build)
 
@@ -89,6 +92,7 @@ def rebalance(
         service.rebalance_plan(body.operator, body.loads, body.threshold, body.window_s),
         body.mode,
         body.batch_size,
+        body.batch_bytes,
     )
     return _request(session, engine, tracker, job_id, "rebalance", build)
 
@@ -100,7 +104,10 @@ def migrate(
     """Move one task to another worker (or to a fresh one: ``"new"``) with its state, and
     with ``with_forward`` its forward-connected partners too."""
     build = service.paced(
-        service.migrate_plan(body.task, body.worker, body.with_forward), body.mode, body.batch_size
+        service.migrate_plan(body.task, body.worker, body.with_forward),
+        body.mode,
+        body.batch_size,
+        body.batch_bytes,
     )
     return _request(session, engine, tracker, job_id, "migrate", build)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .models import Reconfiguration
 
@@ -67,34 +67,44 @@ class AssignLogicOp(_Strict):
 OpBody = Annotated[AssignWorkloadOp | AssignResourceOp | AssignLogicOp, Field(discriminator="op")]
 
 
-class PlanCreate(_Strict):
+class _Paced(_Strict):
+    """How the change is made: ``pause`` (every affected task pauses until its part is
+    done) or ``fluid`` (tasks that only give or gain key groups go on; records of a moving
+    group wait for its state), in steps of ``batch_size`` key groups, or of about
+    ``batch_bytes`` of state, out of and into each task, or in one step."""
+
+    mode: Mode = "pause"
+    batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="fluid mode: key groups each task gives or gains per step (none: all in one step)",
+    )
+    batch_bytes: int | None = Field(
+        None,
+        ge=1,
+        description="fluid mode, instead of batch_size: about this many bytes of state each "
+        "task gives or gains per step, turned into a batch_size (shown in the record) from "
+        "the state sizes measured over the last 10 s",
+    )
+
+    @model_validator(mode="after")
+    def _one_pace(self) -> _Paced:
+        if self.batch_bytes is not None and self.batch_size is not None:
+            raise ValueError("give batch_size or batch_bytes, not both")
+        if self.batch_bytes is not None and self.mode != "fluid":
+            raise ValueError('batch_bytes paces a fluid change: set mode to "fluid"')
+        return self
+
+
+class PlanCreate(_Paced):
     """Operations against ``base_version``, validated as a whole and applied together."""
 
     base_version: int = Field(ge=1)
     ops: list[OpBody] = Field(min_length=1)
-    mode: Mode = "pause"
-    batch_size: int | None = Field(
-        None,
-        ge=1,
-        description="fluid mode: key groups each task gives or gains per step (none: all in one step)",
-    )
 
     def document(self) -> dict[str, Any]:
-        return self.model_dump()
-
-
-class _Paced(_Strict):
-    """How the change is made: ``pause`` (every affected task pauses until its part is
-    done) or ``fluid`` (tasks that only give or gain key groups go on; records of a moving
-    group wait for its state), in steps of ``batch_size`` key groups, each its own short
-    reconfiguration and version, or in one step."""
-
-    mode: Mode = "pause"
-    batch_size: int | None = Field(
-        None,
-        ge=1,
-        description="fluid mode: key groups each task gives or gains per step (none: all in one step)",
-    )
+        """The plan document (``batch_bytes`` is turned into a ``batch_size`` later)."""
+        return self.model_dump(exclude={"batch_bytes"})
 
 
 class ScaleRequest(_Paced):

@@ -23,6 +23,8 @@ from sqlalchemy.orm import Session
 from controlplane import db
 from controlplane.abstraction import (
     AbstractionError,
+    AssignResource,
+    AssignWorkload,
     Plan,
     imbalance,
     migrate,
@@ -47,7 +49,9 @@ from controlplane.versions import service as versions
 from .models import TERMINAL_RECONFIGURATION_STATUSES, Reconfiguration
 
 __all__ = [
+    "STATE_WINDOW_S",
     "Launch",
+    "batch_for_bytes",
     "fail_unfinished",
     "get_reconfiguration",
     "list_reconfigurations",
@@ -122,17 +126,50 @@ def rebalance_plan(
     return build
 
 
-def paced(build: PlanBuilder, mode: str, batch_size: int | None) -> PlanBuilder:
+STATE_WINDOW_S = 10.0  # batch_bytes is turned into key groups from this much measurement
+
+
+def paced(
+    build: PlanBuilder, mode: str, batch_size: int | None, batch_bytes: int | None = None
+) -> PlanBuilder:
     """``build``'s plan carried out in ``mode`` (``fluid``: ``batch_size`` key groups per
-    step); :class:`PlanRefused` for a batch size without fluid mode."""
+    step, or as many as make about ``batch_bytes`` of state, see :func:`batch_for_bytes`);
+    :class:`PlanRefused` for a batch size without fluid mode."""
 
     def paced_build(view: JobView) -> Plan:
         try:
-            return replace(build(view), mode=mode, batch_size=batch_size)
+            plan = build(view)
+            size = batch_size if batch_bytes is None else batch_for_bytes(view, plan, batch_bytes)
+            return replace(plan, mode=mode, batch_size=size)
         except AbstractionError as exc:
             raise from_abstraction_error(exc) from None
 
     return paced_build
+
+
+def batch_for_bytes(view: JobView, plan: Plan, batch_bytes: int) -> int | None:
+    """Key groups per task per step that make about ``batch_bytes`` of state, at the
+    largest state per key group measured among the keyed operators whose work or tasks
+    ``plan`` moves (at least 1); None (one step) when nothing keyed moves or their state
+    is empty. :class:`PlanRefused` when no state size of one of them was measured."""
+    a = view.abstraction
+    tasks = {t.id: op.name for op in a.operators for t in op.tasks}
+    moved = {op.operator for op in plan.ops if isinstance(op, AssignWorkload)}
+    moved |= {
+        tasks[op.task] for op in plan.ops if isinstance(op, AssignResource) and op.task in tasks
+    }
+    per_group = []
+    for name in sorted(n for n in moved if a.operator(n).keyed):
+        measured = view.key_group_bytes(name, STATE_WINDOW_S)
+        if measured is None:
+            raise PlanRefused(
+                f"no state size of operator {name!r} was reported in the last "
+                f"{STATE_WINDOW_S:g}s: give batch_size (key groups per step) instead of "
+                "batch_bytes"
+            )
+        per_group.append(measured)
+    largest = max(per_group, default=0.0)
+    return max(1, int(batch_bytes // largest)) if largest > 0 else None
 
 
 def _key_group(key: str, operator: str) -> int:
