@@ -116,8 +116,11 @@ class JobView:
         latest: dict[str, float] = {}
         operator_of = self._job.metrics.operator_of
         for t, task, snap in list(self._job.metrics.samples):
-            if t >= since and operator_of.get(task) == operator and snap.get("state"):
-                latest[task] = float(snap["state"]["bytes"])
+            if t < since or operator_of.get(task) != operator:
+                continue
+            size = (snap.get("state") or {}).get("bytes")  # None: its state does not pickle
+            if size is not None:
+                latest[task] = float(size)
         if not latest:
             return None
         owned = {

@@ -116,13 +116,14 @@ class KeyedState:
         """Stop owning ``group`` and forget its state."""
         self._groups.pop(group, None)
 
-    def size(self, refresh: int = SIZE_REFRESH) -> tuple[int, int]:
+    def size(self, refresh: int = SIZE_REFRESH) -> tuple[int, int | None]:
         """(keys, estimated bytes) of the state: what moving all of it would ship.
 
         Each key group's bytes per key are estimated by pickling a few of its entries;
         a call re-estimates at most ``refresh`` groups (those never estimated first, then
         the others in turn), so its cost stays small however large the state; a group not
-        estimated yet counts at the mean of those that are."""
+        estimated yet counts at the mean of those that are. Bytes are None when a sample
+        does not pickle (such state could not move either)."""
         groups = self._groups
         for g in [g for g in self._per_key if g not in groups]:
             del self._per_key[g]
@@ -133,7 +134,11 @@ class KeyedState:
         for g in todo[:refresh]:
             store = groups[g]
             sample = dict(itertools.islice(store.items(), SIZE_SAMPLE))
-            self._per_key[g] = (len(pickle.dumps(sample, protocol=5)) - _EMPTY_DICT) / len(sample)
+            try:
+                pickled = len(pickle.dumps(sample, protocol=5))
+            except Exception:  # a lock, a socket, a lambda... in the user's state
+                return sum(len(store) for store in groups.values()), None
+            self._per_key[g] = (pickled - _EMPTY_DICT) / len(sample)
         self._turn = start + max(refresh - (len(todo) - len(known)), 0)
         per_key = [self._per_key[g] for g in owned if g in self._per_key]
         mean = sum(per_key) / len(per_key) if per_key else 0.0

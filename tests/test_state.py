@@ -4,6 +4,7 @@ groups are added and dropped; operations on groups a task does not own are refus
 from __future__ import annotations
 
 import pickle
+import threading
 from collections import defaultdict
 
 import pytest
@@ -237,3 +238,12 @@ def test_size_re_estimates_a_few_groups_a_call_in_turn() -> None:
     assert sizes == sorted(sizes) and sizes[3] == sizes[4]  # all 16 re-estimated in 4 calls
     assert sizes[3] == pytest.approx(exported(state), rel=0.01)
     assert sizes[0] < 0.5 * exported(state)
+
+
+def test_size_of_state_that_does_not_pickle_is_unknown() -> None:
+    state = KeyedState("count-0", range(2))
+    state.group(0)["ok"] = 1
+    state.group(1)["lock"] = threading.Lock()  # a user's mistake: it could not move either
+    assert state.size() == (2, None)
+    state.drop_group(1)
+    assert state.size()[1] == pytest.approx(len(state.export_group(0)), rel=0.05)

@@ -83,7 +83,9 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
             queued=queued.get(task, {}),
             key_groups=dict(sorted(groups.get(task, Counter()).items())),
             state_keys=int(state[task]["keys"]) if task in state else None,
-            state_bytes=int(state[task]["bytes"]) if task in state else None,
+            state_bytes=None
+            if state.get(task, {}).get("bytes") is None
+            else int(state[task]["bytes"]),
         )
         for task, agg in sorted(sums.items())
     ]
