@@ -258,8 +258,8 @@ def test_dashboard_shows_a_live_job_its_tasks_metrics_and_a_reconfiguration(
     page.get_by_test_id("scale-parallelism").fill("2")
     page.get_by_test_id("scale-submit").click()
     expect(page.get_by_test_id("action-status")).to_have_text(
-        "Key groups per step must be a whole number of at least 1 (or empty: all in one "
-        'step), not "0".'
+        "Key groups per step must be a whole number of at least 1 or a size of state such "
+        'as 8MB (or empty: all in one step), not "0".'
     )
     batch.fill("8")
     page.get_by_test_id("scale-submit").click()
@@ -273,6 +273,18 @@ def test_dashboard_shows_a_live_job_its_tasks_metrics_and_a_reconfiguration(
     expect(row.get_by_test_id("reconfiguration-mode")).to_have_text("fluid, 8 per step")
     expect(row.get_by_test_id("reconfiguration-runs")).to_have_text(
         f"{fluid['runs']} + {stages} stage{'' if stages == 1 else 's'}"
+    )
+    # Steps sized in state: the server turns 1 MB into key groups from the measured sizes.
+    batch.fill("1MB")
+    page.get_by_test_id("scale-parallelism").fill("3")
+    page.get_by_test_id("scale-submit").click()
+    expect(done).to_have_count(3, timeout=RECONFIGURATION_WAIT_MS)
+    with api.client() as http:
+        sized = http.get(f"/api/v1/jobs/{job}/reconfigurations").json()["items"][0]
+    assert sized["mode"] == "fluid" and sized["batch_size"] >= 1, sized
+    row = page.locator(f'[data-testid="reconfiguration-row"][data-id="{sized["id"]}"]')
+    expect(row.get_by_test_id("reconfiguration-mode")).to_have_text(
+        f"fluid, {sized['batch_size']} per step"
     )
 
     page.screenshot(path=tmp_path / "console.png", full_page=True)

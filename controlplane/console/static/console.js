@@ -378,22 +378,26 @@ function selectFromHash() {
   }
 }
 
-// How the scale and rebalance forms make their change: {mode, batch_size}, or null (and
-// the reason said) when the batch size is not a whole number of at least 1.
+// How the scale and rebalance forms make their change: {mode, batch_size or batch_bytes},
+// or null (and the reason said) when the step is neither a whole number of key groups of
+// at least 1 nor a size of state with its unit.
+const SIZE_UNITS = { b: 1, kb: 1e3, mb: 1e6, gb: 1e9, kib: 2 ** 10, mib: 2 ** 20, gib: 2 ** 30 };
+
 function pace() {
   const mode = $("#action-mode").value;
   const batch = $("#action-batch").value.trim();
   if (mode !== "fluid" || batch === "") return { mode };
-  const n = Number(batch);
-  if (!Number.isInteger(n) || n < 1) {
-    say(
-      $("#action-status"),
-      `Key groups per step must be a whole number of at least 1 (or empty: all in one step), not "${batch}".`,
-      "error",
-    );
-    return null;
+  if (/^\d+$/.test(batch) && Number(batch) >= 1) return { mode, batch_size: Number(batch) };
+  const size = /^(\d+(?:\.\d+)?)\s*([kmg]i?b|b)$/i.exec(batch);
+  if (size && Number(size[1]) * SIZE_UNITS[size[2].toLowerCase()] >= 1) {
+    return { mode, batch_bytes: Math.floor(Number(size[1]) * SIZE_UNITS[size[2].toLowerCase()]) };
   }
-  return { mode, batch_size: n };
+  say(
+    $("#action-status"),
+    `Key groups per step must be a whole number of at least 1 or a size of state such as 8MB (or empty: all in one step), not "${batch}".`,
+    "error",
+  );
+  return null;
 }
 
 async function reconfigure(kind, body) {
