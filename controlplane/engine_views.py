@@ -5,7 +5,7 @@ them without touching the coordinator (see :mod:`controlplane.engine`)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -95,15 +95,20 @@ class JobView:
         self._job = job
         self.abstraction = abstraction
 
+    def _reports(self, operator: str, window_s: float) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        """(task, snapshot) of each report of ``operator``'s tasks in the last ``window_s``,
+        oldest first."""
+        since = time.time() - window_s
+        operator_of = self._job.metrics.operator_of
+        for t, task, snap in list(self._job.metrics.samples):
+            if t >= since and operator_of.get(task) == operator:
+                yield task, snap
+
     def key_group_loads(self, operator: str, window_s: float) -> dict[int, float]:
         """Records per second of each key group of ``operator`` over the last ``window_s``
         (empty when no task of it reported per-key-group counts in that window)."""
-        since = time.time() - window_s
         loads: dict[int, float] = {}
-        operator_of = self._job.metrics.operator_of
-        for t, task, snap in list(self._job.metrics.samples):
-            if t < since or operator_of.get(task) != operator:
-                continue
+        for _task, snap in self._reports(operator, window_s):
             for group, count in dict(snap.get("key_groups") or {}).items():
                 loads[int(group)] = loads.get(int(group), 0.0) + float(count) / window_s
         return loads
@@ -112,12 +117,8 @@ class JobView:
         """The largest estimated state per key group of a task of ``operator`` (its state's
         bytes over the key groups it owns, from its latest report in the last
         ``window_s``); None when no task of it reported a state size in that window."""
-        since = time.time() - window_s
         latest: dict[str, float] = {}
-        operator_of = self._job.metrics.operator_of
-        for t, task, snap in list(self._job.metrics.samples):
-            if t < since or operator_of.get(task) != operator:
-                continue
+        for task, snap in self._reports(operator, window_s):
             size = (snap.get("state") or {}).get("bytes")  # None: its state does not pickle
             if size is not None:
                 latest[task] = float(size)
