@@ -253,9 +253,10 @@ def migrate(
         a.worker(worker)
     moving = [t]
     if with_forward:
-        index = t.id.rsplit("-", 1)[1]
         moving += [
-            a.task(f"{name}-{index}") for name in a.forward_group(t.operator) if name != t.operator
+            a.task(f"{name}-{t.index}")
+            for name in a.forward_group(t.operator)
+            if name != t.operator
         ]
     moving = [m for m in moving if m.worker != worker]
     target = worker

@@ -51,7 +51,8 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
     w = view.window_s
     sums: dict[str, Counter[str]] = {}
     queued: dict[str, dict[str, int]] = {}
-    state: dict[str, Mapping[str, int]] = {}
+    state_keys: dict[str, int] = {}
+    state_bytes: dict[str, int | None] = {}  # None: the task's state does not pickle
     groups: dict[str, Counter[int]] = {}
     traffic: dict[tuple[str, str], Counter[str]] = {}
     latency = LatencyHistogram()
@@ -61,7 +62,9 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
             agg[k] += float(snap.get(k, 0) or 0)
         queued[task] = {str(u): int(n) for u, n in dict(snap.get("queued") or {}).items()}
         if snap.get("state"):
-            state[task] = snap["state"]
+            size = snap["state"].get("bytes")
+            state_keys[task] = int(snap["state"]["keys"])
+            state_bytes[task] = None if size is None else int(size)
         for g, n in dict(snap.get("key_groups") or {}).items():
             groups.setdefault(task, Counter())[int(g)] += int(n)
         for target, ch in dict(snap.get("channels") or {}).items():
@@ -82,10 +85,8 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
             backpressure=min(agg["backpressure_s"] / covered(agg, w), 1.0),
             queued=queued.get(task, {}),
             key_groups=dict(sorted(groups.get(task, Counter()).items())),
-            state_keys=int(state[task]["keys"]) if task in state else None,
-            state_bytes=None
-            if state.get(task, {}).get("bytes") is None
-            else int(state[task]["bytes"]),
+            state_keys=state_keys.get(task),
+            state_bytes=state_bytes.get(task),
         )
         for task, agg in sorted(sums.items())
     ]
