@@ -31,7 +31,7 @@ from runtime.layout import Layout
 from runtime.records import BarrierKind
 
 from .model import CoordinatorError, Job, RuntimeConfig, WorkerInfo
-from .plans import abstraction_of, apply
+from .plans import abstraction_of, apply, cancel
 from .reconfig import reconfigure
 from .restart import restart_with
 
@@ -298,6 +298,11 @@ class Coordinator:
             new_workers=new_workers,
             on_change=on_change,
         )
+
+    def cancel_plan(self, job_id: str, reason: str = "cancelled on request") -> Any:
+        """Cancel the plan under way on ``job_id`` at its next safe point; returns its
+        record (see :func:`.plans.cancel`; :class:`ReconfigurationError` when it cannot be)."""
+        return cancel(self._job(job_id), reason)
 
     def _next_barrier_id(self) -> int:
         return next(self._barrier_ids)

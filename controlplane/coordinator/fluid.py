@@ -15,7 +15,9 @@ pause, ``steps`` counts the steps (versions) made, ``runs`` the live protocol ru
 A run that does not complete (or cannot start: the job stopped, a worker was lost) ends
 the plan there. Steps before it stay applied: the job runs on their version (valid, every
 key group owned once), and the record's error says so. A first step that cannot start
-raises, as a plan in pause mode does: nothing changed.
+raises, as a plan in pause mode does: nothing changed. A cancelled plan (see
+:func:`.plans.cancel`) ends ``cancelled`` at the next step or stage boundary the same way:
+no further step or stage starts, the ones made stay applied.
 """
 
 from __future__ import annotations
@@ -33,7 +35,13 @@ from controlplane.abstraction import (
 )
 from runtime.layout import Layout, only_key_groups_move
 
-from .reconfig import Reconfiguration, ReconfigurationError, new_record, run_locked
+from .reconfig import (
+    Cancellation,
+    Reconfiguration,
+    ReconfigurationError,
+    new_record,
+    run_locked,
+)
 
 if TYPE_CHECKING:
     from .core import Coordinator
@@ -56,14 +64,18 @@ async def run_fluid(
     *,
     sync_timeout_s: float | None,
     on_change: Callable[[Reconfiguration], None] | None,
+    cancellation: Cancellation | None = None,
 ) -> Reconfiguration:
     """Carry out ``plan`` (validated against ``current``, the job's version) step by step;
     the caller holds ``job.lock``. Returns the shared record; ``version`` is the version
     the job is left at."""
     from .plans import layout_of, refresh_workers, substitute_new_workers
 
+    cancellation = cancellation or Cancellation(fluid=True)
     steps = fluid_steps(current, plan)
     outer = new_record(job, job.layout, plan)
+    outer.cancellation = cancellation
+    cancellation.record = outer
     outer.steps = outer.runs = 0
     outer.timings_ms = dict.fromkeys(PHASES, 0.0)
     if on_change is not None:
@@ -96,8 +108,13 @@ async def run_fluid(
         applied = (
             f"; steps 1 to {n - 1} stay applied: the job runs on version {job.abstraction.version}"
             if n > 1
-            else ""
+            else "; nothing changed"
         )
+        if cancellation.reason:
+            return end(
+                "cancelled",
+                f"{cancellation.reason}: step {n} of {len(steps)} did not start{applied}",
+            )
         try:
             base = refresh_workers(job.abstraction, coordinator.alive_workers(), backend)
             target = await substitute_new_workers(
@@ -117,6 +134,7 @@ async def run_fluid(
                 record=False,
                 fluid=True,
                 stages=layouts,
+                cancellation=cancellation,
             )
         except (ReconfigurationError, AbstractionError) as exc:
             if n == 1:  # nothing changed: refused like a plan in pause mode
@@ -137,17 +155,22 @@ async def run_fluid(
             outer.pause_ms[task] = max(ms, outer.pause_ms.get(task, 0.0))
         for task, ms in step.update_ms.items():
             outer.update_ms[task] = max(ms, outer.update_ms.get(task, 0.0))
+        if step.status == "cancelled":
+            return end(
+                "cancelled",
+                f"{step.error}: step {n} of {len(steps)} stopped before its update{applied}",
+            )
         if step.status != "completed":
             error = f"step {n} of {len(steps)} {step.status}: {step.error}{applied}"
             return end(step.status if n == 1 else "failed", error)
         job.abstraction = targets[made - 1]
         job.versions.extend(targets[:made])
         if made < len(targets):  # its later stages were withdrawn: the plan ends here
-            error = (
-                f"step {i + 1} of {len(steps)} aborted: {step.error}; steps 1 to {i} stay "
-                f"applied: the job runs on version {job.abstraction.version}"
-            )
-            return end("failed", error)
+            kept = f"steps 1 to {i} stay applied: the job runs on version {job.abstraction.version}"
+            if cancellation.reason:
+                did_not = f"step {i + 1} of {len(steps)} did not start"
+                return end("cancelled", f"{cancellation.reason}: {did_not}; {kept}")
+            return end("failed", f"step {i + 1} of {len(steps)} aborted: {step.error}; {kept}")
     return end("completed")
 
 

@@ -65,6 +65,7 @@ class Job:
         self.layout = layout
         self.reconfigurations: list = []  # Reconfiguration records, oldest first
         self.active: Any = None  # the live run under way (a fluid plan's step has no record)
+        self.cancellation: Any = None  # the plan under way's (reconfig.Cancellation)
         self.abstraction: Any = None  # the current version (controlplane.abstraction)
         self.versions: list = []  # every version, oldest first
         self.lock = asyncio.Lock()  # one reconfiguration at a time

@@ -27,7 +27,14 @@ from runtime.dataflow import JobGraph, logic_ref
 from runtime.layout import Layout
 
 from .fluid import run_fluid
-from .reconfig import Reconfiguration, refuse_if_busy, run_locked
+from .reconfig import (
+    UPDATE_TIMEOUT_S,
+    Cancellation,
+    Reconfiguration,
+    ReconfigurationError,
+    refuse_if_busy,
+    run_locked,
+)
 from .restart import restart_locked
 from .workers import NEW_WORKER_TIMEOUT_S, remap_workers, start_workers
 
@@ -39,6 +46,7 @@ __all__ = [
     "NEW_WORKER_TIMEOUT_S",
     "abstraction_of",
     "apply",
+    "cancel",
     "layout_of",
     "refresh_workers",
     "substitute_new_workers",
@@ -120,45 +128,97 @@ async def apply(
     """
     refuse_if_busy(job, wait)
     async with job.lock:
-        backend = coordinator.backend.name if coordinator.backend is not None else "local"
-        current = refresh_workers(job.abstraction, coordinator.alive_workers(), backend)
-        new = apply_plan(current, plan)
-        if plan.mode == "fluid" and not restart:
-            return await run_fluid(
-                coordinator,
-                job,
-                current,
-                plan,
-                sync_timeout_s=sync_timeout_s,
-                on_change=on_change,
+        cancellation = Cancellation(fluid=plan.mode == "fluid" and not restart, restart=restart)
+        job.cancellation = cancellation
+        try:
+            return await _apply_locked(
+                coordinator, job, plan, cancellation, sync_timeout_s, new_workers, on_change
             )
-        new = await substitute_new_workers(coordinator, new)
-        layout = layout_of(new, job.graph, current, job.layout)
-        if restart:
-            rec = await restart_locked(
-                coordinator, job, layout, on_change=on_change, new_workers=new_workers
+        finally:
+            job.cancellation = None
+
+
+def cancel(job: Job, reason: str = "cancelled on request") -> Reconfiguration | None:
+    """Cancel the plan under way on ``job``: it stops at its next safe point and ends
+    ``cancelled``, saying what stays applied. Returns its record (None if it has none
+    yet: new workers are still starting for it).
+
+    A run still preparing or syncing aborts (the job goes on as before it); a fluid plan
+    starts no further step or stage (those made stay applied: every key group is owned
+    once at each). A plan in pause mode whose update has started cannot be stopped
+    (state is moving between workers), nor can the stop-and-restart baseline:
+    :class:`ReconfigurationError` says so, as when nothing is under way.
+    """
+    token = job.cancellation
+    if token is None:
+        raise ReconfigurationError(f"no reconfiguration of job {job.id} is under way")
+    if token.restart:
+        raise ReconfigurationError(
+            "a stop-and-restart cannot be cancelled: the job is stopped until it is redeployed"
+        )
+    active = job.active
+    if not token.fluid and active is not None and active.status == "updating":
+        raise ReconfigurationError(
+            f"reconfiguration {active.id} of job {job.id} is updating: its state is moving "
+            f"between workers and it cannot be stopped; it ends within {UPDATE_TIMEOUT_S:.0f}s"
+        )
+    token.request(reason)
+    if active is not None:
+        active.on_cancel()
+    return token.record
+
+
+async def _apply_locked(
+    coordinator: Coordinator,
+    job: Job,
+    plan: Plan,
+    cancellation: Cancellation,
+    sync_timeout_s: float | None,
+    new_workers: bool,
+    on_change: Callable[[Reconfiguration], None] | None,
+) -> Reconfiguration:
+    restart = cancellation.restart
+    backend = coordinator.backend.name if coordinator.backend is not None else "local"
+    current = refresh_workers(job.abstraction, coordinator.alive_workers(), backend)
+    new = apply_plan(current, plan)
+    if cancellation.fluid:
+        return await run_fluid(
+            coordinator,
+            job,
+            current,
+            plan,
+            sync_timeout_s=sync_timeout_s,
+            on_change=on_change,
+            cancellation=cancellation,
+        )
+    new = await substitute_new_workers(coordinator, new)
+    layout = layout_of(new, job.graph, current, job.layout)
+    if restart:
+        rec = await restart_locked(
+            coordinator, job, layout, on_change=on_change, new_workers=new_workers
+        )
+        rec.plan = plan
+        if rec.worker_map:
+            infos = {w.id: w for w in coordinator.workers.values()}
+            moved = remap_workers(
+                new, {old: infos[w] for old, w in rec.worker_map.items()}, backend
             )
-            rec.plan = plan
-            if rec.worker_map:
-                infos = {w.id: w for w in coordinator.workers.values()}
-                moved = remap_workers(
-                    new, {old: infos[w] for old, w in rec.worker_map.items()}, backend
-                )
-                new = refresh_workers(moved, coordinator.alive_workers(), backend)
-        else:
-            rec = await run_locked(
-                coordinator,
-                job,
-                layout,
-                plan=plan,
-                sync_timeout_s=sync_timeout_s,
-                on_change=on_change,
-            )
-        rec.version = new.version if rec.status == "completed" else current.version
-        if rec.status == "completed":
-            job.abstraction = new
-            job.versions.append(new)
-        return rec
+            new = refresh_workers(moved, coordinator.alive_workers(), backend)
+    else:
+        rec = await run_locked(
+            coordinator,
+            job,
+            layout,
+            plan=plan,
+            sync_timeout_s=sync_timeout_s,
+            on_change=on_change,
+            cancellation=cancellation,
+        )
+    rec.version = new.version if rec.status == "completed" else current.version
+    if rec.status == "completed":
+        job.abstraction = new
+        job.versions.append(new)
+    return rec
 
 
 async def substitute_new_workers(coordinator: Coordinator, a: Abstraction) -> Abstraction:

@@ -24,6 +24,11 @@ Protocol (the worker's side is :mod:`runtime.deployment`):
    wait for the state of what they gain, nothing pauses.
 4. **Commit.** The job's layout becomes the new one; the record keeps timings.
 
+A plan under way can be cancelled (:func:`.plans.cancel`): a run still preparing or
+syncing aborts as a sync timeout does (status ``cancelled``: paused tasks resume on the
+old configuration); a staged run starts no further stage (the job stays on the last stage
+made); a run whose update has started goes on to its end (state is moving).
+
 Only one reconfiguration runs per job at a time: others wait in order for the job's lock,
 or are refused with :class:`ReconfigurationBusy` when the caller does not want to wait.
 """
@@ -52,6 +57,7 @@ __all__ = [
     "PREPARE_TIMEOUT_S",
     "SYNC_TIMEOUT_S",
     "UPDATE_TIMEOUT_S",
+    "Cancellation",
     "Reconfiguration",
     "ReconfigurationBusy",
     "ReconfigurationError",
@@ -67,6 +73,8 @@ SYNC_TIMEOUT_S = 10.0  # the barrier reaches every affected task within this, or
 UPDATE_TIMEOUT_S = 60.0  # state moves and tasks resume within this (100 MB over loopback: ~1 s)
 ABORT_TIMEOUT_S = 5.0  # workers confirm an abort within this
 
+ENDED = ("completed", "failed", "aborted", "cancelled")
+
 _ids = itertools.count(1)
 
 
@@ -79,6 +87,21 @@ class ReconfigurationBusy(ReconfigurationError):
 
 
 @dataclass
+class Cancellation:
+    """What the runs of one plan share to learn that it was cancelled: the reason once
+    it was (see :func:`.plans.cancel`), the plan's record once it has one, and how the
+    plan is carried out (``fluid``: in steps; ``restart``: by the baseline)."""
+
+    fluid: bool = False
+    restart: bool = False
+    reason: str | None = None
+    record: Reconfiguration | None = None
+
+    def request(self, reason: str) -> None:
+        self.reason = self.reason or reason
+
+
+@dataclass
 class Reconfiguration:
     """The record of one reconfiguration: what, who, how it went, how long each phase took."""
 
@@ -87,7 +110,7 @@ class Reconfiguration:
     old: Layout
     new: Layout
     affected: set[str]
-    status: str = "pending"  # pending, preparing, syncing, updating, completed, failed, aborted
+    status: str = "pending"  # pending, preparing, syncing, updating, then an ENDED one
     error: str | None = None
     plan: Any = None  # the plan it came from, kept for the record
     timings_ms: dict[str, float] = field(default_factory=dict)
@@ -115,6 +138,7 @@ class Reconfiguration:
     stages_made: int = 0  # staged: the stages every worker is done with, so far
     stage_ms: list[float] = field(default_factory=list)  # staged: how long each stage took
     cut_short: bool = False  # staged: later stages were withdrawn (see _drive_stages)
+    cancellation: Cancellation | None = field(default=None, repr=False)
 
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)
@@ -125,7 +149,12 @@ class Reconfiguration:
 
     @property
     def done(self) -> bool:
-        return self.status in ("completed", "failed", "aborted")
+        return self.status in ENDED
+
+    @property
+    def cancelled(self) -> str | None:
+        """Why the plan this run belongs to was cancelled, if it was."""
+        return self.cancellation.reason if self.cancellation is not None else None
 
     def workers(self) -> list[str]:
         return sorted(set(self.old.placement.values()) | set(self.new.placement.values()))
@@ -169,6 +198,14 @@ class Reconfiguration:
         """A task ended (its inputs ended) before pausing: the barrier cannot reach it."""
         if task in self._to_pause:
             self.on_failed(f"task {task} finished before it reached the barrier")
+
+    def on_cancel(self) -> None:
+        """The plan was cancelled: stop waiting for prepare replies and for the sync (the
+        run then aborts, :func:`_run`); a staged run starts no further stage."""
+        for fut in self._prepared.values():
+            if not fut.done():
+                fut.set_result(None)
+        self._synced.set()
 
     def on_failed(self, error: str) -> None:
         self._failure = self._failure or error
@@ -239,6 +276,7 @@ async def run_locked(
     record: bool = True,
     fluid: bool = False,
     stages: list[Layout] | None = None,
+    cancellation: Cancellation | None = None,
 ) -> Reconfiguration:
     """:func:`reconfigure` for a caller that already holds ``job.lock``.
 
@@ -248,7 +286,8 @@ async def run_locked(
     record is kept instead). With ``fluid`` keyed tasks that only gain or give key groups
     do not pause (see :mod:`runtime.deployment`). ``stages`` (fluid): layouts to go
     through after ``new``'s predecessor, ending at ``new``; each after the first only moves
-    key groups (see :func:`_drive_stages`).
+    key groups (see :func:`_drive_stages`). ``cancellation``: the plan's, shared by its runs
+    (a run of a plan already cancelled ends ``cancelled`` before it starts).
     """
     if job.status != "running":
         raise ReconfigurationError(f"job {job.id} is {job.status}, not running")
@@ -264,11 +303,20 @@ async def run_locked(
     affected = set().union(*(affected_tasks(job.graph, a, b) for a, b in itertools.pairwise(path)))
     rec = Reconfiguration(next(_ids), job.id, job.layout, new, affected, plan=plan)
     rec.stages = stages if len(stages) > 1 else []
+    rec.cancellation = cancellation
     if record:
         job.reconfigurations.append(rec)
+        if cancellation is not None:
+            cancellation.record = rec
     if on_change is not None:
         rec.listener = on_change
         on_change(rec)
+    if rec.cancelled:  # before anything was sent: nothing changed
+        rec.error = rec.cancelled
+        rec.timings_ms = {"prepare": 0.0, "sync": 0.0, "update": 0.0, "total": 0.0}
+        rec.status = "cancelled"
+        rec.ended_at = time.time()
+        return rec
     if not rec.affected:
         rec.status = "completed"
         rec.timings_ms = {"prepare": 0.0, "sync": 0.0, "update": 0.0, "total": 0.0}
@@ -360,7 +408,10 @@ async def _run(
     t_prepared = time.perf_counter()
     rec.timings_ms["prepare"] = _ms(t_start, t_prepared)
     if failure:
-        await _abort(coordinator, rec, workers, f"prepare failed: {failure}", "failed")
+        await _abort(coordinator, rec, workers, f"prepare failed: {failure}", "failed", t_start)
+        return
+    if rec.cancelled:  # a new task or worker made ready is let go again
+        await _abort(coordinator, rec, workers, rec.cancelled, "cancelled", t_start)
         return
     # Step 2. Sync: barrier at the sources; affected tasks that exist pause.
     rec.status = "syncing"
@@ -374,6 +425,9 @@ async def _run(
     }
     if not rec._to_pause:
         rec._synced.set()
+    if rec.cancelled:  # as the sync started (no barrier sent): nothing to take back
+        await _abort(coordinator, rec, workers, rec.cancelled, "cancelled", t_start)
+        return
     for wid in rec.old.workers_used():
         coordinator._send(
             wid,
@@ -395,13 +449,18 @@ async def _run(
             workers,
             f"sync timed out after {sync_timeout_s:g}s: tasks {waiting[:10]} did not reach the barrier",
             "aborted",
+            t_start,
         )
-        return
-    if rec._failure:  # nothing changed yet: the job goes on unchanged unless it ended
-        await _abort(coordinator, rec, workers, rec._failure, "failed" if job.done else "aborted")
         return
     t_synced = time.perf_counter()
     rec.timings_ms["sync"] = _ms(t_prepared, t_synced)
+    if rec._failure:  # nothing changed yet: the job goes on unchanged unless it ended
+        status = "failed" if job.done else "aborted"
+        await _abort(coordinator, rec, workers, rec._failure, status, t_start)
+        return
+    if rec.cancelled:  # as a sync timeout: paused tasks resume on the old configuration
+        await _abort(coordinator, rec, workers, rec.cancelled, "cancelled", t_start)
+        return
     # Step 3. Update: every affected task applies its part and resumes.
     rec.status = "updating"
     for wid in workers:
@@ -473,6 +532,11 @@ async def _drive_stages(
     for k in range(1, len(rec.stages)):
         if rec._failure is not None:
             return
+        if rec.cancelled:  # Step 3c. No later stage starts: the change ends at this one.
+            rec.cut_short = True
+            rec.error = rec.cancelled
+            _end_stages(coordinator, job, rec, workers, k - 1)
+            return
         prev, nxt = rec.stages[k - 1], rec.stages[k]
         entry = stage_entry(job.graph, prev, nxt) or [
             t for op in job.graph.sources() for t in prev.tasks_of(op.name)
@@ -506,15 +570,22 @@ async def _drive_stages(
                 f"sync timed out after {sync_timeout_s:g}s: the barrier of stage {k + 1} of "
                 f"{len(rec.stages)} did not get through tasks {sorted(entry)[:10]}"
             )
-            for wid in workers:
-                coordinator._send(
-                    wid, {"type": "stages_end", "job_id": job.id, "rid": rec.id, "last": k - 1}
-                )
+            _end_stages(coordinator, job, rec, workers, k - 1)
             return
         # It had started somewhere: it goes on (within the update's timeout).
         _tell(coordinator, done_by, prev, entry, {"type": "stage", **msg})
         await rec.stage_done(k, done_by)
         rec.stages_made = k + 1
+
+
+def _end_stages(
+    coordinator: Coordinator, job: Job, rec: Reconfiguration, workers: set[str], last: int
+) -> None:
+    """Tell every worker of the change that it ends at stage ``last``."""
+    for wid in workers:
+        coordinator._send(
+            wid, {"type": "stages_end", "job_id": job.id, "rid": rec.id, "last": last}
+        )
 
 
 def _driver_ended(rec: Reconfiguration, driver: asyncio.Future) -> None:
@@ -535,13 +606,18 @@ def _tell(
 
 
 async def _abort(
-    coordinator: Coordinator, rec: Reconfiguration, workers: list[str], error: str, status: str
+    coordinator: Coordinator,
+    rec: Reconfiguration,
+    workers: list[str],
+    error: str,
+    status: str,
+    t_start: float,
 ) -> None:
+    rec.timings_ms["total"] = _ms(t_start, time.perf_counter())
     rec.status = status
     rec.error = error
     for wid in workers:
         coordinator._send(wid, {"type": "abort", "job_id": rec.job_id, "rid": rec.id})
-    rec.timings_ms.setdefault("total", 0.0)
     logger.warning("reconfiguration %s of job %s %s: %s", rec.id, rec.job_id, status, error)
 
 

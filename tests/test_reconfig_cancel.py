@@ -1,0 +1,174 @@
+"""Cancelling a plan under way, on real worker processes: it stops at its next safe point,
+says what stays applied, and results stay exact."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from controlplane.abstraction import AssignWorkload, Plan, diff, scale
+from controlplane.coordinator.reconfig import ReconfigurationError
+from controlplane.testing import BackgroundCluster
+from examples import wordcount
+from runtime.dataflow import load_job
+from tests.e2e_jobs import counting_reference, final_counts
+from tests.test_reconfig_e2e import start_held_job
+
+pytestmark = pytest.mark.slow
+
+
+def half_of_count_0(job) -> tuple[Plan, list[int]]:
+    """A plan moving half of count-0's key groups to count-1, and those groups."""
+    a = job.abstraction
+    groups = {t.id: list(t.workload.key_groups) for t in a.operator("count").tasks}
+    half = groups["count-0"][: len(groups["count-0"]) // 2]
+    moved = {
+        "count-0": [g for g in groups["count-0"] if g not in half],
+        "count-1": groups["count-1"] + half,
+    }
+    return Plan(a.version, (AssignWorkload("count", moved),)), half
+
+
+async def until(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        await asyncio.sleep(0.002)
+
+
+def test_a_plan_cancelled_while_its_sync_waits_aborts_at_once_and_the_job_goes_on(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    """The barrier cannot get through (the tasks before count are held): the cancel ends
+    the change long before its 30 s sync timeout; nothing changed and the same plan
+    completes once the job flows again."""
+    records = 20_000
+    job, hold, out = start_held_job(cluster, tmp_path, records)
+    time.sleep(0.3)
+    co = cluster.coordinator
+    before, version = job.layout, job.abstraction.version
+    plan, _ = half_of_count_0(job)
+
+    async def run_and_cancel():
+        run = asyncio.ensure_future(co.apply_plan(job.id, plan, sync_timeout_s=30.0))
+        await until(lambda: job.reconfigurations and job.reconfigurations[-1].status == "syncing")
+        await asyncio.sleep(0.3)  # the barrier is stuck behind the held tasks
+        assert not run.done()
+        assert co.cancel_plan(job.id, "the operator changed their mind") is job.reconfigurations[-1]
+        return await asyncio.wait_for(run, 5.0)
+
+    rec = cluster.call(run_and_cancel())
+    assert rec.status == "cancelled", rec.error
+    assert rec.error == "the operator changed their mind"
+    assert 300 <= rec.timings_ms["sync"] < 5_000, rec.timings_ms  # not the 30 s timeout
+    assert rec.timings_ms["total"] >= rec.timings_ms["prepare"] + rec.timings_ms["sync"]
+    assert job.status == "running"
+    assert job.layout == before
+    assert job.abstraction.version == version
+    with pytest.raises(
+        ReconfigurationError, match=f"no reconfiguration of job {job.id} is under way"
+    ):
+        co.cancel_plan(job.id)
+    hold.unlink()
+    again = cluster.call(co.apply_plan(job.id, plan))
+    assert again.status == "completed", again.error
+    assert cluster.wait(job, 60) == "finished", job.error
+    assert final_counts(out) == counting_reference(records)
+
+
+def test_a_plan_cancelled_once_prepared_lets_its_new_tasks_go(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    """Cancelled as its sync starts, a scale-out whose new tasks were made ready ends with
+    the job as it was; the same scale-out then completes (nothing was left behind)."""
+    params = {"records": 60_000, "rate": 20_000, "output": str(tmp_path)}
+    job = cluster.submit(load_job("examples.wordcount:build", params))
+    co = cluster.coordinator
+    time.sleep(0.3)
+    before, version = job.layout, job.abstraction.version
+    seen: list[str] = []
+
+    def cancel_when_syncing(rec) -> None:
+        seen.append(rec.status)
+        if rec.status == "syncing":  # prepared everywhere, no barrier sent yet
+            co.cancel_plan(job.id)
+
+    plan = scale(job.abstraction, "count", 3)
+    rec = cluster.call(co.apply_plan(job.id, plan, on_change=cancel_when_syncing))
+    assert rec.status == "cancelled", rec.error
+    assert rec.error == "cancelled on request"
+    assert list(dict.fromkeys(seen)) == ["pending", "preparing", "syncing", "cancelled"], seen
+    assert job.layout == before and job.abstraction.version == version
+    again = cluster.call(co.apply_plan(job.id, scale(job.abstraction, "count", 3)))
+    assert again.status == "completed", again.error
+    assert job.layout.tasks_of("count") == ["count-0", "count-1", "count-2"]
+    assert cluster.wait(job, 60) == "finished", job.error
+    assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
+
+
+def test_a_fluid_plan_cancelled_midway_keeps_the_steps_it_made(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    """A fluid rebalance in steps of one key group, cancelled after two steps, starts no
+    further stage: it ends ``cancelled`` on a valid version, saying which steps stay."""
+    params = {"records": 60_000, "rate": 20_000, "output": str(tmp_path)}
+    job = cluster.submit(load_job("examples.wordcount:build", params))
+    co = cluster.coordinator
+    time.sleep(0.3)
+    a = job.abstraction
+    plan, half = half_of_count_0(job)
+    plan = Plan(plan.base_version, plan.ops, mode="fluid", batch_size=1)
+
+    async def run_and_cancel():
+        run = asyncio.ensure_future(co.apply_plan(job.id, plan))
+        await until(lambda: job.reconfigurations and job.reconfigurations[-1].steps >= 2)
+        assert not run.done()
+        co.cancel_plan(job.id, "enough for now")
+        return await asyncio.wait_for(run, 10.0)
+
+    rec = cluster.call(run_and_cancel())
+    assert rec.status == "cancelled", rec.error
+    k = job.abstraction.version - a.version
+    assert 2 <= k < len(half), (k, rec.error)
+    assert rec.steps == k
+    assert rec.error == (
+        f"enough for now: step {k + 1} of {len(half)} did not start; steps 1 to {k} stay "
+        f"applied: the job runs on version {job.abstraction.version}"
+    )
+    assert len(diff(a, job.abstraction).operator("count").key_group_moves) == k
+    assert job.status == "running"
+    assert cluster.wait(job, 60) == "finished", job.error
+    got = wordcount.read_results(str(tmp_path))
+    assert got == wordcount.reference(params)
+
+
+def test_a_pause_plan_whose_update_started_cannot_be_cancelled(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    """Once state moves, a plan in pause mode goes on to its end: the cancel is refused
+    with the reason and the plan completes."""
+    params = {"records": 40_000, "rate": 20_000, "output": str(tmp_path)}
+    job = cluster.submit(load_job("examples.wordcount:build", params))
+    co = cluster.coordinator
+    time.sleep(0.3)
+    refusals: list[str] = []
+
+    def cancel_when_updating(rec) -> None:
+        if rec.status == "updating":
+            try:
+                co.cancel_plan(job.id)
+            except ReconfigurationError as exc:
+                refusals.append(str(exc))
+
+    plan, _ = half_of_count_0(job)
+    rec = cluster.call(co.apply_plan(job.id, plan, on_change=cancel_when_updating))
+    assert rec.status == "completed", rec.error
+    assert refusals == [
+        f"reconfiguration {rec.id} of job {job.id} is updating: its state is moving between "
+        "workers and it cannot be stopped; it ends within 60s"
+    ]
+    assert cluster.wait(job, 60) == "finished", job.error
+    assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
