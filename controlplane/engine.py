@@ -54,6 +54,7 @@ from controlplane.engine_views import (
 )
 from controlplane.errors import (
     JobNotRunning,
+    NotCancellable,
     NotFound,
     PlanRefused,
     ReconfigurationInProgress,
@@ -104,6 +105,7 @@ class Engine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._busy: set[str] = set()  # ids of jobs with a reserved or running plan
+        self._cancelled: dict[str, str] = {}  # job id -> why its reserved plan must not start
         self._runs: set[asyncio.Task[None]] = set()
 
     # -- lifecycle (on the loop) -----------------------------------------------------------
@@ -319,7 +321,32 @@ class Engine:
 
     def release(self, reservation: Reservation) -> None:
         """Give up a reservation that will not be carried out (thread-safe)."""
-        self._when_on_loop(lambda: self._busy.discard(reservation.job_id))
+
+        def release() -> None:
+            self._busy.discard(reservation.job_id)
+            self._cancelled.pop(reservation.job_id, None)
+
+        self._when_on_loop(release)
+
+    def cancel(self, job_id: str, reason: str) -> None:
+        """Cancel the job's plan under way (see :func:`controlplane.coordinator.plans.cancel`),
+        or, reserved and not started yet, see that it never starts (it is reported
+        ``cancelled``). :class:`NotCancellable` says why not: nothing under way, a pause-mode
+        update under way, a stop-and-restart."""
+
+        async def cancel() -> None:
+            job = self.coordinator.jobs.get(job_id)
+            if job is not None and job.cancellation is not None:
+                try:
+                    self.coordinator.cancel_plan(job_id, reason)
+                except ReconfigurationError as exc:
+                    raise NotCancellable(str(exc)) from None
+            elif job_id in self._busy:
+                self._cancelled.setdefault(job_id, reason)
+            else:
+                raise NotCancellable("no reconfiguration of the job is under way")
+
+        self._call(cancel, CALL_TIMEOUT_S)
 
     def launch(
         self, reservation: Reservation, report: Callable[[Progress], Awaitable[None]]
@@ -361,6 +388,13 @@ class Engine:
             while (progress := await changes.get()) is not None:
                 await report(progress)
 
+        if rid in self._cancelled:  # cancelled before it started: nothing changed
+            try:
+                reason = self._cancelled.pop(rid)
+                await report(Progress("cancelled", error=f"{reason}; nothing changed"))
+            finally:
+                self._busy.discard(rid)
+            return
         writer = asyncio.create_task(write_changes(), name=f"report-{rid}")
         try:
             job = self.coordinator.jobs[rid]

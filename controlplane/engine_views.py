@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from controlplane.abstraction import Plan
+from controlplane.coordinator.reconfig import ENDED
 
 if TYPE_CHECKING:
     from controlplane.coordinator import Job
@@ -69,7 +70,7 @@ class Progress:
 
     @property
     def done(self) -> bool:
-        return self.status in ("completed", "failed", "aborted")
+        return self.status in ENDED
 
     @classmethod
     def of(cls, rec: Any) -> Progress:

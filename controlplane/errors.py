@@ -21,6 +21,7 @@ Exception tree::
     │   ├── StaleBaseVersion         the plan's base_version is not current
     │   ├── ReconfigurationInProgress   another reconfiguration of the job is under way
     │   ├── JobNotRunning            the job has ended or is not running yet
+    │   ├── NotCancellable           a reconfiguration that has ended or cannot stop now
     │   └── WorkerBusy               a worker to drain still hosts tasks of a running job
     ├── Unavailable                  the cluster cannot take it now (no workers, shutting down)
     ├── Unauthenticated              no bearer token, or an unknown one
@@ -41,6 +42,7 @@ __all__ = [
     "Forbidden",
     "InvalidRequest",
     "JobNotRunning",
+    "NotCancellable",
     "NotFound",
     "PlanRefused",
     "ReconfigurationInProgress",
@@ -107,6 +109,10 @@ class ReconfigurationInProgress(Conflict):
 
 class JobNotRunning(Conflict):
     code = "job_not_running"
+
+
+class NotCancellable(Conflict):
+    code = "not_cancellable"
 
 
 class WorkerBusy(Conflict):

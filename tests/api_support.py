@@ -21,6 +21,7 @@ from sqlalchemy.exc import OperationalError
 
 from controlplane.app import create_app
 from controlplane.config import Settings
+from controlplane.reconfigurations.models import TERMINAL_RECONFIGURATION_STATUSES as ENDED
 
 T = TypeVar("T")
 
@@ -133,7 +134,7 @@ class Api:
             r = http.get(f"/api/v1/jobs/{job_id}/reconfigurations/{rid}")
             assert r.status_code == 200, r.text
             body = r.json()
-            return body if body["status"] in ("completed", "failed", "aborted") else None
+            return body if body["status"] in ENDED else None
 
         return wait_until(ended, timeout, f"reconfiguration {rid} of job {job_id} to end")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -404,3 +405,61 @@ def test_fluid_steps_sized_in_bytes_of_state(api: Api) -> None:
                 f"/api/v1/jobs/{job}/scale", json={"operator": "count", "parallelism": 2, **body}
             )
             assert r.status_code == 422 and fragment in r.text, r.text
+
+
+def test_cancel_a_reconfiguration_under_way(api: Api, tmp_path: Path) -> None:
+    """``POST .../reconfigurations/{id}/cancel``: a migration whose sync is held up (the
+    tasks before count are slow) ends ``cancelled`` at once with nothing changed, as does a
+    migration still waiting for its new worker; ended or unknown ones are refused."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    params = {"records": 10**6, "rate": 1000, "hold": str(hold), "output": str(tmp_path / "out")}
+    held = {"name": "held", "job": "tests.e2e_jobs:held_job", "params": params}
+    with api.running_job(held) as job, api.client() as http:
+        before = current(http, job)
+        other = elsewhere(before, "count", "count-0")
+        r = http.post(f"/api/v1/jobs/{job}/migrate", json={"task": "count-0", "worker": other})
+        assert r.status_code == 202, r.text
+        rid = r.json()["id"]
+        wait_until(
+            lambda: (
+                http.get(f"/api/v1/jobs/{job}/reconfigurations/{rid}").json()["status"] == "syncing"
+            ),
+            10,
+            "the migration to wait in its sync",
+        )
+        r = http.post(f"/api/v1/jobs/{job}/reconfigurations/{rid}/cancel")
+        assert r.status_code == 202, r.text
+        assert r.json()["id"] == rid
+        rec = api.wait_reconfiguration(http, job, rid, timeout=8)  # the sync timeout is 10 s
+        assert rec["status"] == "cancelled", rec
+        assert rec["error"] == "cancelled on request"
+        assert rec["result_version"] is None
+        assert current(http, job)["job"]["version"] == before["job"]["version"]
+        assert http.get(f"/api/v1/jobs/{job}").json()["status"] == "running"
+        events = http.get("/api/v1/events", params={"kind": "reconfiguration.cancelled"}).json()
+        assert any(e["data"]["reconfiguration"] == rid for e in events["items"]), events
+
+        r = http.post(f"/api/v1/jobs/{job}/reconfigurations/{rid}/cancel")
+        assert r.status_code == 409, r.text
+        assert r.json()["error"] == {
+            "code": "not_cancellable",
+            "message": f"reconfiguration {rid} of job {job} has ended: it cancelled",
+        }
+        r = http.post(f"/api/v1/jobs/{job}/reconfigurations/99999/cancel")
+        assert r.status_code == 404, r.text
+
+        # Waiting for a fresh worker: cancelled before anything was sent to the workers.
+        hold.unlink()
+        r = http.post(f"/api/v1/jobs/{job}/migrate", json={"task": "count-0", "worker": "new"})
+        assert r.status_code == 202, r.text
+        rid = r.json()["id"]
+        r = http.post(f"/api/v1/jobs/{job}/reconfigurations/{rid}/cancel")
+        assert r.status_code == 202, r.text
+        rec = api.wait_reconfiguration(http, job, rid, timeout=45)
+        assert rec["status"] == "cancelled", rec
+        assert rec["error"].startswith("cancelled on request"), rec
+        assert rec["result_version"] is None
+        after = current(http, job)
+        assert after["job"]["version"] == before["job"]["version"]
+        assert tasks_of(after, "count") == tasks_of(before, "count")

@@ -351,6 +351,23 @@ def test_reconfigure_gives_up_following_after_its_timeout(
     assert ok_json(cli(api, "reconfig", "show", job, rid, "--json"))["origin"] == "logic"
 
 
+def test_cancel_stops_a_reconfiguration_under_way(api: Api, job: int, tmp_path: Path) -> None:
+    """A logic swap still preparing (its module imports slowly) is cancelled: the record
+    says so, the version is unchanged; cancelling it again is refused with the reason."""
+    ref = uploaded_logic(api, tmp_path / "slow_too.py", f"{SLOW_IMPORT}\n# never swapped in\n")
+    version = abstraction(api, job)["job"]["version"]
+    rid = ok_json(cli(api, "reconfigure", "logic", job, "count", ref, "--no-wait", "--json"))["id"]
+    out = ok(cli(api, "reconfig", "cancel", job, rid))
+    assert f"reconfiguration {rid} of job {job}: logic, cancelled (version {version}," in out
+    assert "error: cancelled on request" in out
+    assert abstraction(api, job)["job"]["version"] == version
+    error_line(
+        cli(api, "reconfig", "cancel", job, rid),
+        1,
+        f"reconfiguration {rid} of job {job} has ended: it cancelled",
+    )
+
+
 REFUSED_ON_WORKERS = f"""import sys
 
 if getattr(sys.modules["__main__"].__spec__, "name", None) == "runtime.worker":

@@ -304,6 +304,43 @@ def test_dashboard_shows_a_live_job_its_tasks_metrics_and_a_reconfiguration(
     watched.assert_clean()
 
 
+def test_a_reconfiguration_under_way_is_cancelled_from_the_page(
+    api: Api, open_page: Any, tmp_path: Any
+) -> None:
+    """A migration waiting in its sync (the tasks before count are slow) shows a Cancel
+    button; clicking it ends the change ``cancelled``, the job unchanged, the button gone."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    params = {"records": 10**6, "rate": 1000, "hold": str(hold), "output": str(tmp_path / "o")}
+    held = {"name": "held", "job": "tests.e2e_jobs:held_job", "params": params}
+    with api.running_job(held) as job, api.client() as http:
+        before = http.get(f"/api/v1/jobs/{job}/abstraction").json()
+        count = next(op for op in before["operators"] if op["name"] == "count")
+        here = next(t for t in count["tasks"] if t["id"] == "count-0")["resources"]["worker"]
+        other = next(w["id"] for w in before["workers"] if w["id"] != here)
+        watched = open_page()
+        page = watched.page
+        sign_in(page, api.base_url, ADMIN_TOKEN)
+        page.goto(f"{api.base_url}/#job={job}")
+        expect(page.get_by_test_id("job-status")).to_have_text("running")
+        r = http.post(f"/api/v1/jobs/{job}/migrate", json={"task": "count-0", "worker": other})
+        assert r.status_code == 202, r.text
+        rid = r.json()["id"]
+        row = page.locator(f'[data-testid="reconfiguration-row"][data-id="{rid}"]')
+        expect(row.get_by_test_id("reconfiguration-status")).to_have_text("syncing")
+        row.get_by_test_id("cancel-reconfiguration").click()  # within the 10 s sync timeout
+        expect(page.get_by_test_id("action-status")).to_have_text(
+            f"Reconfiguration {rid} (migrate) cancelled: cancelled on request."
+        )
+        expect(row.get_by_test_id("reconfiguration-status")).to_have_text("cancelled")
+        expect(row.get_by_test_id("cancel-reconfiguration")).to_have_count(0)
+        rec = http.get(f"/api/v1/jobs/{job}/reconfigurations/{rid}").json()
+        assert (rec["status"], rec["result_version"]) == ("cancelled", None), rec
+        version = http.get(f"/api/v1/jobs/{job}/abstraction").json()["job"]["version"]
+        assert version == before["job"]["version"]
+        watched.assert_clean()
+
+
 def test_dashboard_says_what_is_wrong_with_a_token(api: Api, job: int, open_page: Any) -> None:
     # An unknown token: 401, said plainly, and the page stops asking.
     watched = open_page()

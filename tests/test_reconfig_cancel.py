@@ -39,6 +39,42 @@ async def until(condition, timeout: float = 10.0) -> None:
         await asyncio.sleep(0.002)
 
 
+def cancel_after_two_steps(
+    cluster: BackgroundCluster, job, reason: str, hold: Path | None = None
+) -> None:
+    """Rebalance half of count-0's key groups in fluid steps of one, cancelled (with
+    ``reason``) once two steps are made; with ``hold``, touched first so that the next
+    stage's barrier cannot start, half a second before the cancel. Checks that the plan
+    ends ``cancelled`` after k of its steps (2 <= k < all), saying so, the job on them."""
+    co = cluster.coordinator
+    a = job.abstraction
+    plan, half = half_of_count_0(job)
+    plan = Plan(plan.base_version, plan.ops, mode="fluid", batch_size=1)
+
+    async def run_and_cancel():
+        run = asyncio.ensure_future(co.apply_plan(job.id, plan, sync_timeout_s=30.0))
+        await until(lambda: job.reconfigurations and job.reconfigurations[-1].steps >= 2)
+        if hold is not None:
+            hold.touch()
+            await asyncio.sleep(0.5)
+        assert not run.done()
+        co.cancel_plan(job.id, reason)
+        # A held worker answers between batches (2.5 s each): far less than the timeout.
+        return await asyncio.wait_for(run, 15.0)
+
+    rec = cluster.call(run_and_cancel())
+    assert rec.status == "cancelled", rec.error
+    k = job.abstraction.version - a.version
+    assert 2 <= k < len(half), (k, rec.error)
+    assert rec.steps == k
+    assert rec.error == (
+        f"{reason}: step {k + 1} of {len(half)} did not start; steps 1 to {k} stay "
+        f"applied: the job runs on version {job.abstraction.version}"
+    )
+    assert len(diff(a, job.abstraction).operator("count").key_group_moves) == k
+    assert job.status == "running"
+
+
 def test_a_plan_cancelled_while_its_sync_waits_aborts_at_once_and_the_job_goes_on(
     cluster: BackgroundCluster, tmp_path: Path
 ) -> None:
@@ -116,30 +152,8 @@ def test_a_fluid_plan_cancelled_midway_keeps_the_steps_it_made(
     further stage: it ends ``cancelled`` on a valid version, saying which steps stay."""
     params = {"records": 60_000, "rate": 20_000, "output": str(tmp_path)}
     job = cluster.submit(load_job("examples.wordcount:build", params))
-    co = cluster.coordinator
     time.sleep(0.3)
-    a = job.abstraction
-    plan, half = half_of_count_0(job)
-    plan = Plan(plan.base_version, plan.ops, mode="fluid", batch_size=1)
-
-    async def run_and_cancel():
-        run = asyncio.ensure_future(co.apply_plan(job.id, plan))
-        await until(lambda: job.reconfigurations and job.reconfigurations[-1].steps >= 2)
-        assert not run.done()
-        co.cancel_plan(job.id, "enough for now")
-        return await asyncio.wait_for(run, 10.0)
-
-    rec = cluster.call(run_and_cancel())
-    assert rec.status == "cancelled", rec.error
-    k = job.abstraction.version - a.version
-    assert 2 <= k < len(half), (k, rec.error)
-    assert rec.steps == k
-    assert rec.error == (
-        f"enough for now: step {k + 1} of {len(half)} did not start; steps 1 to {k} stay "
-        f"applied: the job runs on version {job.abstraction.version}"
-    )
-    assert len(diff(a, job.abstraction).operator("count").key_group_moves) == k
-    assert job.status == "running"
+    cancel_after_two_steps(cluster, job, "enough for now")
     assert cluster.wait(job, 60) == "finished", job.error
     got = wordcount.read_results(str(tmp_path))
     assert got == wordcount.reference(params)
@@ -172,3 +186,19 @@ def test_a_pause_plan_whose_update_started_cannot_be_cancelled(
     ]
     assert cluster.wait(job, 60) == "finished", job.error
     assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
+
+
+def test_a_cancelled_fluid_plan_withdraws_a_stage_held_up_at_once(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    """A stage whose barrier cannot start (the tasks routing to count are held) is withdrawn
+    as soon as the plan is cancelled, not after the 30 s sync timeout: the plan ends
+    ``cancelled`` on the last stage made and results are exact once the job flows again."""
+    records = 40_000
+    job, hold, out = start_held_job(cluster, tmp_path, records, hold_tasks=1)
+    hold.unlink()
+    time.sleep(0.3)
+    cancel_after_two_steps(cluster, job, "held up", hold)
+    hold.unlink()
+    assert cluster.wait(job, 60) == "finished", job.error
+    assert final_counts(out) == counting_reference(records)

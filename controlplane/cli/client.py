@@ -42,7 +42,7 @@ API_PREFIX = "/api/v1"
 DEFAULT_SERVER = "http://127.0.0.1:8420"
 HTTP_TIMEOUT_S = 60.0  # one request: a job submission deploys its tasks within 30 s
 POLL_INTERVAL_S = 0.2  # reconfiguration phases take from milliseconds to seconds
-TERMINAL_RECONFIGURATION = frozenset({"completed", "failed", "aborted"})
+TERMINAL_RECONFIGURATION = frozenset({"completed", "failed", "aborted", "cancelled"})
 
 
 class ClientSettings(BaseSettings):

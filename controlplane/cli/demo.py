@@ -74,7 +74,7 @@ CONTROLLER_COOLDOWN_S = 8.0  # and wait this long after each of their reconfigur
 CONFLICT_RETRY_S = 0.5  # a step waits this long while a controller's reconfiguration runs
 STEP_UP, STEP_DOWN = 0.25, 0.65  # the rate step, as fractions of the run
 ZIPF = 1.2  # skew of word frequencies: enough that the load balancer has work
-OUTCOMES = ("completed", "failed", "aborted", "refused", "dry_run")
+OUTCOMES = ("completed", "failed", "aborted", "cancelled", "refused", "dry_run")
 DECISIONS_PAGE = 50  # decisions read per poll (newest first): more than settle between polls
 ENDED = frozenset({"finished", "failed", "stopped"})
 

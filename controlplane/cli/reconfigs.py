@@ -1,5 +1,6 @@
-"""``streampilot reconfig list|show``: a job's reconfigurations, with their timings; and
-:func:`print_reconfiguration`, which ``reconfigure`` and the demo print them with."""
+"""``streampilot reconfig list|show|cancel``: a job's reconfigurations, with their timings,
+and cancelling one under way; and :func:`print_reconfiguration`, which ``reconfigure`` and
+the demo print them with."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
-from .client import Client
-from .output import console, fmt_ms, table, when
+from .client import TERMINAL_RECONFIGURATION, Client
+from .output import console, fail, fmt_ms, table, when
 from .remote import JobArg, LimitOpt, OffsetOpt, page_footer, rest_command
 
 __all__ = ["app", "describe_op", "print_reconfiguration", "print_timings"]
@@ -18,6 +19,9 @@ app = typer.Typer(
 )
 
 PHASES = ("prepare", "sync", "update", "total")
+CANCEL_TIMEOUT_S = 30.0  # a cancelled change ends at its next safe point, well within this
+
+ReconfigurationArg = Annotated[int, typer.Argument(help="reconfiguration id", min=1)]
 
 
 def describe_op(op: dict[str, Any]) -> str:
@@ -97,12 +101,40 @@ def list_reconfigurations(
 
 
 @rest_command(app, "show", print_reconfiguration)
-def show(
-    api: Client,
-    job_id: JobArg,
-    reconfiguration_id: Annotated[int, typer.Argument(help="reconfiguration id", min=1)],
-) -> dict[str, Any]:
+def show(api: Client, job_id: JobArg, reconfiguration_id: ReconfigurationArg) -> dict[str, Any]:
     """One reconfiguration: status, operations, timings, pause and update time per task.
 
     Also the tasks it affected and, if it failed, why."""
     return api.get(f"/jobs/{job_id}/reconfigurations/{reconfiguration_id}")
+
+
+def _check_cancelled(rec: dict[str, Any]) -> None:
+    if rec["status"] in TERMINAL_RECONFIGURATION and rec["status"] != "cancelled":
+        fail(f"reconfiguration {rec['id']} {rec['status']} before the cancel took effect", 1)
+
+
+@rest_command(app, "cancel", print_reconfiguration, check=_check_cancelled)
+def cancel(
+    api: Client,
+    job_id: JobArg,
+    reconfiguration_id: ReconfigurationArg,
+    wait: Annotated[
+        bool, typer.Option(help="wait until it has ended and print how it ended")
+    ] = True,
+    timeout: Annotated[float, typer.Option(min=0.1, help="seconds to wait at most")] = (
+        CANCEL_TIMEOUT_S
+    ),
+) -> dict[str, Any]:
+    """Cancel a reconfiguration under way: it stops at its next safe point.
+
+    Preparing or syncing, it aborts: the job goes on as before it.
+
+    In fluid mode no further step or stage starts; those made stay applied.
+
+    A change in pause mode that is already moving state cannot be stopped.
+
+    Exit status 1 when refused, or when it ended otherwise (it completed first)."""
+    rec = api.post(f"/jobs/{job_id}/reconfigurations/{reconfiguration_id}/cancel")
+    if wait:
+        rec = api.wait_reconfiguration(job_id, reconfiguration_id, timeout)
+    return rec

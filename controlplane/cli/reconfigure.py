@@ -4,8 +4,8 @@ Each command posts one request (a helper, or a plan file of Trisk's operations),
 unless ``--no-wait``, follows the reconfiguration it created: its phases are printed on
 stderr as they change, until it ends or ``--timeout`` passes, and the record ends with its
 timings (prepare, sync, update, total; the pause of each affected task). Exit status: 0
-when it completed, 1 when it was refused, failed, was aborted or did not end in time, 2
-for a plan file that cannot be read.
+when it completed, 1 when it was refused, failed, was aborted or cancelled or did not end
+in time, 2 for a plan file that cannot be read.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def _command(name: str) -> Callable[[F], F]:
                 if wait:
                     rec = follow(api, rec, timeout)
             emit(rec, as_json, print_reconfiguration)
-            if rec["status"] in ("failed", "aborted"):
+            if rec["status"] in ("failed", "aborted", "cancelled"):
                 fail(f"reconfiguration {rec['id']} {rec['status']}: {rec['error']}", 1)
             if wait and rec["status"] != "completed":
                 fail(

@@ -20,7 +20,15 @@ __all__ = [
 
 CONTROLLER_STATUSES = ("running", "stopped", "failed")
 # pending: submitted, not ended; then the reconfiguration's end, or why it never started.
-DECISION_STATUSES = ("pending", "completed", "failed", "aborted", "refused", "dry_run")
+DECISION_STATUSES = (
+    "pending",
+    "completed",
+    "failed",
+    "aborted",
+    "cancelled",
+    "refused",
+    "dry_run",
+)
 
 
 class Controller(Base):

@@ -46,7 +46,7 @@ class DecisionRead(BaseModel):
     time: datetime
     view: dict[str, Any] = Field(description="summary of the view it decided on")
     plan: dict[str, Any]
-    status: Literal["pending", "completed", "failed", "aborted", "refused", "dry_run"]
+    status: Literal["pending", "completed", "failed", "aborted", "cancelled", "refused", "dry_run"]
     applied: bool = Field(description="whether it became a reconfiguration of the job")
     moves: int = Field(description="key groups the plan moves")
     reconfiguration_id: int | None

@@ -25,7 +25,7 @@ from controlplane.isolation import python_source, run_check
 from controlplane.jobs import service as jobs
 from controlplane.jobs.models import TERMINAL_JOB_STATUSES
 from controlplane.pagination import fetch_page
-from controlplane.reconfigurations.models import Reconfiguration
+from controlplane.reconfigurations.models import TERMINAL_RECONFIGURATION_STATUSES, Reconfiguration
 
 from .models import Controller, ControllerDecision, ControllerLog
 
@@ -282,7 +282,7 @@ def settle_decision(*, session: Session, decision_id: int) -> ControllerDecision
             "its reconfiguration is gone",
             datetime.now(UTC),
         )
-    elif rec.status in ("completed", "failed", "aborted"):
+    elif rec.status in TERMINAL_RECONFIGURATION_STATUSES:
         row.status, row.error, row.ended_at = rec.status, rec.error, datetime.now(UTC)
     else:
         return None

@@ -36,6 +36,7 @@ or are refused with :class:`ReconfigurationBusy` when the caller does not want t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import itertools
 import logging
@@ -188,9 +189,15 @@ class Reconfiguration:
         if fut is not None and not fut.done():
             fut.set_result(clean)
 
-    async def stage_done(self, stage: int, workers: set[str]) -> None:
-        """Wait until every worker in ``workers`` is done with ``stage`` (or it failed)."""
-        while not workers <= self._stages_done.get(stage, set()) and self._failure is None:
+    def stage_is_done(self, stage: int, workers: set[str]) -> bool:
+        return workers <= self._stages_done.get(stage, set())
+
+    async def stage_done(self, stage: int, workers: set[str], or_cancelled: bool = False) -> None:
+        """Wait until every worker in ``workers`` is done with ``stage`` (or it failed, or
+        with ``or_cancelled`` the plan was cancelled)."""
+        while not self.stage_is_done(stage, workers) and self._failure is None:
+            if or_cancelled and self.cancelled:
+                return
             self._stage_event.clear()
             await self._stage_event.wait()
 
@@ -201,11 +208,13 @@ class Reconfiguration:
 
     def on_cancel(self) -> None:
         """The plan was cancelled: stop waiting for prepare replies and for the sync (the
-        run then aborts, :func:`_run`); a staged run starts no further stage."""
+        run then aborts, :func:`_run`); a staged run starts no further stage and withdraws
+        the one under way if it can (:func:`_drive_stages`)."""
         for fut in self._prepared.values():
             if not fut.done():
                 fut.set_result(None)
         self._synced.set()
+        self._stage_event.set()
 
     def on_failed(self, error: str) -> None:
         self._failure = self._failure or error
@@ -524,7 +533,9 @@ async def _drive_stages(
     it), each router swaps its owner table as it emits or aligns it, each task that gives
     key groups ships them once aligned and each that gains them has their records wait
     for them. A stage costs a message to the workers and the barrier's hop to the keyed
-    tasks, not a prepare, a sync and an update.
+    tasks, not a prepare, a sync and an update. A stage that does not go through within
+    the sync timeout is withdrawn when it can be (step 3b); once the plan is cancelled, the
+    stage under way is withdrawn the same way at once and no later one starts (step 3c).
     """
     done_by = workers  # the workers the update went to report stage 0
     await rec.stage_done(0, done_by)
@@ -545,16 +556,18 @@ async def _drive_stages(
         msg = {"job_id": job.id, "rid": rec.id, "stage": k, "barrier_id": barriers[k - 1]}
         _tell(coordinator, done_by, prev, entry, {"type": "stage", **msg})
         t0 = time.perf_counter()
-        try:
-            await asyncio.wait_for(rec.stage_done(k, done_by), sync_timeout_s)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(rec.stage_done(k, done_by, or_cancelled=True), sync_timeout_s)
+        if rec.stage_is_done(k, done_by):
             rec.stage_ms.append(_ms(t0, time.perf_counter()))
             rec.stages_made = k + 1
             continue
-        except TimeoutError:
-            pass
-        # Step 3b. A stage that has not gone through in the sync timeout is withdrawn if
-        # its barrier has not started anywhere: the change ends at the stage before (a
-        # valid layout, every key group owned once). Else it goes on.
+        if rec._failure is not None:
+            return
+        # Step 3b. A stage that has not gone through in the sync timeout (or whose plan was
+        # cancelled meanwhile) is withdrawn if its barrier has not started anywhere: the
+        # change ends at the stage before (a valid layout, every key group owned once).
+        # Else it goes on.
         loop = asyncio.get_running_loop()
         rec._withdrawals = {wid: loop.create_future() for wid in done_by}
         _tell(coordinator, done_by, prev, entry, {"type": "stage_withdraw", **msg})
@@ -566,7 +579,7 @@ async def _drive_stages(
             replies = [False]
         if all(replies):
             rec.cut_short = True
-            rec.error = (
+            rec.error = rec.cancelled or (
                 f"sync timed out after {sync_timeout_s:g}s: the barrier of stage {k + 1} of "
                 f"{len(rec.stages)} did not get through tasks {sorted(entry)[:10]}"
             )

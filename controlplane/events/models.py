@@ -21,6 +21,7 @@ EVENT_KINDS = (
     "reconfiguration.completed",
     "reconfiguration.failed",
     "reconfiguration.aborted",
+    "reconfiguration.cancelled",
     "worker.registered",
     "worker.lost",
     "worker.stopped",

@@ -20,8 +20,9 @@ RECONFIGURATION_STATUSES = (
     "completed",
     "failed",
     "aborted",
+    "cancelled",
 )
-TERMINAL_RECONFIGURATION_STATUSES = frozenset({"completed", "failed", "aborted"})
+TERMINAL_RECONFIGURATION_STATUSES = frozenset({"completed", "failed", "aborted", "cancelled"})
 
 
 class Reconfiguration(Base):

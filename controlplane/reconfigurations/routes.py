@@ -3,8 +3,9 @@
 
 Posting (scope operate) validates at once (422 naming the culprit, 409 for a stale
 ``base_version`` or a reconfiguration under way) and answers 202 with the ``pending``
-record; poll ``GET .../reconfigurations/{id}`` until its status is completed, failed or
-aborted. Reading needs scope read.
+record; poll ``GET .../reconfigurations/{id}`` until its status is completed, failed,
+aborted or cancelled. ``POST .../reconfigurations/{id}/cancel`` (scope operate) stops one
+under way at its next safe point. Reading needs scope read.
 """
 
 from __future__ import annotations
@@ -119,6 +120,22 @@ def change_logic(
     """Swap the callable of an operator's tasks (all, or ``tasks``), keeping their state."""
     build = service.logic_plan(body.operator, body.logic, body.tasks)
     return _request(session, engine, tracker, job_id, "logic", build)
+
+
+@router.post(
+    "/reconfigurations/{reconfiguration_id}/cancel", status_code=202, dependencies=_operate
+)
+def cancel_reconfiguration(
+    job_id: JobId, reconfiguration_id: ReconfigurationId, session: SessionDep, engine: EngineDep
+) -> ReconfigurationRead:
+    """Cancel a reconfiguration under way: it stops at its next safe point and ends
+    ``cancelled``. Preparing or syncing, it aborts (the job goes on as before it); in fluid
+    mode no further step or stage starts (those made stay applied, the error says up to
+    which version). 409 when it has ended, or is a pause-mode change already moving state."""
+    rec = service.cancel_reconfiguration(
+        session=session, engine=engine, job_id=job_id, reconfiguration_id=reconfiguration_id
+    )
+    return ReconfigurationRead.of(rec)
 
 
 @router.get("/reconfigurations", dependencies=[Depends(require("read"))])

@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 ReconfigurationStatus = Literal[
-    "pending", "preparing", "syncing", "updating", "completed", "failed", "aborted"
+    "pending", "preparing", "syncing", "updating", "completed", "failed", "aborted", "cancelled"
 ]
 Mode = Literal["pause", "fluid"]
 

@@ -35,6 +35,7 @@ from controlplane.abstraction import (
 from controlplane.engine import Engine, JobView, PlanBuilder, Progress, Reservation, job_key
 from controlplane.errors import (
     JobNotRunning,
+    NotCancellable,
     NotFound,
     PlanRefused,
     ReconfigurationInProgress,
@@ -52,6 +53,7 @@ __all__ = [
     "STATE_WINDOW_S",
     "Launch",
     "batch_for_bytes",
+    "cancel_reconfiguration",
     "fail_unfinished",
     "get_reconfiguration",
     "list_reconfigurations",
@@ -252,6 +254,20 @@ def request_reconfiguration(
     rid = rec.id
     db.after_commit(session, lambda: launch(rid, reservation))
     logger.info("job %s: reconfiguration %s (%s) accepted", job_id, rid, origin)
+    return rec
+
+
+def cancel_reconfiguration(
+    *, session: Session, engine: Engine, job_id: int, reconfiguration_id: int
+) -> Reconfiguration:
+    """Ask the engine to cancel the reconfiguration (see :meth:`Engine.cancel`): it ends
+    ``cancelled`` at its next safe point, its error saying what stays applied.
+    :class:`NotCancellable` when it has ended or cannot be stopped now."""
+    rec = get_reconfiguration(session=session, job_id=job_id, reconfiguration_id=reconfiguration_id)
+    if rec.status in TERMINAL_RECONFIGURATION_STATUSES:
+        raise NotCancellable(f"reconfiguration {rec.id} of job {job_id} has ended: it {rec.status}")
+    engine.cancel(job_key(job_id), "cancelled on request")
+    logger.info("job %s: reconfiguration %s asked to cancel", job_id, rec.id)
     return rec
 
 

@@ -12,7 +12,7 @@ const JOBS_SHOWN = 50;
 const RECONFIGURATIONS_SHOWN = 20;
 const CONNECTED = "Connected: the token is accepted.";
 const LIVE = new Set(["starting", "running", "reconfiguring"]); // jobs with metrics to read
-const ENDED = new Set(["completed", "failed", "aborted"]); // reconfigurations
+const ENDED = new Set(["completed", "failed", "aborted", "cancelled"]); // reconfigurations
 
 const $ = (selector) => document.querySelector(selector);
 
@@ -272,6 +272,22 @@ function renderReconfigurations(page) {
       el("td", { class: "num", "data-testid": "timing-total" }, number(t.total)),
       num(pauses.length ? number(Math.max(...pauses)) : "—"),
       el("td", { "data-testid": "reconfiguration-error" }, rec.error ?? ""),
+      el(
+        "td",
+        {},
+        ENDED.has(rec.status)
+          ? ""
+          : el(
+              "button",
+              {
+                type: "button",
+                "data-testid": "cancel-reconfiguration",
+                "data-id": rec.id,
+                title: "Stop it at its next safe point (a change in pause mode already moving state cannot stop)",
+              },
+              `Cancel ${rec.id}`,
+            ),
+      ),
     );
   });
   fill($("#reconfigurations"), rows, "No reconfiguration yet.");
@@ -284,7 +300,7 @@ function renderReconfigurations(page) {
     say(
       $("#action-status"),
       `Reconfiguration ${launched.id} (${launched.origin}) ${launched.status}${outcome}.`,
-      launched.status === "completed" ? "info" : "error",
+      launched.status === "completed" || launched.status === "cancelled" ? "info" : "error",
     );
   }
 }
@@ -417,6 +433,20 @@ async function reconfigure(kind, body) {
   }
 }
 
+async function cancelReconfiguration(id) {
+  const status = $("#action-status");
+  say(status, `Cancelling reconfiguration ${id}…`);
+  try {
+    const rec = await api(`/jobs/${state.jobId}/reconfigurations/${id}/cancel`, { method: "POST" });
+    say(status, `Reconfiguration ${rec.id} (${rec.origin}) stops at its next safe point.`);
+    state.launched = rec.id; // its outcome is said when it has ended
+    poll();
+  } catch (error) {
+    const scope = error.status === 403 ? " (an operate token is needed)" : "";
+    say(status, `Cancel refused${scope}: ${error.message}`, "error");
+  }
+}
+
 function setToken(token) {
   state.token = token || null;
   state.authFailed = false;
@@ -453,6 +483,10 @@ function start() {
       operator: $("#scale-operator").value,
       parallelism: Number($("#scale-parallelism").value),
     });
+  });
+  $("#reconfigurations").addEventListener("click", (event) => {
+    const button = event.target.closest('[data-testid="cancel-reconfiguration"]');
+    if (button) cancelReconfiguration(Number(button.dataset.id));
   });
   $("#rebalance-form").addEventListener("submit", (event) => {
     event.preventDefault();
