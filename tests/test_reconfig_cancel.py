@@ -4,6 +4,7 @@ says what stays applied, and results stay exact."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 
@@ -202,3 +203,51 @@ def test_a_cancelled_fluid_plan_withdraws_a_stage_held_up_at_once(
     hold.unlink()
     assert cluster.wait(job, 60) == "finished", job.error
     assert final_counts(out) == counting_reference(records)
+
+
+def test_random_plans_cancelled_at_random_moments_keep_results_exact(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    """Every kind of plan (pause or fluid), each cancelled 0-200 ms after it starts, while
+    records flow: each ends completed (the cancel came too late, or was refused once state
+    moved) or cancelled, the job on a valid version; the results are exact."""
+    import random
+
+    from tests.test_reconfig_e2e import paced_randomly, random_plan
+
+    rng = random.Random(11)
+    params = {"records": 120_000, "rate": 20_000, "output": str(tmp_path)}
+    job = cluster.submit(load_job("examples.wordcount:build", params))
+    co = cluster.coordinator
+    time.sleep(0.3)
+    outcomes: list[tuple[str, float, str]] = []
+    for _ in range(10):
+        kind, plan = paced_randomly(rng, *random_plan(rng, job.abstraction))
+        if job.done or not plan.ops:
+            continue
+        delay = rng.choice([0.0, 0.001, 0.005, 0.02, 0.05, 0.2])
+
+        async def run_and_cancel(plan=plan, delay=delay):
+            run = asyncio.ensure_future(co.apply_plan(job.id, plan))
+            await asyncio.sleep(delay)
+            with contextlib.suppress(ReconfigurationError):  # too late: it ends or ended
+                co.cancel_plan(job.id, "random cancel")
+            return await asyncio.wait_for(run, 30.0)
+
+        try:
+            rec = cluster.call(run_and_cancel())
+        except ReconfigurationError as exc:
+            assert "finished" in str(exc) or "draining" in str(exc), exc
+            break  # the bounded job is ending
+        if job.done or "finished" in (rec.error or ""):
+            break
+        assert rec.status in ("completed", "cancelled"), (kind, rec.status, rec.error)
+        assert rec.version == job.abstraction.version
+        outcomes.append((kind, delay, rec.status))
+        time.sleep(0.1)
+    statuses = {status for _, _, status in outcomes}
+    assert len(outcomes) >= 6 and statuses == {"completed", "cancelled"}, outcomes
+    assert cluster.wait(job, 60) == "finished", job.error
+    assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params), outcomes
+    versions = [v.version for v in job.versions]
+    assert versions == list(range(1, len(versions) + 1))
