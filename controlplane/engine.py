@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from controlplane.abstraction import AbstractionError, apply_plan, diff
+from controlplane.abstraction import AbstractionError, apply_plan, diff, fluid_steps
 from controlplane.backends import BackendError, WorkerBackend, make_backend
 from controlplane.config import Settings
 from controlplane.coordinator import Coordinator, CoordinatorError, Job
@@ -47,6 +47,7 @@ from controlplane.engine_views import (
     JobView,
     MetricsView,
     PlanBuilder,
+    Preview,
     Progress,
     Reservation,
     WorkerView,
@@ -285,39 +286,66 @@ class Engine:
         """
 
         async def reserve() -> Reservation:
-            job = self.coordinator.jobs.get(job_id)
-            if job is None:
-                raise JobNotRunning(
-                    "the job is not deployed on this control plane (it ended, or the control "
-                    "plane restarted since); submit it again"
-                )
-            if job_id in self._busy or job.lock.locked() or job.status == "reconfiguring":
-                raise ReconfigurationInProgress(
-                    "another reconfiguration of this job is under way; wait until it ends, "
-                    "then build the plan on the version it leaves"
-                )
-            if job.status != "running" or job.abstraction is None:
-                raise JobNotRunning(
-                    f"the job is {job.status}: only a running job can be reconfigured"
-                )
-            backend = self.backend.name if self.backend is not None else "local"
-            current = refresh_workers(job.abstraction, self.coordinator.alive_workers(), backend)
-            try:
-                plan = build(JobView(job, current))
-                if not plan.ops:
-                    raise PlanRefused(
-                        f"the plan has no operations: version {current.version} already is "
-                        "what was asked",
-                        code="no_change",
-                    )
-                new = apply_plan(current, plan)
-                affected = tuple(sorted(diff(current, new).affected))
-            except AbstractionError as exc:
-                raise from_abstraction_error(exc) from None
+            _, current, plan, new = self._plan(job_id, build, reserving=True)
             self._busy.add(job_id)
-            return Reservation(job_id, plan, affected)
+            return Reservation(job_id, plan, tuple(sorted(diff(current, new).affected)))
 
         return self._call(reserve, CALL_TIMEOUT_S)
+
+    def preview(self, job_id: str, build: PlanBuilder, state_window_s: float) -> Preview:
+        """What the plan ``build`` makes would do, validated as :meth:`reserve` does but
+        neither reserved nor carried out (a preview may be asked while a change runs): the
+        diff, the versions and the state it would ship, estimated from the sizes measured
+        over the last ``state_window_s``."""
+
+        async def preview() -> Preview:
+            view, current, plan, new = self._plan(job_id, build, reserving=False)
+            try:
+                steps = len(fluid_steps(current, plan)) if plan.mode == "fluid" else 1
+            except AbstractionError as exc:
+                raise from_abstraction_error(exc) from None
+            return Preview(
+                plan=plan,
+                diff=diff(current, new).to_dict(),
+                steps=steps,
+                state_bytes_shipped=view.bytes_shipped(new, state_window_s),
+            )
+
+        return self._call(preview, CALL_TIMEOUT_S)
+
+    def _plan(self, job_id: str, build: PlanBuilder, reserving: bool) -> tuple:
+        """On the loop: (view, current abstraction, plan, its result) for ``build`` on the
+        job, validated; raises what :meth:`reserve` documents (busy only when ``reserving``)."""
+        job = self.coordinator.jobs.get(job_id)
+        if job is None:
+            raise JobNotRunning(
+                "the job is not deployed on this control plane (it ended, or the control "
+                "plane restarted since); submit it again"
+            )
+        if reserving and (
+            job_id in self._busy or job.lock.locked() or job.status == "reconfiguring"
+        ):
+            raise ReconfigurationInProgress(
+                "another reconfiguration of this job is under way; wait until it ends, "
+                "then build the plan on the version it leaves"
+            )
+        if job.status not in ("running", "reconfiguring") or job.abstraction is None:
+            raise JobNotRunning(f"the job is {job.status}: only a running job can be reconfigured")
+        backend = self.backend.name if self.backend is not None else "local"
+        current = refresh_workers(job.abstraction, self.coordinator.alive_workers(), backend)
+        view = JobView(job, current)
+        try:
+            plan = build(view)
+            if not plan.ops:
+                raise PlanRefused(
+                    f"the plan has no operations: version {current.version} already is "
+                    "what was asked",
+                    code="no_change",
+                )
+            new = apply_plan(current, plan)
+        except AbstractionError as exc:
+            raise from_abstraction_error(exc) from None
+        return view, current, plan, new
 
     def release(self, reservation: Reservation) -> None:
         """Give up a reservation that will not be carried out (thread-safe)."""

@@ -20,6 +20,7 @@ __all__ = [
     "JobView",
     "MetricsView",
     "PlanBuilder",
+    "Preview",
     "Progress",
     "Reservation",
     "WorkerView",
@@ -48,6 +49,20 @@ class Reservation:
     job_id: str
     plan: Plan
     affected: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What a plan would do to a job (see :meth:`Engine.preview`): the plan, the diff of
+    its result against the current version (fresh workers it would start are among its
+    ``new_workers``), the versions it would go through (``steps``: one, or one per fluid
+    step), and the estimated bytes of keyed state it would ship between workers (None when
+    a moving task's state size was not measured)."""
+
+    plan: Plan
+    diff: Mapping[str, Any]
+    steps: int
+    state_bytes_shipped: int | None
 
 
 @dataclass(frozen=True)
@@ -114,15 +129,45 @@ class JobView:
                 loads[int(group)] = loads.get(int(group), 0.0) + float(count) / window_s
         return loads
 
-    def key_group_bytes(self, operator: str, window_s: float) -> float | None:
-        """The largest estimated state per key group of a task of ``operator`` (its state's
-        bytes over the key groups it owns, from its latest report in the last
-        ``window_s``); None when no task of it reported a state size in that window."""
+    def state_bytes(self, operator: str, window_s: float) -> dict[str, float]:
+        """Each task of ``operator``'s estimated state size in bytes, from its latest report
+        in the last ``window_s`` (tasks that reported none, or state that does not pickle,
+        are missing)."""
         latest: dict[str, float] = {}
         for task, snap in self._reports(operator, window_s):
             size = (snap.get("state") or {}).get("bytes")  # None: its state does not pickle
             if size is not None:
                 latest[task] = float(size)
+        return latest
+
+    def bytes_shipped(self, result: Any, window_s: float) -> int | None:
+        """Estimated bytes of keyed state that going from the current abstraction to
+        ``result`` ships between workers: for each key group whose owner ends on another
+        worker, its task's state over its key groups (measured over the last
+        ``window_s``). None when such a task's state size was not measured."""
+        total = 0.0
+        for op in self.abstraction.operators:
+            if not op.keyed:
+                continue
+            owner = result.owner_of(op.name)
+            worker_after = {t.id: t.resources.worker for t in result.operator(op.name).tasks}
+            sizes: dict[str, float] | None = None
+            for t in op.tasks:
+                groups = t.workload.key_groups or ()
+                leaving = sum(worker_after[owner[g]] != t.resources.worker for g in groups)
+                if not leaving:
+                    continue
+                sizes = self.state_bytes(op.name, window_s) if sizes is None else sizes
+                if t.id not in sizes:
+                    return None
+                total += sizes[t.id] * leaving / len(groups)
+        return round(total)
+
+    def key_group_bytes(self, operator: str, window_s: float) -> float | None:
+        """The largest estimated state per key group of a task of ``operator`` (its state's
+        bytes over the key groups it owns, from its latest report in the last
+        ``window_s``); None when no task of it reported a state size in that window."""
+        latest = self.state_bytes(operator, window_s)
         if not latest:
             return None
         owned = {

@@ -463,3 +463,78 @@ def test_cancel_a_reconfiguration_under_way(api: Api, tmp_path: Path) -> None:
         after = current(http, job)
         assert after["job"]["version"] == before["job"]["version"]
         assert tasks_of(after, "count") == tasks_of(before, "count")
+
+
+def test_preview_says_what_a_reconfiguration_would_do_without_doing_it(api: Api) -> None:
+    """``POST .../reconfigurations/preview``: the plan, its diff, the versions it would go
+    through (as many as carrying it out then makes) and the state it would ship (a
+    migration ships about its task's measured state); nothing is recorded or changed;
+    refused as a post would be."""
+    padded = {
+        "name": "wordcount-preview",
+        "job": "examples.wordcount:build",
+        "params": {"records": 0, "rate": 500, "keys": 300, "state_bytes": 20_000},
+    }
+    with api.running_job(padded) as job, api.client() as http:
+
+        def count_0_bytes() -> int | None:
+            body = http.get(f"/api/v1/jobs/{job}/metrics", params={"window_s": 10}).json()
+            counted = {t["task"]: t for t in body["tasks"] if t["operator"] == "count"}
+            if sum(t["state_keys"] or 0 for t in counted.values()) < 300:
+                return None  # not every word seen yet
+            return counted["count-0"]["state_bytes"]
+
+        size = wait_until(count_0_bytes, 20.0, "count-0's state size", every=0.5)
+        a = current(http, job)
+        v = a["job"]["version"]
+        other = elsewhere(a, "count", "count-0")
+        url = f"/api/v1/jobs/{job}/reconfigurations/preview"
+
+        r = http.post(url, json={"origin": "migrate", "task": "count-0", "worker": other})
+        assert r.status_code == 200, r.text
+        seen = r.json()
+        assert (seen["origin"], seen["base_version"], seen["result_version"]) == (
+            "migrate",
+            v,
+            v + 1,
+        )
+        assert (seen["mode"], seen["steps"], seen["key_group_moves"]) == ("pause", 1, 0)
+        assert seen["ops"] == [
+            {"op": "assignResource", "operator": "count", "task": "count-0", "worker": other}
+        ]
+        moved = seen["diff"]["operators"][0]
+        assert moved["operator"] == "count" and moved["moved_tasks"][0][0] == "count-0", seen
+        assert "count-0" in seen["affected_tasks"]
+        # All of count-0's state ships: its measured size (a report apart at most).
+        assert seen["state_bytes_shipped"] == pytest.approx(size, rel=0.1), (seen, size)
+
+        # A fluid scale-out in steps of 8: the versions previewed are the versions made.
+        body = {"operator": "count", "parallelism": 3, "mode": "fluid", "batch_size": 8}
+        r = http.post(url, json={"origin": "scale", **body})
+        assert r.status_code == 200, r.text
+        seen = r.json()
+        assert seen["steps"] > 2 and seen["result_version"] == v + seen["steps"], seen
+        assert seen["key_group_moves"] == 128 - 2 * 43, seen  # 43, 43, 42 key groups after
+        assert seen["diff"]["operators"][0]["new_tasks"] == ["count-2"], seen
+        assert current(http, job)["job"]["version"] == v  # nothing changed
+        assert http.get(f"/api/v1/jobs/{job}/reconfigurations").json()["total"] == 0
+        r = http.post(f"/api/v1/jobs/{job}/scale", json=body)
+        rec = api.wait_reconfiguration(http, job, r.json()["id"])
+        assert rec["status"] == "completed" and rec["result_version"] == v + seen["steps"], rec
+
+        for bad, status, fragment in (
+            ({"origin": "scale", "operator": "nope", "parallelism": 2}, 422, "nope"),
+            ({"origin": "teleport", "task": "count-0"}, 422, "origin"),
+            ({"origin": "scale", "operator": "count", "parallelism": 3}, 422, "already has 3"),
+            (
+                {
+                    "origin": "plan",
+                    "base_version": v,
+                    "ops": [{"op": "assignLogic", "operator": "count", "ref": "x:y"}],
+                },
+                409,
+                "stale",
+            ),
+        ):
+            r = http.post(url, json=bad)
+            assert r.status_code == status and fragment in r.text, (bad, r.text)

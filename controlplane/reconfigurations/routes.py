@@ -5,7 +5,8 @@ Posting (scope operate) validates at once (422 naming the culprit, 409 for a sta
 ``base_version`` or a reconfiguration under way) and answers 202 with the ``pending``
 record; poll ``GET .../reconfigurations/{id}`` until its status is completed, failed,
 aborted or cancelled. ``POST .../reconfigurations/{id}/cancel`` (scope operate) stops one
-under way at its next safe point. Reading needs scope read.
+under way at its next safe point; ``POST .../reconfigurations/preview`` (scope operate)
+says what one would do without doing it. Reading needs scope read.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from .schemas import (
     LogicRequest,
     MigrateRequest,
     PlanCreate,
+    PreviewRead,
+    PreviewRequest,
     RebalanceRequest,
     ReconfigurationRead,
     ScaleRequest,
@@ -53,16 +56,49 @@ def _request(
     return ReconfigurationRead.of(rec)
 
 
+def _builder(
+    body: PlanCreate | ScaleRequest | RebalanceRequest | MigrateRequest | LogicRequest,
+) -> PlanBuilder:
+    """The plan builder a request describes (the same whether posted or previewed)."""
+    match body:
+        case PlanCreate():
+            build = service.parse_plan(body.document())
+            if body.batch_bytes is not None:
+                build = service.paced(build, body.mode, None, body.batch_bytes)
+            return build
+        case ScaleRequest():
+            build = service.scale_plan(body.operator, body.parallelism, body.workers)
+        case RebalanceRequest():
+            build = service.rebalance_plan(body.operator, body.loads, body.threshold, body.window_s)
+        case MigrateRequest():
+            build = service.migrate_plan(body.task, body.worker, body.with_forward)
+        case LogicRequest():
+            return service.logic_plan(body.operator, body.logic, body.tasks)
+    return service.paced(build, body.mode, body.batch_size, body.batch_bytes)
+
+
 @router.post("/reconfigurations", status_code=202, dependencies=_operate)
 def post_plan(
     job_id: JobId, body: PlanCreate, session: SessionDep, engine: EngineDep, tracker: TrackerDep
 ) -> ReconfigurationRead:
     """Apply a plan: ``assignWorkload`` / ``assignResource`` / ``assignLogic`` operations
     against ``base_version`` (the current abstraction version), all in one reconfiguration."""
-    build = service.parse_plan(body.document())
-    if body.batch_bytes is not None:
-        build = service.paced(build, body.mode, None, body.batch_bytes)
-    return _request(session, engine, tracker, job_id, "plan", build)
+    return _request(session, engine, tracker, job_id, "plan", _builder(body))
+
+
+@router.post("/reconfigurations/preview", dependencies=_operate)
+def preview(
+    job_id: JobId, body: PreviewRequest, session: SessionDep, engine: EngineDep
+) -> PreviewRead:
+    """What a reconfiguration would do, without doing it: the body of any of the posts
+    that make one (a plan, scale, rebalance, migrate or logic) with its ``origin``. It is
+    validated as if posted (the same 409 and 422) and answers with the plan, its diff
+    against the current version, the versions it would go through and an estimate of the
+    keyed state it would ship between workers. Nothing is recorded or reserved: a preview
+    may be asked while another reconfiguration runs."""
+    return service.preview_reconfiguration(
+        session=session, engine=engine, job_id=job_id, origin=body.origin, build=_builder(body)
+    )
 
 
 @router.post("/scale", status_code=202, dependencies=_operate)
@@ -71,13 +107,7 @@ def scale(
 ) -> ReconfigurationRead:
     """Give an operator (and the operators forward-connected to it) ``parallelism``
     tasks, moving as few key groups as possible."""
-    build = service.paced(
-        service.scale_plan(body.operator, body.parallelism, body.workers),
-        body.mode,
-        body.batch_size,
-        body.batch_bytes,
-    )
-    return _request(session, engine, tracker, job_id, "scale", build)
+    return _request(session, engine, tracker, job_id, "scale", _builder(body))
 
 
 @router.post("/rebalance", status_code=202, dependencies=_operate)
@@ -89,13 +119,7 @@ def rebalance(
     tracker: TrackerDep,
 ) -> ReconfigurationRead:
     """Even out an operator's work over its tasks (same tasks, same workers)."""
-    build = service.paced(
-        service.rebalance_plan(body.operator, body.loads, body.threshold, body.window_s),
-        body.mode,
-        body.batch_size,
-        body.batch_bytes,
-    )
-    return _request(session, engine, tracker, job_id, "rebalance", build)
+    return _request(session, engine, tracker, job_id, "rebalance", _builder(body))
 
 
 @router.post("/migrate", status_code=202, dependencies=_operate)
@@ -104,13 +128,7 @@ def migrate(
 ) -> ReconfigurationRead:
     """Move one task to another worker (or to a fresh one: ``"new"``) with its state, and
     with ``with_forward`` its forward-connected partners too."""
-    build = service.paced(
-        service.migrate_plan(body.task, body.worker, body.with_forward),
-        body.mode,
-        body.batch_size,
-        body.batch_bytes,
-    )
-    return _request(session, engine, tracker, job_id, "migrate", build)
+    return _request(session, engine, tracker, job_id, "migrate", _builder(body))
 
 
 @router.post("/logic", status_code=202, dependencies=_operate)
@@ -118,8 +136,7 @@ def change_logic(
     job_id: JobId, body: LogicRequest, session: SessionDep, engine: EngineDep, tracker: TrackerDep
 ) -> ReconfigurationRead:
     """Swap the callable of an operator's tasks (all, or ``tasks``), keeping their state."""
-    build = service.logic_plan(body.operator, body.logic, body.tasks)
-    return _request(session, engine, tracker, job_id, "logic", build)
+    return _request(session, engine, tracker, job_id, "logic", _builder(body))
 
 
 @router.post(

@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from controlplane.versions.schemas import DiffRead
+
 from .models import Reconfiguration
 
 __all__ = [
@@ -18,6 +20,8 @@ __all__ = [
     "MigrateRequest",
     "OpBody",
     "PlanCreate",
+    "PreviewRead",
+    "PreviewRequest",
     "RebalanceRequest",
     "ReconfigurationRead",
     "ReconfigurationStatus",
@@ -104,7 +108,7 @@ class PlanCreate(_Paced):
 
     def document(self) -> dict[str, Any]:
         """The plan document (``batch_bytes`` is turned into a ``batch_size`` later)."""
-        return self.model_dump(exclude={"batch_bytes"})
+        return self.model_dump(include={"base_version", "ops", "mode", "batch_size"})
 
 
 class ScaleRequest(_Paced):
@@ -208,3 +212,52 @@ class ReconfigurationRead(BaseModel):
             created_at=rec.created_at,
             ended_at=rec.ended_at,
         )
+
+
+class PlanPreview(PlanCreate):
+    origin: Literal["plan"]
+
+
+class ScalePreview(ScaleRequest):
+    origin: Literal["scale"]
+
+
+class RebalancePreview(RebalanceRequest):
+    origin: Literal["rebalance"]
+
+
+class MigratePreview(MigrateRequest):
+    origin: Literal["migrate"]
+
+
+class LogicPreview(LogicRequest):
+    origin: Literal["logic"]
+
+
+PreviewRequest = Annotated[
+    PlanPreview | ScalePreview | RebalancePreview | MigratePreview | LogicPreview,
+    Field(discriminator="origin"),
+]
+
+
+class PreviewRead(BaseModel):
+    """What a reconfiguration would do, validated as if posted, and not carried out."""
+
+    origin: str = Field(description="plan, scale, rebalance, migrate or logic")
+    base_version: int
+    result_version: int = Field(
+        description="the version it would make current (fluid mode: one version per step)"
+    )
+    mode: Mode
+    batch_size: int | None = Field(
+        description="fluid mode: key groups each task gives or gains per step (none: one step)"
+    )
+    ops: list[OpBody]
+    affected_tasks: list[str]
+    steps: int = Field(description="versions it would go through: 1, or one per fluid step")
+    key_group_moves: int = Field(description="key groups that would change task")
+    state_bytes_shipped: int | None = Field(
+        description="estimated bytes of keyed state it would ship between workers, from the "
+        "state sizes measured over the last 10 s; null when a moving task's size is unknown"
+    )
+    diff: DiffRead = Field(description="the result against the current version")

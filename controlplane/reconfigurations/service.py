@@ -48,6 +48,7 @@ from controlplane.pagination import fetch_page
 from controlplane.versions import service as versions
 
 from .models import TERMINAL_RECONFIGURATION_STATUSES, Reconfiguration
+from .schemas import PreviewRead
 
 __all__ = [
     "STATE_WINDOW_S",
@@ -61,6 +62,7 @@ __all__ = [
     "migrate_plan",
     "paced",
     "parse_plan",
+    "preview_reconfiguration",
     "rebalance_plan",
     "record_progress",
     "request_reconfiguration",
@@ -255,6 +257,33 @@ def request_reconfiguration(
     db.after_commit(session, lambda: launch(rid, reservation))
     logger.info("job %s: reconfiguration %s (%s) accepted", job_id, rid, origin)
     return rec
+
+
+def preview_reconfiguration(
+    *, session: Session, engine: Engine, job_id: int, origin: str, build: PlanBuilder
+) -> PreviewRead:
+    """What the plan ``build`` makes would do to the job (see :meth:`Engine.preview`),
+    refused as :func:`request_reconfiguration` refuses it (but for a change under way)."""
+    job = jobs.get_job(session=session, engine=engine, job_id=job_id)
+    if job.status in TERMINAL_JOB_STATUSES:
+        raise JobNotRunning(f"job {job_id} is {job.status}: only a running job can be reconfigured")
+    seen = engine.preview(job_key(job.id), build, STATE_WINDOW_S)
+    plan = seen.plan
+    return PreviewRead.model_validate(
+        {
+            "origin": origin,
+            "base_version": plan.base_version,
+            "result_version": plan.base_version + seen.steps,
+            "mode": plan.mode,
+            "batch_size": plan.batch_size,
+            "ops": plan.to_dict()["ops"],
+            "affected_tasks": list(seen.diff["affected"]),
+            "steps": seen.steps,
+            "key_group_moves": sum(len(op["key_group_moves"]) for op in seen.diff["operators"]),
+            "state_bytes_shipped": seen.state_bytes_shipped,
+            "diff": seen.diff,
+        }
+    )
 
 
 def cancel_reconfiguration(
