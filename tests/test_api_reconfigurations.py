@@ -352,26 +352,35 @@ def test_fluid_scale_moves_key_groups_in_small_steps(api: Api) -> None:
         assert "fluid" in r.json()["error"]["message"]
 
 
+PADDED = {  # 300 words of ~20 kB of state each
+    "job": "examples.wordcount:build",
+    "params": {"records": 0, "rate": 500, "keys": 300, "state_bytes": 20_000},
+}
+
+
+def counted_state(http: httpx.Client, job: int) -> dict[str, dict[str, Any]] | None:
+    """The count tasks' metrics by task, once every one reports its state with all 300
+    words seen (state sizes are levels: the latest report); None before."""
+    body = http.get(f"/api/v1/jobs/{job}/metrics", params={"window_s": 10}).json()
+    counted = {t["task"]: t for t in body["tasks"] if t["operator"] == "count"}
+    if len(counted) < 2 or sum(t["state_keys"] or 0 for t in counted.values()) < 300:
+        return None
+    return counted
+
+
 def test_fluid_steps_sized_in_bytes_of_state(api: Api) -> None:
     """``batch_bytes`` paces a fluid change by the measured state: as many key groups per
     step as make about that many bytes at the largest state per key group of a task; bad
     combinations are refused naming what to fix."""
-    padded = {
-        "name": "wordcount-padded",
-        "job": "examples.wordcount:build",
-        "params": {"records": 0, "rate": 500, "keys": 300, "state_bytes": 20_000},
-    }
-    with api.running_job(padded) as job, api.client() as http:
+    with api.running_job({"name": "wordcount-padded", **PADDED}) as job, api.client() as http:
 
         def per_group() -> float | None:
-            """The largest state per key group of a count task, once every task reports
-            it with all 300 words seen (state sizes are levels: the latest report)."""
-            body = http.get(f"/api/v1/jobs/{job}/metrics", params={"window_s": 10}).json()
-            counted = [t for t in body["tasks"] if t["operator"] == "count"]
-            if len(counted) < 2 or sum(t["state_keys"] or 0 for t in counted) < 300:
+            """The largest state per key group of a count task."""
+            counted = counted_state(http, job)
+            if counted is None:
                 return None
             owned = {t: len(g) for t, g in key_groups(current(http, job)).items()}
-            return max(t["state_bytes"] / owned[t["task"]] for t in counted)
+            return max(t["state_bytes"] / owned[t["task"]] for t in counted.values())
 
         largest = wait_until(per_group, 20.0, "the count tasks' state sizes", every=0.5)
         # 300 words of ~20 kB over 128 key groups: about 47 kB a group on average
@@ -470,19 +479,11 @@ def test_preview_says_what_a_reconfiguration_would_do_without_doing_it(api: Api)
     through (as many as carrying it out then makes) and the state it would ship (a
     migration ships about its task's measured state); nothing is recorded or changed;
     refused as a post would be."""
-    padded = {
-        "name": "wordcount-preview",
-        "job": "examples.wordcount:build",
-        "params": {"records": 0, "rate": 500, "keys": 300, "state_bytes": 20_000},
-    }
-    with api.running_job(padded) as job, api.client() as http:
+    with api.running_job({"name": "wordcount-preview", **PADDED}) as job, api.client() as http:
 
         def count_0_bytes() -> int | None:
-            body = http.get(f"/api/v1/jobs/{job}/metrics", params={"window_s": 10}).json()
-            counted = {t["task"]: t for t in body["tasks"] if t["operator"] == "count"}
-            if sum(t["state_keys"] or 0 for t in counted.values()) < 300:
-                return None  # not every word seen yet
-            return counted["count-0"]["state_bytes"]
+            counted = counted_state(http, job)
+            return None if counted is None else counted["count-0"]["state_bytes"]
 
         size = wait_until(count_0_bytes, 20.0, "count-0's state size", every=0.5)
         a = current(http, job)
