@@ -436,3 +436,29 @@ def test_fluid_scale_runs_in_steps(api: Api, job: int) -> None:
     ok(cli(api, "reconfigure", "scale", job, "count", n, "--fluid", 0))
     bad = cli(api, "reconfigure", "scale", job, "count", n, "--fluid", "8XB")
     assert bad.exit_code == 2 and "e.g. 8MB" in bad.stderr, bad.output
+
+
+def test_dry_run_says_what_a_change_would_do_and_changes_nothing(
+    api: Api, job: int, tmp_path: Path
+) -> None:
+    before = abstraction(api, job)
+    version, n = before["job"]["version"], len(count_tasks(before))
+    args = ("reconfigure", "scale", job, "count", n + 1, "--fluid", 8, "--dry-run")
+    out = ok(cli(api, *args))
+    assert f"scale would take version {version} to " in out, out
+    assert "(fluid mode, 8 key groups per step: " in out and "nothing was changed" in out, out
+    assert f"count: new tasks: count-{n}" in out, out
+    assert re.search(r"key groups changing task: \d+; keyed state shipped between workers: ", out)
+    seen = ok_json(cli(api, *args, "--json"))
+    assert seen["steps"] > 1 and seen["result_version"] == version + seen["steps"], seen
+    here = count_tasks(before)["count-0"]["resources"]["worker"]
+    other = next(w["id"] for w in before["workers"] if w["id"] != here and w["status"] == "alive")
+    plan = tmp_path / "plan.json"
+    move = {"op": "assignResource", "operator": "count", "task": "count-0", "worker": other}
+    plan.write_text(json.dumps({"ops": [move]}))
+    out = ok(cli(api, "reconfigure", "plan", job, plan, "--dry-run"))
+    assert f"plan would take version {version} to {version + 1} (pause mode)" in out, out
+    error_line(
+        cli(api, "reconfigure", "migrate", job, "count-0", "nowhere", "--dry-run"), 1, "nowhere"
+    )
+    assert abstraction(api, job)["job"]["version"] == version

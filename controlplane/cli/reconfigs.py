@@ -12,7 +12,7 @@ from .client import TERMINAL_RECONFIGURATION, Client
 from .output import console, fail, fmt_ms, table, when
 from .remote import JobArg, LimitOpt, OffsetOpt, page_footer, rest_command
 
-__all__ = ["app", "describe_op", "print_reconfiguration", "print_timings"]
+__all__ = ["app", "describe_op", "print_preview", "print_reconfiguration", "print_timings"]
 
 app = typer.Typer(
     help="A job's reconfigurations: status, operations, timings.", no_args_is_help=True
@@ -72,6 +72,53 @@ def print_reconfiguration(rec: dict[str, Any]) -> None:
     if rec["error"]:
         console.print(f"error: {rec['error']}", highlight=False, markup=False)
     print_timings(rec)
+
+
+def fmt_bytes(value: float | None) -> str:
+    """A size of state as people read it (decimal units, as the console shows them)."""
+    if value is None:
+        return "not measured"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= scale:
+            return f"{value / scale:,.1f} {unit}"
+    return f"{value:,.0f} B"
+
+
+def print_preview(seen: dict[str, Any]) -> None:
+    """What a reconfiguration would do (``reconfigure ... --dry-run``)."""
+    pace = f"{seen['mode']} mode"
+    if seen["mode"] == "fluid":
+        per_step = seen["batch_size"] or "all"
+        pace += f", {per_step} key groups per step: {seen['steps']} versions"
+    console.print(
+        f"{seen['origin']} would take version {seen['base_version']} to "
+        f"{seen['result_version']} ({pace}); nothing was changed",
+        highlight=False,
+    )
+    for op in seen["ops"]:
+        console.print(f"  {describe_op(op)}", highlight=False, markup=False)
+    console.print(f"affected: {', '.join(seen['affected_tasks']) or '-'}", highlight=False)
+    diff = seen["diff"]
+    changes = [
+        (label, ", ".join(str(x if isinstance(x, str) else x[0]) for x in items))
+        for op in diff["operators"]
+        for label, items in (
+            (f"{op['operator']}: new tasks", op["new_tasks"]),
+            (f"{op['operator']}: removed tasks", op["removed_tasks"]),
+            (f"{op['operator']}: moved tasks", op["moved_tasks"]),
+            (f"{op['operator']}: logic changes", op["logic_changes"]),
+        )
+        if items
+    ]
+    if diff["new_workers"]:
+        changes.append(("new workers", ", ".join(diff["new_workers"])))
+    for label, what in changes:
+        console.print(f"{label}: {what}", highlight=False, markup=False)
+    console.print(
+        f"key groups changing task: {seen['key_group_moves']}; keyed state shipped between "
+        f"workers: {fmt_bytes(seen['state_bytes_shipped'])}",
+        highlight=False,
+    )
 
 
 def _print_list(page: dict[str, Any]) -> None:

@@ -5,7 +5,9 @@ unless ``--no-wait``, follows the reconfiguration it created: its phases are pri
 stderr as they change, until it ends or ``--timeout`` passes, and the record ends with its
 timings (prepare, sync, update, total; the pause of each affected task). Exit status: 0
 when it completed, 1 when it was refused, failed, was aborted or cancelled or did not end
-in time, 2 for a plan file that cannot be read.
+in time, 2 for a plan file that cannot be read. With ``--dry-run`` nothing changes: the
+request is validated as if made and what it would do is printed (exit status 0, or 1 when
+it would be refused).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import typer
 
 from .client import Client
 from .output import emit, err, fail
-from .reconfigs import print_reconfiguration
+from .reconfigs import print_preview, print_reconfiguration
 from .remote import CONNECTION_OPTIONS, JobArg, command_with, connect, keyword_option
 
 __all__ = ["DEFAULT_TIMEOUT_S", "app", "follow"]
@@ -66,10 +68,27 @@ def follow(api: Client, rec: dict[str, Any], timeout: float) -> dict[str, Any]:
     return api.wait_reconfiguration(rec["job_id"], rec["id"], timeout, progress)
 
 
+DryRunOpt = keyword_option(
+    "dry_run",
+    Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="only say what it would do (the plan, the versions, the key groups and "
+            "state it would move), validated as if made; nothing changes",
+        ),
+    ],
+    False,
+)
+
+Request = tuple[str, dict[str, Any]]  # (endpoint under /jobs/{id}/, body)
+
+
 def _command(name: str) -> Callable[[F], F]:
-    """Register ``request(api, job_id, ...) -> the posted reconfiguration`` as the command
-    ``name``, with ``--wait/--no-wait`` and ``--timeout`` besides the connection options;
-    see the module docstring for what it prints and its exit status."""
+    """Register ``request(api, job_id, ...) -> (endpoint, body)`` as the command ``name``:
+    it posts the body to the endpoint (or, with ``--dry-run``, asks for a preview of it)
+    and, with ``--wait/--no-wait`` and ``--timeout``, follows the reconfiguration; see the
+    module docstring for what it prints and its exit status."""
 
     def register(request: F) -> F:
         def run(
@@ -79,10 +98,19 @@ def _command(name: str) -> Callable[[F], F]:
             as_json: bool,
             wait: bool,
             timeout: float,
+            dry_run: bool,
             **arguments: Any,
         ) -> None:
+            job_id = arguments["job_id"]
             with connect(server, token) as api:
-                rec = request(api, **arguments)
+                endpoint, body = request(api, **arguments)
+                if dry_run:
+                    preview = api.post(
+                        f"/jobs/{job_id}/reconfigurations/preview", {"origin": name, **body}
+                    )
+                    emit(preview, as_json, print_preview)
+                    return
+                rec = api.post(f"/jobs/{job_id}/{endpoint}", body)
                 if wait:
                     rec = follow(api, rec, timeout)
             emit(rec, as_json, print_reconfiguration)
@@ -95,7 +123,8 @@ def _command(name: str) -> Callable[[F], F]:
                     1,
                 )
 
-        app.command(name)(command_with(request, (*FOLLOW_OPTIONS, *CONNECTION_OPTIONS), run))
+        options = (*FOLLOW_OPTIONS, DryRunOpt, *CONNECTION_OPTIONS)
+        app.command(name)(command_with(request, options, run))
         return request
 
     return register
@@ -168,12 +197,12 @@ def scale(
         typer.Option(help='where new tasks go, in turn (repeat; "new" starts a fresh worker)'),
     ] = None,
     fluid: FluidOpt = None,
-) -> dict[str, Any]:
+) -> Request:
     """Give an operator PARALLELISM tasks, moving as few key groups as possible.
 
     The operators forward-connected to it scale with it."""
     body = {"operator": operator, "parallelism": parallelism, "workers": worker or None}
-    return api.post(f"/jobs/{job_id}/scale", {**body, **_pace(fluid)})
+    return "scale", {**body, **_pace(fluid)}
 
 
 @_command("rebalance")
@@ -189,10 +218,10 @@ def rebalance(
         float, typer.Option(min=0.1, max=300, help="seconds of measured load to balance")
     ] = 10.0,
     fluid: FluidOpt = None,
-) -> dict[str, Any]:
+) -> Request:
     """Even out an operator's measured load over its tasks (same tasks, same workers)."""
     body = {"operator": operator, "threshold": threshold, "window_s": window}
-    return api.post(f"/jobs/{job_id}/rebalance", {**body, **_pace(fluid)})
+    return "rebalance", {**body, **_pace(fluid)}
 
 
 @_command("migrate")
@@ -209,12 +238,12 @@ def migrate(
         ),
     ] = False,
     fluid: FluidOpt = None,
-) -> dict[str, Any]:
+) -> Request:
     """Move one task, with its state, to another worker (with --fluid N, a keyed task hands
     its key groups over N at a time through a stand-in on that worker; with --fluid 0 its
     new instance starts at once and each key group's records wait for its state)."""
     body = {"task": task, "worker": worker, "with_forward": with_forward, **_pace(fluid)}
-    return api.post(f"/jobs/{job_id}/migrate", body)
+    return "migrate", body
 
 
 @_command("logic")
@@ -226,10 +255,10 @@ def logic(
     task: Annotated[
         list[str] | None, typer.Option(help="only this task (repeat); default: all of them")
     ] = None,
-) -> dict[str, Any]:
+) -> Request:
     """Swap the callable of an operator's tasks, keeping their state."""
     body = {"operator": operator, "logic": ref, "tasks": task or None}
-    return api.post(f"/jobs/{job_id}/logic", body)
+    return "logic", body
 
 
 @_command("plan")
@@ -243,11 +272,11 @@ def plan(
             dir_okay=False,
         ),
     ],
-) -> dict[str, Any]:
+) -> Request:
     """Apply a plan of assignWorkload / assignResource / assignLogic operations.
 
     The plan is validated as a whole and carried out in one reconfiguration."""
     body = _read_plan(file)
     if "base_version" not in body:
         body["base_version"] = api.get(f"/jobs/{job_id}")["version"]
-    return api.post(f"/jobs/{job_id}/reconfigurations", body)
+    return "reconfigurations", body
