@@ -57,6 +57,13 @@ def print_timings(rec: dict[str, Any]) -> None:
         console.print(table("per task", ("task", "pause", "update"), rows))
 
 
+def _print_ops(doc: dict[str, Any]) -> None:
+    """A reconfiguration's (or a preview's) operations and the tasks they affect."""
+    for op in doc["ops"]:
+        console.print(f"  {describe_op(op)}", highlight=False, markup=False)
+    console.print(f"affected: {', '.join(doc['affected_tasks']) or '-'}", highlight=False)
+
+
 def print_reconfiguration(rec: dict[str, Any]) -> None:
     versions = f"version {rec['base_version']}"
     if rec["result_version"] is not None:
@@ -66,9 +73,7 @@ def print_reconfiguration(rec: dict[str, Any]) -> None:
         f"[bold]{rec['status']}[/bold] ({versions}, {rec['mode']} mode)",
         highlight=False,
     )
-    for op in rec["ops"]:
-        console.print(f"  {describe_op(op)}", highlight=False, markup=False)
-    console.print(f"affected: {', '.join(rec['affected_tasks']) or '-'}", highlight=False)
+    _print_ops(rec)
     if rec["error"]:
         console.print(f"error: {rec['error']}", highlight=False, markup=False)
     print_timings(rec)
@@ -95,9 +100,7 @@ def print_preview(seen: dict[str, Any]) -> None:
         f"{seen['result_version']} ({pace}); nothing was changed",
         highlight=False,
     )
-    for op in seen["ops"]:
-        console.print(f"  {describe_op(op)}", highlight=False, markup=False)
-    console.print(f"affected: {', '.join(seen['affected_tasks']) or '-'}", highlight=False)
+    _print_ops(seen)
     diff = seen["diff"]
     changes = [
         (label, ", ".join(str(x if isinstance(x, str) else x[0]) for x in items))
