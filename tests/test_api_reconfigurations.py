@@ -4,6 +4,7 @@ live, their records (status, timings, pauses), version history and diff, and ref
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -539,3 +540,27 @@ def test_preview_says_what_a_reconfiguration_would_do_without_doing_it(api: Api)
         ):
             r = http.post(url, json=bad)
             assert r.status_code == status and fragment in r.text, (bad, r.text)
+
+
+def test_the_version_a_job_shows_always_has_its_abstraction(api: Api) -> None:
+    """While a fluid change makes version after version, the job's ``version`` is always
+    one whose abstraction can be read (the console reads it as soon as it changes)."""
+    with api.running_job(WORDCOUNT) as job, api.client() as http:
+        r = http.post(
+            f"/api/v1/jobs/{job}/scale",
+            json={"operator": "count", "parallelism": 3, "mode": "fluid", "batch_size": 1},
+        )
+        assert r.status_code == 202, r.text
+        rid, seen = r.json()["id"], set()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            rec = http.get(f"/api/v1/jobs/{job}/reconfigurations/{rid}").json()
+            version = http.get(f"/api/v1/jobs/{job}").json()["version"]
+            a = http.get(f"/api/v1/jobs/{job}/abstraction", params={"version": version})
+            assert a.status_code == 200, (version, a.text)
+            seen.add(version)
+            if rec["status"] in ("completed", "failed", "aborted", "cancelled"):
+                break
+        assert rec["status"] == "completed", rec
+        assert http.get(f"/api/v1/jobs/{job}").json()["version"] == rec["result_version"]
+        assert len(seen) >= 2, seen  # it was read before and after the change

@@ -215,9 +215,28 @@ def test_dashboard_shows_a_live_job_its_tasks_metrics_and_a_reconfiguration(
     updated = status.inner_text()
     expect(status).not_to_have_text(updated)  # polled again
 
-    # A scale-out from the page: accepted, then in the history with its timings.
+    # A preview from the page: what scaling out would do, and nothing done.
     page.get_by_label("Scale operator").select_option("count")
     page.get_by_test_id("scale-parallelism").fill("3")
+    page.get_by_test_id("scale-preview").click()
+    action = page.get_by_test_id("action-status")
+    expect(action).to_have_text(
+        re.compile(
+            rf"^Preview: scale would take version {version} to {version + 1}: (\d+) key "
+            r"groups would change task; (about [\d,.]+ (B|kB|MB) of keyed state shipped "
+            r"between workers|the keyed state it would ship is not measured yet); new tasks "
+            r"count-2, sink-2\. Nothing was changed\.$"
+        )
+    )
+    with api.client() as http:
+        seen = http.post(
+            f"/api/v1/jobs/{job}/reconfigurations/preview",
+            json={"origin": "scale", "operator": "count", "parallelism": 3},
+        ).json()
+        assert http.get(f"/api/v1/jobs/{job}/reconfigurations").json()["total"] == 0
+    assert f": {seen['key_group_moves']} key groups would change task;" in action.inner_text()
+
+    # A scale-out from the page: accepted, then in the history with its timings.
     page.get_by_test_id("scale-submit").click()
     expect(page.get_by_test_id("action-status")).to_contain_text("(scale) accepted")
     done = page.locator('[data-testid="reconfiguration-row"][data-status="completed"]')
@@ -338,6 +357,12 @@ def test_a_reconfiguration_under_way_is_cancelled_from_the_page(
         assert (rec["status"], rec["result_version"]) == ("cancelled", None), rec
         version = http.get(f"/api/v1/jobs/{job}/abstraction").json()["job"]["version"]
         assert version == before["job"]["version"]
+        # A job that does not exist is said so, and the choice undone.
+        page.goto(f"{api.base_url}/#job=99999")
+        expect(page.get_by_test_id("auth-status")).to_have_text("Job 99999 does not exist.")
+        expect(page.locator("#job")).to_be_hidden()
+        expected = ("status of 404", "/api/v1/jobs/99999'")  # the browser logs the 404
+        watched.errors = [e for e in watched.errors if not all(x in e for x in expected)]
         watched.assert_clean()
 
 

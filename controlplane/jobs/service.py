@@ -141,17 +141,16 @@ def stop_job(*, session: Session, engine: Engine, job_id: int) -> Job:
 
 
 def refresh(job: Job, state: JobState | None) -> bool:
-    """Copy the coordinator's ``state`` into a job that has not ended; True if it changed."""
+    """Copy the coordinator's status and error into a job that has not ended; True if it
+    changed. Not its version: the job's version advances as the versions are recorded
+    (:func:`controlplane.versions.service.add_version`), so the version a job shows can
+    always be read, even while a fluid change makes one after another."""
     if state is None or job.status in TERMINAL_JOB_STATUSES:
         return False
-    changed = False
-    if (job.status, job.error) != (state.status, state.error):
-        _update(job, state.status, state.error)
-        changed = True
-    if state.version is not None and (job.version or 0) < state.version:
-        job.version = state.version
-        changed = True
-    return changed
+    if (job.status, job.error) == (state.status, state.error):
+        return False
+    _update(job, state.status, state.error)
+    return True
 
 
 def mark_unreachable(job: Job, reason: str) -> None:

@@ -25,6 +25,7 @@ const state = {
   generation: 0, // of the polling loop: a restarted loop ends the one before it
   authFailed: false, // stop polling after a 401/403 until another token is given
   launched: null, // id of the reconfiguration sent from this page, until it ends
+  missingJob: null, // id of a job asked for that does not exist, until another is chosen
 };
 
 class ApiError extends Error {
@@ -342,22 +343,35 @@ async function refreshJob(job) {
   }
 }
 
+// The chosen job when it is not among the newest listed; null (and the choice undone)
+// when it does not exist. Only this 404 means that: one on a job's part is an error.
+async function chosenJob() {
+  try {
+    return await api(`/jobs/${state.jobId}`);
+  } catch (error) {
+    if (!(error instanceof ApiError) || error.status !== 404) throw error;
+    state.missingJob = state.jobId;
+    say($("#auth-status"), `Job ${state.jobId} does not exist.`, "error");
+    location.hash = "";
+    return null;
+  }
+}
+
 async function refresh() {
   if (!state.token || state.authFailed) return;
   try {
     const jobs = await api(`/jobs?limit=${JOBS_SHOWN}`);
-    if ($("#auth-status").textContent !== CONNECTED) say($("#auth-status"), CONNECTED);
+    const [notice, kind] =
+      state.missingJob == null ? [CONNECTED, "info"] : [`Job ${state.missingJob} does not exist.`, "error"];
+    if ($("#auth-status").textContent !== notice) say($("#auth-status"), notice, kind);
     renderJobs(jobs);
     if (state.jobId != null) {
-      const job = jobs.items.find((j) => j.id === state.jobId) ?? (await api(`/jobs/${state.jobId}`));
-      await refreshJob(job);
+      const job = jobs.items.find((j) => j.id === state.jobId) ?? (await chosenJob());
+      if (job) await refreshJob(job);
     }
   } catch (error) {
     if (authProblem(error)) {
       state.authFailed = true;
-    } else if (error instanceof ApiError && error.status === 404 && state.jobId != null) {
-      say($("#auth-status"), `Job ${state.jobId} does not exist.`, "error");
-      location.hash = "";
     } else {
       say($("#auth-status"), `Could not read the control plane: ${error.message}`, "error");
     }
@@ -381,6 +395,7 @@ function poll() {
 function selectFromHash() {
   const match = /^#job=(\d+)$/.exec(location.hash);
   state.jobId = match ? Number(match[1]) : null;
+  if (state.jobId != null) state.missingJob = null;
   state.shownVersion = null;
   $("#job").hidden = state.jobId == null;
   for (const table of ["#tasks", "#operator-metrics", "#reconfigurations"]) {
@@ -433,6 +448,44 @@ async function reconfigure(kind, body) {
   }
 }
 
+function previewText(kind, seen) {
+  const steps = seen.steps > 1 ? ` in ${seen.steps} steps` : "";
+  const shipped =
+    seen.state_bytes_shipped == null
+      ? "the keyed state it would ship is not measured yet"
+      : `about ${bytes(seen.state_bytes_shipped)} of keyed state shipped between workers`;
+  const parts = [`${seen.key_group_moves} key groups would change task`, shipped];
+  const tasks = (field) => seen.diff.operators.flatMap((op) => op[field].map((t) => (Array.isArray(t) ? t[0] : t)));
+  for (const [field, label] of [
+    ["new_tasks", "new tasks"],
+    ["removed_tasks", "removed tasks"],
+    ["moved_tasks", "moved tasks"],
+  ]) {
+    if (tasks(field).length) parts.push(`${label} ${tasks(field).join(", ")}`);
+  }
+  return (
+    `Preview: ${kind} would take version ${seen.base_version} to ${seen.result_version}${steps}: ` +
+    `${parts.join("; ")}. Nothing was changed.`
+  );
+}
+
+async function preview(kind, body) {
+  const how = pace();
+  if (how === null) return;
+  const status = $("#action-status");
+  say(status, `Previewing ${kind}…`);
+  try {
+    const seen = await api(`/jobs/${state.jobId}/reconfigurations/preview`, {
+      method: "POST",
+      body: { origin: kind, ...body, ...how },
+    });
+    say(status, previewText(kind, seen));
+  } catch (error) {
+    const scope = error.status === 403 ? " (an operate token is needed)" : "";
+    say(status, `${kind} would be refused${scope}: ${error.message}`, "error");
+  }
+}
+
 async function cancelReconfiguration(id) {
   const status = $("#action-status");
   say(status, `Cancelling reconfiguration ${id}…`);
@@ -477,20 +530,26 @@ function start() {
   };
   $("#action-mode").addEventListener("change", paceInputs);
   paceInputs(); // a reload may have restored the mode
+  const scaleBody = () => ({
+    operator: $("#scale-operator").value,
+    parallelism: Number($("#scale-parallelism").value),
+  });
+  const rebalanceBody = () => ({ operator: $("#rebalance-operator").value });
   $("#scale-form").addEventListener("submit", (event) => {
     event.preventDefault();
-    reconfigure("scale", {
-      operator: $("#scale-operator").value,
-      parallelism: Number($("#scale-parallelism").value),
-    });
+    reconfigure("scale", scaleBody());
   });
+  $('[data-testid="scale-preview"]').addEventListener("click", () => preview("scale", scaleBody()));
+  $('[data-testid="rebalance-preview"]').addEventListener("click", () =>
+    preview("rebalance", rebalanceBody()),
+  );
   $("#reconfigurations").addEventListener("click", (event) => {
     const button = event.target.closest('[data-testid="cancel-reconfiguration"]');
     if (button) cancelReconfiguration(Number(button.dataset.id));
   });
   $("#rebalance-form").addEventListener("submit", (event) => {
     event.preventDefault();
-    reconfigure("rebalance", { operator: $("#rebalance-operator").value });
+    reconfigure("rebalance", rebalanceBody());
   });
   window.addEventListener("hashchange", () => {
     selectFromHash();
