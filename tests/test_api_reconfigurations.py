@@ -459,8 +459,10 @@ def test_cancel_a_reconfiguration_under_way(api: Api, tmp_path: Path) -> None:
         r = http.post(f"/api/v1/jobs/{job}/reconfigurations/99999/cancel")
         assert r.status_code == 404, r.text
 
-        # Waiting for a fresh worker: cancelled before anything was sent to the workers.
+        # Waiting for a fresh worker: cancelled before anything was sent to the workers,
+        # and a worker started for it is stopped again.
         hold.unlink()
+        alive = {w["id"] for w in http.get("/api/v1/workers").json() if w["status"] == "alive"}
         r = http.post(f"/api/v1/jobs/{job}/migrate", json={"task": "count-0", "worker": "new"})
         assert r.status_code == 202, r.text
         rid = r.json()["id"]
@@ -473,6 +475,14 @@ def test_cancel_a_reconfiguration_under_way(api: Api, tmp_path: Path) -> None:
         after = current(http, job)
         assert after["job"]["version"] == before["job"]["version"]
         assert tasks_of(after, "count") == tasks_of(before, "count")
+        wait_until(
+            lambda: (
+                {w["id"] for w in http.get("/api/v1/workers").json() if w["status"] == "alive"}
+                == alive
+            ),
+            10,
+            "the worker started for the cancelled migration to stop",
+        )
 
 
 def test_preview_says_what_a_reconfiguration_would_do_without_doing_it(api: Api) -> None:

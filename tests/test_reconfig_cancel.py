@@ -8,6 +8,7 @@ import contextlib
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from controlplane.abstraction import AssignWorkload, Plan, diff, scale
@@ -251,3 +252,34 @@ def test_random_plans_cancelled_at_random_moments_keep_results_exact(
     assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params), outcomes
     versions = [v.version for v in job.versions]
     assert versions == list(range(1, len(versions) + 1))
+
+
+def test_a_worker_started_for_a_plan_that_does_not_complete_is_stopped_again(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    """A migration to a fresh worker, cancelled as it prepares: the new worker ends
+    ``stopped`` (not lost), saying why; the job runs on as before with exact results."""
+    from controlplane.abstraction import migrate
+
+    params = {"records": 40_000, "rate": 20_000, "output": str(tmp_path)}
+    job = cluster.submit(load_job("examples.wordcount:build", params))
+    co = cluster.coordinator
+    time.sleep(0.3)
+    before, workers = job.layout, set(co.workers)
+
+    def cancel_when_preparing(rec) -> None:
+        if rec.status == "preparing":
+            co.cancel_plan(job.id)
+
+    plan = migrate(job.abstraction, "count-0", "new")
+    rec = cluster.call(co.apply_plan(job.id, plan, on_change=cancel_when_preparing))
+    assert rec.status == "cancelled", rec.error
+    (fresh,) = set(co.workers) - workers
+    assert co.workers[fresh].status == "stopped"
+    assert co.workers[fresh].error == (
+        f"started for a plan, unused: reconfiguration {rec.id} cancelled"
+    )
+    assert job.layout == before
+    assert not psutil.pid_exists(co.workers[fresh].pid)  # stopped before the plan returned
+    assert cluster.wait(job, 60) == "finished", job.error
+    assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)

@@ -25,6 +25,7 @@ import pickle
 import time
 from typing import Any
 
+from controlplane.backends import BackendError
 from runtime import codeload, protocol
 from runtime.dataflow import JobGraph
 from runtime.layout import Layout
@@ -435,6 +436,22 @@ class Coordinator:
         conn.send({"type": "shutdown"})
         return True
 
+    async def retire_worker(self, worker_id: str, reason: str) -> None:
+        """Stop a worker no job needs any more (one started for a plan that did not use it):
+        it is ``stopped``, not lost, with ``reason``; its backend stops it, or it is asked
+        to exit when no backend of ours started it."""
+        info = self.workers.get(worker_id)
+        if info is None or info.status != "alive":
+            return
+        info.status, info.error = "stopped", reason
+        if self.backend is not None and self.backend.owns(info.pid):
+            try:
+                await self.backend.stop_worker(info.pid)
+            except BackendError as exc:
+                logger.warning("could not stop worker %s: %s", worker_id, exc)
+        else:
+            self.shutdown_worker(worker_id)
+
     def worker_failed(self, worker_id: str, reason: str) -> None:
         """A backend saw what hosts the worker fail (e.g. its Spark task died): the worker is
         lost with ``reason``. If its connection already closed, the reason replaces the
@@ -454,7 +471,8 @@ class Coordinator:
                 job.error = _lost_message(info, reason)
 
     def _worker_lost(self, info: WorkerInfo) -> None:
-        info.status = "lost"
+        if info.status != "stopped":  # not retired on purpose (see retire_worker)
+            info.status = "lost"
         self._conns.pop(info.id, None)
         for job in self.jobs.values():  # a stop waiting for this worker's last counts
             fut = job._stop_replies.get(info.id)

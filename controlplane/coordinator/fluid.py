@@ -65,10 +65,11 @@ async def run_fluid(
     sync_timeout_s: float | None,
     on_change: Callable[[Reconfiguration], None] | None,
     cancellation: Cancellation | None = None,
+    started: list[str] | None = None,
 ) -> Reconfiguration:
     """Carry out ``plan`` (validated against ``current``, the job's version) step by step;
     the caller holds ``job.lock``. Returns the shared record; ``version`` is the version
-    the job is left at."""
+    the job is left at. Workers started for its steps are added to ``started``."""
     from .plans import layout_of, refresh_workers, substitute_new_workers
 
     cancellation = cancellation or Cancellation(fluid=True)
@@ -118,7 +119,7 @@ async def run_fluid(
         try:
             base = refresh_workers(job.abstraction, coordinator.alive_workers(), backend)
             target = await substitute_new_workers(
-                coordinator, apply_plan(base, Plan(base.version, steps[i]))
+                coordinator, apply_plan(base, Plan(base.version, steps[i])), started
             )
             targets = [target]
             layouts = [layout_of(target, job.graph, base, job.layout)]

@@ -130,12 +130,35 @@ async def apply(
     async with job.lock:
         cancellation = Cancellation(fluid=plan.mode == "fluid" and not restart, restart=restart)
         job.cancellation = cancellation
+        started: list[str] = []  # workers started for the plan
         try:
             return await _apply_locked(
-                coordinator, job, plan, cancellation, sync_timeout_s, new_workers, on_change
+                coordinator,
+                job,
+                plan,
+                cancellation,
+                sync_timeout_s,
+                new_workers,
+                on_change,
+                started,
             )
         finally:
             job.cancellation = None
+            await _let_go(coordinator, started, cancellation.record)
+
+
+async def _let_go(
+    coordinator: Coordinator, started: list[str], rec: Reconfiguration | None
+) -> None:
+    """Retire the workers started for a plan that no running job uses now (the plan ended
+    before it placed tasks there): a plan that does not complete leaves no new worker."""
+    used = {
+        w for job in coordinator.jobs.values() if not job.done for w in job.layout.workers_used()
+    }
+    outcome = f"reconfiguration {rec.id} {rec.status}" if rec is not None else "its plan ended"
+    for wid in started:
+        if wid not in used:
+            await coordinator.retire_worker(wid, f"started for a plan, unused: {outcome}")
 
 
 def cancel(job: Job, reason: str = "cancelled on request") -> Reconfiguration | None:
@@ -176,6 +199,7 @@ async def _apply_locked(
     sync_timeout_s: float | None,
     new_workers: bool,
     on_change: Callable[[Reconfiguration], None] | None,
+    started: list[str],
 ) -> Reconfiguration:
     restart = cancellation.restart
     backend = coordinator.backend.name if coordinator.backend is not None else "local"
@@ -190,8 +214,9 @@ async def _apply_locked(
             sync_timeout_s=sync_timeout_s,
             on_change=on_change,
             cancellation=cancellation,
+            started=started,
         )
-    new = await substitute_new_workers(coordinator, new)
+    new = await substitute_new_workers(coordinator, new, started)
     layout = layout_of(new, job.graph, current, job.layout)
     if restart:
         rec = await restart_locked(
@@ -221,12 +246,17 @@ async def _apply_locked(
     return rec
 
 
-async def substitute_new_workers(coordinator: Coordinator, a: Abstraction) -> Abstraction:
-    """Start one worker per ``new-<k>`` placeholder and put its real id in its place."""
+async def substitute_new_workers(
+    coordinator: Coordinator, a: Abstraction, started: list[str] | None = None
+) -> Abstraction:
+    """Start one worker per ``new-<k>`` placeholder and put its real id in its place (the
+    ids started are added to ``started``)."""
     placeholders = [w.id for w in a.workers if w.placeholder and w.id.startswith(f"{NEW_WORKER}-")]
     used = {t.resources.worker for op in a.operators for t in op.tasks}
     placeholders = [p for p in placeholders if p in used]
     if not placeholders:
         return a
     fresh = await start_workers(coordinator, len(placeholders), "the plan asks for a new worker")
+    if started is not None:
+        started.extend(w.id for w in fresh)
     return remap_workers(a, dict(zip(placeholders, fresh, strict=True)), coordinator.backend.name)
