@@ -29,7 +29,8 @@ controller::
   re-exported from :mod:`controlplane.abstraction`.
 - :mod:`.config`: typed configs (:func:`parse_config`).
 - :mod:`.safety`: :class:`SafetyConfig` and :func:`~.safety.check` (re-exported as
-  ``check_safety``): cooldown, min/max parallelism, key-group moves per hour, dry run;
+  ``check_safety``): cooldown, min/max parallelism, key-group moves per hour, keyed state
+  shipped per step, dry run;
   applied by the host.
 - :mod:`.queueing`: the M/M/k model (:func:`sojourn_s`, :func:`erlang_c`).
 - :mod:`.builtin`: the built-in controllers and :data:`BUILTINS`, their registry by name.
@@ -71,7 +72,7 @@ from .config import parse_config
 from .errors import ConfigError, ControllerError, DecisionError, ViewError
 from .metrics import Channel, Latency, MetricsWindow, OperatorSample, TaskSample, WorkerUsage
 from .plans import PlanBuilder, preview
-from .safety import SafetyConfig, Verdict, count_moves
+from .safety import SafetyConfig, Verdict, count_moves, state_sizes
 from .safety import check as check_safety
 from .view import APPLIED_STATUSES, OUTCOME_STATUSES, Outcome, View
 
@@ -117,5 +118,6 @@ __all__ = [
     "preview",
     "rebalance",
     "scale",
+    "state_sizes",
     "update_logic",
 ]

@@ -4,7 +4,8 @@ The host calls :func:`check` with each plan a controller decides, before submitt
 
     safety = SafetyConfig.from_dict({"cooldown_s": 120, "max_parallelism": {"*": 8},
                                      "max_moves_per_hour": 256, "dry_run": False})
-    verdict = check(plan, view.abstraction, safety, view.history, now=view.now)
+    verdict = check(plan, view.abstraction, safety, view.history, now=view.now,
+                    state_bytes=state_sizes(view.metrics))
     verdict.action     # "apply" | "dry_run" | "refuse"
     verdict.reason     # why it was refused (every limit broken, "; "-joined), else None
     verdict.moves      # key groups the plan moves: record it in the plan's Outcome
@@ -21,6 +22,11 @@ Steps of :func:`check`, each adding a reason when its limit is broken:
 4. Moves: the key-group moves of the plan (:func:`controlplane.abstraction.diff`) plus
    those of the outcomes counted in step 2 over the last hour stay within
    ``max_moves_per_hour``.
+5. State: no step of the plan (the whole plan in pause mode, each step in fluid mode)
+   ships more than ``max_state_bytes_per_step`` of keyed state between workers, estimated
+   from the tasks' measured state sizes (``state_bytes``: task -> bytes, e.g. from the
+   view's metrics; :func:`controlplane.abstraction.largest_step`). A plan moving a task
+   whose size was not measured is refused while the limit is set.
 
 Then a plan with no reason is ``dry_run`` when the config says so, else ``apply``.
 """
@@ -31,14 +37,22 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from controlplane.abstraction import Abstraction, Plan, PlanError, diff
+from controlplane.abstraction import (
+    Abstraction,
+    Plan,
+    PlanError,
+    diff,
+    key_group_bytes,
+    largest_step,
+)
 
 from .config import check as require
 from .config import config_to_dict, parse_config
-from .plans import preview
+from .metrics import MetricsWindow
+from .plans import accept_any_ref, preview
 from .view import Outcome
 
-__all__ = ["MOVES_WINDOW_S", "SafetyConfig", "Verdict", "check", "count_moves"]
+__all__ = ["MOVES_WINDOW_S", "SafetyConfig", "Verdict", "check", "count_moves", "state_sizes"]
 
 MOVES_WINDOW_S = 3600.0  # max_moves_per_hour counts the moves of the last hour
 DEFAULT = "*"  # the key of min_parallelism / max_parallelism that applies to other operators
@@ -53,6 +67,7 @@ class SafetyConfig:
     min_parallelism: Mapping[str, int] = field(default_factory=dict)
     max_parallelism: Mapping[str, int] = field(default_factory=dict)
     max_moves_per_hour: int | None = None
+    max_state_bytes_per_step: int | None = None
     dry_run: bool = False
 
     def __post_init__(self) -> None:
@@ -69,6 +84,13 @@ class SafetyConfig:
                 "max_moves_per_hour",
                 "must be >= 0 (or null: no limit)",
                 self.max_moves_per_hour,
+            )
+        if self.max_state_bytes_per_step is not None:
+            require(
+                self.max_state_bytes_per_step >= 1,
+                "max_state_bytes_per_step",
+                "must be >= 1 byte (or null: no limit)",
+                self.max_state_bytes_per_step,
             )
 
     def bounds(self, operator: str) -> tuple[int, float]:
@@ -108,6 +130,21 @@ def count_moves(before: Abstraction, after: Abstraction) -> int:
     return sum(len(d.key_group_moves) for d in diff(before, after).operators)
 
 
+def state_sizes(metrics: MetricsWindow | None) -> dict[str, float]:
+    """Each keyed task's estimated state in bytes, from its latest report in ``metrics``."""
+    if metrics is None:
+        return {}
+    return {t.task: float(t.state_bytes) for t in metrics.tasks if t.state_bytes is not None}
+
+
+def _size(n: float) -> str:
+    """Bytes as people read them: 8.0 MB, 512.0 kB, 20 B."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n:,.0f} B"
+
+
 def check(
     plan: Plan,
     abstraction: Abstraction,
@@ -115,9 +152,11 @@ def check(
     history: Iterable[Outcome],
     *,
     now: float,
+    state_bytes: Mapping[str, float] | None = None,
 ) -> Verdict:
     """Apply the safety limits to ``plan`` (module docstring); ``history`` holds the
-    controller's earlier outcomes, ``now`` the host's clock in seconds since the epoch."""
+    controller's earlier outcomes, ``now`` the host's clock in seconds since the epoch,
+    ``state_bytes`` each keyed task's measured state size (see :func:`state_sizes`)."""
     # Step 1.
     try:
         result = preview(abstraction, plan)
@@ -158,6 +197,23 @@ def check(
             reasons.append(
                 f"max key-group moves per hour: the plan moves {moves} key group(s) and "
                 f"{recent} moved in the last hour; the limit is {limit}"
+            )
+    # Step 5.
+    cap = safety.max_state_bytes_per_step
+    if cap is not None:
+        sizes = key_group_bytes(abstraction, state_bytes or {})
+        step = largest_step(abstraction, plan, sizes, resolve_logic=accept_any_ref)
+        if step is None:
+            reasons.append(
+                "max state per step: the plan moves key groups of a task whose state size "
+                "was not measured yet (wait for its metrics, or lift the limit)"
+            )
+        elif step > cap:
+            how = "a step of the plan" if plan.mode == "fluid" else "the plan"
+            reasons.append(
+                f"max state per step: {how} would ship about {_size(step)} of keyed state "
+                f"between workers; the limit is {_size(cap)} (make it fluid with fewer key "
+                "groups per step)"
             )
     if reasons:
         return Verdict("refuse", tuple(reasons), moves)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from controlplane.abstraction import Plan
+from controlplane.abstraction import Plan, bytes_shipped, key_group_bytes
 from controlplane.coordinator.reconfig import ENDED
 
 if TYPE_CHECKING:
@@ -142,26 +142,16 @@ class JobView:
 
     def bytes_shipped(self, result: Any, window_s: float) -> int | None:
         """Estimated bytes of keyed state that going from the current abstraction to
-        ``result`` ships between workers: for each key group whose owner ends on another
-        worker, its task's state over its key groups (measured over the last
-        ``window_s``). None when such a task's state size was not measured."""
-        total = 0.0
-        for op in self.abstraction.operators:
-            if not op.keyed:
-                continue
-            owner = result.owner_of(op.name)
-            worker_after = {t.id: t.resources.worker for t in result.operator(op.name).tasks}
-            sizes: dict[str, float] | None = None
-            for t in op.tasks:
-                groups = t.workload.key_groups or ()
-                leaving = sum(worker_after[owner[g]] != t.resources.worker for g in groups)
-                if not leaving:
-                    continue
-                sizes = self.state_bytes(op.name, window_s) if sizes is None else sizes
-                if t.id not in sizes:
-                    return None
-                total += sizes[t.id] * leaving / len(groups)
-        return round(total)
+        ``result`` ships between workers (:func:`controlplane.abstraction.bytes_shipped`, at
+        the state sizes measured over the last ``window_s``); None when a moving task's
+        size was not measured."""
+        a = self.abstraction
+        sizes: dict[str, float] = {}
+        for op in a.operators:
+            if op.keyed:
+                sizes.update(self.state_bytes(op.name, window_s))
+        shipped = bytes_shipped(a, result, key_group_bytes(a, sizes))
+        return None if shipped is None else round(shipped)
 
     def key_group_bytes(self, operator: str, window_s: float) -> float | None:
         """The largest estimated state per key group of a task of ``operator`` (its state's

@@ -57,23 +57,32 @@ def run_steps(a: Abstraction, steps: list) -> list[Abstraction]:
     return out
 
 
+def random_fluid_plan(data: st.DataObject, a: Abstraction) -> tuple[Plan, Abstraction] | None:
+    """A random plan on ``a`` in fluid mode (1 to 3 key groups a step, or one step) and its
+    result; None when the draw makes no valid plan."""
+    try:
+        _, plan, _ = random_step(data.draw, a)
+    except WorkerOverCapacity:
+        return None
+    if not plan:
+        return None
+    plan = replace(plan, mode="fluid", batch_size=data.draw(st.none() | st.integers(1, 3)))
+    try:
+        return plan, apply_plan(a, plan)
+    except WorkerOverCapacity:
+        return None
+
+
 @SETTINGS
 @given(deployments(), st.data())
 def test_steps_reach_the_plans_result_in_small_valid_steps(
     a: Abstraction, data: st.DataObject
 ) -> None:
-    try:
-        _, plan, _ = random_step(data.draw, a)
-    except WorkerOverCapacity:
+    drawn = random_fluid_plan(data, a)
+    if drawn is None:
         return
-    if not plan:
-        return
-    batch = data.draw(st.none() | st.integers(1, 3))
-    plan = replace(plan, mode="fluid", batch_size=batch)
-    try:
-        whole = apply_plan(a, plan)
-    except WorkerOverCapacity:
-        return
+    plan, whole = drawn
+    batch = plan.batch_size
     steps = fluid_steps(a, plan)
     event(f"steps: {min(len(steps), 4)}{'+' if len(steps) > 4 else ''}")
     chain = run_steps(a, steps)

@@ -157,6 +157,15 @@ def test_dry_run_and_safety_limits_never_touch_the_job(api: Api, job: int) -> No
         assert refused[0]["status"] == "refused"
         assert "count" in refused[0]["error"] and "2" in refused[0]["error"]
         assert controller(http, limited["id"])["failures"] == 0, "a safety refusal is no fault"
+        # A scale-out ships some of the count tasks' state: more than 1 byte a step.
+        small = attach(http, job, SCALER, safety='{"max_state_bytes_per_step": 1}').json()
+        refused = wait_until(lambda: decisions(http, small["id"]), 15, "a refused decision")
+        http.post(f"/api/v1/controllers/{small['id']}/stop")
+        assert refused[0]["status"] == "refused", refused[0]
+        assert refused[0]["error"].startswith("max state per step: the plan would ship about ")
+        assert refused[0]["error"].endswith(
+            "; the limit is 1 B (make it fluid with fewer key groups per step)"
+        )
         assert version(http, job) == 1
 
 

@@ -3,6 +3,8 @@ histories -> verdicts, with the reasons a person reads."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from controllers_support import wordcount
 
@@ -124,9 +126,35 @@ def test_safety_config() -> None:
             "config.min_parallelism.count: must be <= max_parallelism 4, got 5",
         ),
         ({"max_moves_per_hour": -3}, "config.max_moves_per_hour: must be >= 0"),
+        ({"max_state_bytes_per_step": 0}, "config.max_state_bytes_per_step: must be >= 1 byte"),
         ({"dry_run": "yes"}, "config.dry_run: expected true or false"),
         ({"cooldown": 5}, "config.cooldown: unknown field"),
     ]:
         with pytest.raises(ConfigError) as info:
             SafetyConfig.from_dict(bad)
         assert fragment in str(info.value)
+
+
+def test_keyed_state_shipped_per_step() -> None:
+    """``max_state_bytes_per_step``: count-0's 8 key groups hold 8 MB (measured); moving it
+    whole ships all of it, through a stand-in 2 key groups a step ships 2 MB a step."""
+    limit = SafetyConfig.from_dict({"max_state_bytes_per_step": 4_000_000})
+    sizes = {"count-0": 8e6, "count-1": 8e6}
+    verdict = check(MOVE, A, limit, [], now=NOW, state_bytes=sizes)
+    assert verdict.action == "refuse"
+    assert verdict.reason == (
+        "max state per step: the plan would ship about 8.0 MB of keyed state between "
+        "workers; the limit is 4.0 MB (make it fluid with fewer key groups per step)"
+    )
+    steps = replace(MOVE, mode="fluid", batch_size=2)
+    assert check(steps, A, limit, [], now=NOW, state_bytes=sizes).action == "apply"
+    bigger = replace(MOVE, mode="fluid", batch_size=5)
+    assert "a step of the plan would ship about 5.0 MB" in (
+        check(bigger, A, limit, [], now=NOW, state_bytes=sizes).reason or ""
+    )
+    unmeasured = check(MOVE, A, limit, [], now=NOW, state_bytes={"count-1": 8e6})
+    assert "state size was not measured yet" in (unmeasured.reason or "")
+    # Moving nothing keyed, or without the limit, state sizes do not matter.
+    assert check(MOVE, A, SafetyConfig(), [], now=NOW).action == "apply"
+    sink = migrate(A, "sink-0", "w2")
+    assert check(sink, A, limit, [], now=NOW, state_bytes={}).action == "apply"

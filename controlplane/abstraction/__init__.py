@@ -15,6 +15,7 @@ functions, shared by the StreamManager, the coordinator and the controllers::
 - :mod:`.validate`: :func:`apply_plan`, :func:`check_abstraction`.
 - :mod:`.diff`: :func:`diff`, :class:`Diff`.
 - :mod:`.fluid`: :func:`fluid_steps` (a plan in small steps, for ``mode: fluid``).
+- :mod:`.cost`: :func:`bytes_shipped`, :func:`largest_step` (keyed state a change ships).
 - :mod:`.helpers`: :func:`scale`, :func:`rebalance`, :func:`migrate`, :func:`update_logic`
   (on the algorithms of :mod:`.balance`).
 
@@ -38,6 +39,7 @@ Every PlanError but StaleVersion maps to HTTP 422; the mapping lives in the REST
 """
 
 from .balance import even_split, greedy_balance, imbalance, inverse_weights
+from .cost import bytes_shipped, key_group_bytes, largest_step
 from .diff import Diff, OperatorDiff, diff
 from .errors import (
     AbstractionError,
@@ -107,6 +109,7 @@ __all__ = [
     "WorkerOverCapacity",
     "Workload",
     "apply_plan",
+    "bytes_shipped",
     "check_abstraction",
     "diff",
     "even_split",
@@ -115,6 +118,8 @@ __all__ = [
     "greedy_balance",
     "imbalance",
     "inverse_weights",
+    "key_group_bytes",
+    "largest_step",
     "migrate",
     "op_from_dict",
     "rebalance",

@@ -99,7 +99,7 @@ def upload(
         str | None,
         typer.Option(
             help='JSON limits, or @file: {"cooldown_s", "min_parallelism", '
-            '"max_parallelism", "max_moves_per_hour"}'
+            '"max_parallelism", "max_moves_per_hour", "max_state_bytes_per_step"}'
         ),
     ] = None,
     dry_run: Annotated[

@@ -40,6 +40,7 @@ from controllers import (
     check_safety,
     decision_of,
     preview,
+    state_sizes,
 )
 from controlplane import db
 from controlplane.abstraction import AbstractionError, Plan, PlanError
@@ -248,7 +249,12 @@ class _Runner:
             await self._failed(f"plan refused by validation: {exc}", restart=False)
             return service.outcome_of(decision)
         verdict = check_safety(
-            plan, view.abstraction, SafetyConfig.from_dict(row.safety), view.history, now=view.now
+            plan,
+            view.abstraction,
+            SafetyConfig.from_dict(row.safety),
+            view.history,
+            now=view.now,
+            state_bytes=state_sizes(view.metrics),
         )
         if verdict.action == "refuse":
             self._host_log(f"plan refused by the safety limits: {verdict.reason}")

@@ -62,7 +62,7 @@ def attach_controller(
         str | None,
         Form(
             description='JSON object: {"cooldown_s", "min_parallelism", "max_parallelism", '
-            '"max_moves_per_hour"}'
+            '"max_moves_per_hour", "max_state_bytes_per_step"}'
         ),
     ] = None,
     dry_run: Annotated[bool, Form(description="record plans without applying them")] = False,

@@ -24,7 +24,7 @@ class ControllerRead(BaseModel):
     config: dict[str, Any]
     safety: dict[str, Any] = Field(
         description="limits the host enforces: cooldown_s, min/max_parallelism, "
-        "max_moves_per_hour, dry_run"
+        "max_moves_per_hour, max_state_bytes_per_step, dry_run"
     )
     interval_s: float = Field(description="seconds between two decide calls")
     status: ControllerStatus
