@@ -36,7 +36,14 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from controlplane.abstraction import AbstractionError, apply_plan, diff, fluid_steps
+from controlplane.abstraction import (
+    AbstractionError,
+    apply_plan,
+    bytes_shipped,
+    diff,
+    fluid_steps,
+    largest_step,
+)
 from controlplane.backends import BackendError, WorkerBackend, make_backend
 from controlplane.config import Settings
 from controlplane.coordinator import Coordinator, CoordinatorError, Job
@@ -304,11 +311,15 @@ class Engine:
                 steps = len(fluid_steps(current, plan)) if plan.mode == "fluid" else 1
             except AbstractionError as exc:
                 raise from_abstraction_error(exc) from None
+            sizes = view.group_sizes(state_window_s)
+            shipped = bytes_shipped(current, new, sizes)
+            step = largest_step(current, plan, sizes)
             return Preview(
                 plan=plan,
                 diff=diff(current, new).to_dict(),
                 steps=steps,
-                state_bytes_shipped=view.bytes_shipped(new, state_window_s),
+                state_bytes_shipped=None if shipped is None else round(shipped),
+                largest_step_bytes=None if step is None else round(step),
             )
 
         return self._call(preview, CALL_TIMEOUT_S)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from controlplane.abstraction import Plan, bytes_shipped, key_group_bytes
+from controlplane.abstraction import Plan, key_group_bytes
 from controlplane.coordinator.reconfig import ENDED
 
 if TYPE_CHECKING:
@@ -56,13 +56,14 @@ class Preview:
     """What a plan would do to a job (see :meth:`Engine.preview`): the plan, the diff of
     its result against the current version (fresh workers it would start are among its
     ``new_workers``), the versions it would go through (``steps``: one, or one per fluid
-    step), and the estimated bytes of keyed state it would ship between workers (None when
-    a moving task's state size was not measured)."""
+    step), and the estimated bytes of keyed state it would ship between workers, in all
+    and in its largest step (None when a moving task's state size was not measured)."""
 
     plan: Plan
     diff: Mapping[str, Any]
     steps: int
     state_bytes_shipped: int | None
+    largest_step_bytes: int | None
 
 
 @dataclass(frozen=True)
@@ -140,18 +141,17 @@ class JobView:
                 latest[task] = float(size)
         return latest
 
-    def bytes_shipped(self, result: Any, window_s: float) -> int | None:
-        """Estimated bytes of keyed state that going from the current abstraction to
-        ``result`` ships between workers (:func:`controlplane.abstraction.bytes_shipped`, at
-        the state sizes measured over the last ``window_s``); None when a moving task's
-        size was not measured."""
+    def group_sizes(self, window_s: float) -> dict[str, dict[int, float]]:
+        """Each key group's estimated state in bytes, by keyed operator: its task's size,
+        measured over the last ``window_s``, spread over the task's key groups
+        (:func:`controlplane.abstraction.key_group_bytes`; groups of unmeasured tasks are
+        missing)."""
         a = self.abstraction
         sizes: dict[str, float] = {}
         for op in a.operators:
             if op.keyed:
                 sizes.update(self.state_bytes(op.name, window_s))
-        shipped = bytes_shipped(a, result, key_group_bytes(a, sizes))
-        return None if shipped is None else round(shipped)
+        return key_group_bytes(a, sizes)
 
     def key_group_bytes(self, operator: str, window_s: float) -> float | None:
         """The largest estimated state per key group of a task of ``operator`` (its state's

@@ -519,6 +519,7 @@ def test_preview_says_what_a_reconfiguration_would_do_without_doing_it(api: Api)
         assert "count-0" in seen["affected_tasks"]
         # All of count-0's state ships: its measured size (a report apart at most).
         assert seen["state_bytes_shipped"] == pytest.approx(size, rel=0.1), (seen, size)
+        assert seen["largest_step_bytes"] == seen["state_bytes_shipped"]  # one step
 
         # A fluid scale-out in steps of 8: the versions previewed are the versions made.
         body = {"operator": "count", "parallelism": 3, "mode": "fluid", "batch_size": 8}
@@ -526,6 +527,7 @@ def test_preview_says_what_a_reconfiguration_would_do_without_doing_it(api: Api)
         assert r.status_code == 200, r.text
         seen = r.json()
         assert seen["steps"] > 2 and seen["result_version"] == v + seen["steps"], seen
+        assert 0 < seen["largest_step_bytes"] < seen["state_bytes_shipped"], seen
         assert seen["key_group_moves"] == 128 - 2 * 43, seen  # 43, 43, 42 key groups after
         assert seen["diff"]["operators"][0]["new_tasks"] == ["count-2"], seen
         assert current(http, job)["job"]["version"] == v  # nothing changed

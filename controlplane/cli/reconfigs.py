@@ -119,7 +119,12 @@ def print_preview(seen: dict[str, Any]) -> None:
         console.print(f"{label}: {what}", highlight=False, markup=False)
     console.print(
         f"key groups changing task: {seen['key_group_moves']}; keyed state shipped between "
-        f"workers: {fmt_bytes(seen['state_bytes_shipped'])}",
+        f"workers: {fmt_bytes(seen['state_bytes_shipped'])}"
+        + (
+            f" ({fmt_bytes(seen['largest_step_bytes'])} in its largest step)"
+            if seen["steps"] > 1
+            else ""
+        ),
         highlight=False,
     )
 

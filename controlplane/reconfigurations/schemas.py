@@ -260,4 +260,8 @@ class PreviewRead(BaseModel):
         description="estimated bytes of keyed state it would ship between workers, from the "
         "state sizes measured over the last 10 s; null when a moving task's size is unknown"
     )
+    largest_step_bytes: int | None = Field(
+        description="of that, the most one step would ship (pause mode: all of it): what the "
+        "tasks of a step wait for, and what controllers' max_state_bytes_per_step limits"
+    )
     diff: DiffRead = Field(description="the result against the current version")

@@ -281,6 +281,7 @@ def preview_reconfiguration(
             "steps": seen.steps,
             "key_group_moves": sum(len(op["key_group_moves"]) for op in seen.diff["operators"]),
             "state_bytes_shipped": seen.state_bytes_shipped,
+            "largest_step_bytes": seen.largest_step_bytes,
             "diff": seen.diff,
         }
     )

@@ -453,7 +453,8 @@ function previewText(kind, seen) {
   const shipped =
     seen.state_bytes_shipped == null
       ? "the keyed state it would ship is not measured yet"
-      : `about ${bytes(seen.state_bytes_shipped)} of keyed state shipped between workers`;
+      : `about ${bytes(seen.state_bytes_shipped)} of keyed state shipped between workers` +
+        (seen.steps > 1 ? ` (${bytes(seen.largest_step_bytes)} in its largest step)` : "");
   const parts = [`${seen.key_group_moves} key groups would change task`, shipped];
   const tasks = (field) => seen.diff.operators.flatMap((op) => op[field].map((t) => (Array.isArray(t) ? t[0] : t)));
   for (const [field, label] of [
