@@ -48,7 +48,7 @@ from controlplane.backends import BackendError, WorkerBackend, make_backend
 from controlplane.config import Settings
 from controlplane.coordinator import Coordinator, CoordinatorError, Job
 from controlplane.coordinator.plans import refresh_workers
-from controlplane.coordinator.reconfig import ReconfigurationError
+from controlplane.coordinator.reconfig import Cancellation, ReconfigurationError
 from controlplane.engine_views import (
     JobState,
     JobView,
@@ -114,6 +114,7 @@ class Engine:
         self._loop_thread: int | None = None
         self._busy: set[str] = set()  # ids of jobs with a reserved or running plan
         self._cancelled: dict[str, str] = {}  # job id -> why its reserved plan must not start
+        self._tokens: dict[str, Cancellation] = {}  # job id -> its plan's, while carried out
         self._runs: set[asyncio.Task[None]] = set()
 
     # -- lifecycle (on the loop) -----------------------------------------------------------
@@ -375,12 +376,15 @@ class Engine:
 
         async def cancel() -> None:
             job = self.coordinator.jobs.get(job_id)
-            if job is not None and job.cancellation is not None:
-                try:
+            token = self._tokens.get(job_id)
+            if job is not None and job.cancellation is not None and job.cancellation is token:
+                try:  # it holds the job: the coordinator says whether it can stop now
                     self.coordinator.cancel_plan(job_id, reason)
                 except ReconfigurationError as exc:
                     raise NotCancellable(str(exc)) from None
-            elif job_id in self._busy:
+            elif token is not None:  # carried out, not started yet: it ends at its start
+                token.request(reason)
+            elif job_id in self._busy:  # reserved, not carried out yet
                 self._cancelled.setdefault(job_id, reason)
             else:
                 raise NotCancellable("no reconfiguration of the job is under way")
@@ -435,9 +439,12 @@ class Engine:
                 self._busy.discard(rid)
             return
         writer = asyncio.create_task(write_changes(), name=f"report-{rid}")
+        token = self._tokens[rid] = Cancellation()
         try:
             job = self.coordinator.jobs[rid]
-            run = asyncio.create_task(self.coordinator.apply_plan(rid, plan, on_change=on_change))
+            run = asyncio.create_task(
+                self.coordinator.apply_plan(rid, plan, on_change=on_change, cancellation=token)
+            )
             try:
                 await asyncio.wait({run})
             except asyncio.CancelledError:
@@ -449,6 +456,7 @@ class Engine:
             await report(_outcome(job, run, plan.base_version))
         finally:
             writer.cancel()
+            self._tokens.pop(rid, None)
             self._busy.discard(rid)
 
     def _worker_views(self) -> list[WorkerView]:

@@ -283,3 +283,32 @@ def test_a_worker_started_for_a_plan_that_does_not_complete_is_stopped_again(
     assert not psutil.pid_exists(co.workers[fresh].pid)  # stopped before the plan returned
     assert cluster.wait(job, 60) == "finished", job.error
     assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
+
+
+def test_a_plan_cancelled_before_it_holds_the_job_changes_nothing(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    """A caller's token cancelled before the plan starts (as the REST engine does for a
+    request cancelled right after it was accepted): pause or fluid, nothing is sent."""
+    from controlplane.coordinator.reconfig import Cancellation
+
+    params = {"records": 20_000, "rate": 20_000, "output": str(tmp_path)}
+    job = cluster.submit(load_job("examples.wordcount:build", params))
+    co = cluster.coordinator
+    time.sleep(0.3)
+    before, version = job.layout, job.abstraction.version
+    plan, half = half_of_count_0(job)
+    for mode, error in (
+        ("pause", "never mind"),
+        ("fluid", f"never mind: step 1 of {len(half) // 4} did not start; nothing changed"),
+    ):
+        token = Cancellation()
+        token.request("never mind")
+        paced = Plan(
+            plan.base_version, plan.ops, mode=mode, batch_size=4 if mode == "fluid" else None
+        )
+        rec = cluster.call(co.apply_plan(job.id, paced, cancellation=token))
+        assert (rec.status, rec.error) == ("cancelled", error)
+        assert job.layout == before and job.abstraction.version == version
+    assert cluster.wait(job, 60) == "finished", job.error
+    assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)

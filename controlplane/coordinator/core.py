@@ -285,6 +285,7 @@ class Coordinator:
         restart: bool = False,
         new_workers: bool = False,
         on_change: Any = None,
+        cancellation: Any = None,
     ) -> Any:
         """Validate ``plan`` (a :class:`controlplane.abstraction.Plan`) and carry it out live
         (or, with ``restart``, by the stop-and-restart baseline, on new worker processes
@@ -298,6 +299,7 @@ class Coordinator:
             restart=restart,
             new_workers=new_workers,
             on_change=on_change,
+            cancellation=cancellation,
         )
 
     def cancel_plan(self, job_id: str, reason: str = "cancelled on request") -> Any:

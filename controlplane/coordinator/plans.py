@@ -113,6 +113,7 @@ async def apply(
     restart: bool = False,
     new_workers: bool = False,
     on_change: Callable[[Reconfiguration], None] | None = None,
+    cancellation: Cancellation | None = None,
 ) -> Reconfiguration:
     """Validate ``plan`` against the job's current abstraction and carry it out live.
 
@@ -125,10 +126,14 @@ async def apply(
     stop-and-restart baseline (:mod:`.restart`) instead, for comparison, on new worker
     processes with ``new_workers`` (the new version names them). ``on_change(record)`` follows the record
     from its creation through every status change (see :func:`.reconfig.run_locked`).
+    ``cancellation``: a token the caller may cancel the plan with before it holds the
+    job's lock (see :func:`cancel` for after); a plan cancelled so ends ``cancelled``.
     """
     refuse_if_busy(job, wait)
     async with job.lock:
-        cancellation = Cancellation(fluid=plan.mode == "fluid" and not restart, restart=restart)
+        cancellation = cancellation or Cancellation()
+        cancellation.fluid = plan.mode == "fluid" and not restart
+        cancellation.restart = restart
         job.cancellation = cancellation
         started: list[str] = []  # workers started for the plan
         try:
