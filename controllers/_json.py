@@ -88,6 +88,10 @@ def int_keys(value: Any, path: str) -> dict[int, int]:
     return result
 
 
+def opt_int_keys(value: Any, path: str) -> dict[int, int] | None:
+    return None if value is None else int_keys(value, path)
+
+
 def str_keys(value: Any, path: str) -> dict[str, int]:
     """An object of integer counts keyed by strings."""
     return {str(k): integer(v, f"{path}[{k!r}]") for k, v in obj(value, path).items()}

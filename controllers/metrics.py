@@ -11,6 +11,7 @@ questions policies ask::
     m.input_rate("count")            # records/s into the operator
     m.key_group_loads("count")       # {key group: records/s}
     m.state_bytes("count")           # {task: estimated bytes of keyed state}
+    m.key_group_state_bytes("count") # {key group: estimated bytes of its state}
     m.processing_speeds("count")     # {task: records per busy second} (measured tasks only)
     m.traffic_matrix(tasks)          # numpy array of bytes/s from row task to column task
     m.latency.p99_ms                 # end-to-end at the sinks (count == 0: nothing measured)
@@ -89,10 +90,12 @@ class TaskSample(_Record):
     key_groups: Mapping[int, int]  # records per key group summed over the window
     state_keys: int | None = None  # keys in its state (keyed tasks; latest level)
     state_bytes: int | None = None  # its state's estimated pickled size: what a move ships
+    state_key_groups: Mapping[int, int] | None = None  # of that, each key group it owns
 
     _special: ClassVar[Mapping[str, Callable[[Any, str], Any]]] = {
         "queued": js.str_keys,
         "key_groups": js.int_keys,
+        "state_key_groups": js.opt_int_keys,
     }
 
     @property
@@ -111,6 +114,8 @@ class TaskSample(_Record):
         d = dataclasses.asdict(self)
         d["queued"] = dict(self.queued)
         d["key_groups"] = {str(g): n for g, n in self.key_groups.items()}
+        if self.state_key_groups is not None:
+            d["state_key_groups"] = {str(g): n for g, n in self.state_key_groups.items()}
         return d
 
 
@@ -216,6 +221,13 @@ class MetricsWindow:
             for g, n in t.key_groups.items():
                 loads[g] = loads.get(g, 0.0) + n / self.window_s
         return dict(sorted(loads.items()))
+
+    def key_group_state_bytes(self, operator: str) -> dict[int, int]:
+        """Estimated bytes of keyed state of each key group of ``operator``, as its owner
+        last reported it (groups of tasks that report no per-group sizes are missing)."""
+        return {
+            g: n for t in self.tasks_of(operator) for g, n in (t.state_key_groups or {}).items()
+        }
 
     def state_bytes(self, operator: str) -> dict[str, int]:
         """Estimated bytes of keyed state of each reporting task of ``operator`` (what moving

@@ -5,7 +5,7 @@ The host calls :func:`check` with each plan a controller decides, before submitt
     safety = SafetyConfig.from_dict({"cooldown_s": 120, "max_parallelism": {"*": 8},
                                      "max_moves_per_hour": 256, "dry_run": False})
     verdict = check(plan, view.abstraction, safety, view.history, now=view.now,
-                    state_bytes=state_sizes(view.metrics))
+                    sizes=state_sizes(view))
     verdict.action     # "apply" | "dry_run" | "refuse"
     verdict.reason     # why it was refused (every limit broken, "; "-joined), else None
     verdict.moves      # key groups the plan moves: record it in the plan's Outcome
@@ -24,9 +24,9 @@ Steps of :func:`check`, each adding a reason when its limit is broken:
    ``max_moves_per_hour``.
 5. State: no step of the plan (the whole plan in pause mode, each step in fluid mode)
    ships more than ``max_state_bytes_per_step`` of keyed state between workers, estimated
-   from the tasks' measured state sizes (``state_bytes``: task -> bytes, e.g. from the
-   view's metrics; :func:`controlplane.abstraction.largest_step`). A plan moving a task
-   whose size was not measured is refused while the limit is set.
+   from the measured state sizes (``sizes``: :func:`state_sizes` of the view;
+   :func:`controlplane.abstraction.largest_step`). A plan moving a key group whose size
+   was not measured is refused while the limit is set.
 
 Then a plan with no reason is ``dry_run`` when the config says so, else ``apply``.
 """
@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 from controlplane.abstraction import (
     Abstraction,
+    GroupBytes,
     Plan,
     PlanError,
     diff,
@@ -48,9 +49,8 @@ from controlplane.abstraction import (
 
 from .config import check as require
 from .config import config_to_dict, parse_config
-from .metrics import MetricsWindow
 from .plans import accept_any_ref, preview
-from .view import Outcome
+from .view import Outcome, View
 
 __all__ = ["MOVES_WINDOW_S", "SafetyConfig", "Verdict", "check", "count_moves", "state_sizes"]
 
@@ -130,11 +130,14 @@ def count_moves(before: Abstraction, after: Abstraction) -> int:
     return sum(len(d.key_group_moves) for d in diff(before, after).operators)
 
 
-def state_sizes(metrics: MetricsWindow | None) -> dict[str, float]:
-    """Each keyed task's estimated state in bytes, from its latest report in ``metrics``."""
-    if metrics is None:
-        return {}
-    return {t.task: float(t.state_bytes) for t in metrics.tasks if t.state_bytes is not None}
+def state_sizes(view: View) -> GroupBytes:
+    """Each key group's estimated state in bytes, by keyed operator, from the view's
+    metrics: the share its task last reported for it, else the task's size over its key
+    groups (:func:`controlplane.abstraction.key_group_bytes`)."""
+    tasks = view.metrics.tasks if view.metrics is not None else ()
+    task_bytes = {t.task: float(t.state_bytes) for t in tasks if t.state_bytes is not None}
+    shares = {t.task: dict(t.state_key_groups) for t in tasks if t.state_key_groups}
+    return key_group_bytes(view.abstraction, task_bytes, shares)
 
 
 def _size(n: float) -> str:
@@ -152,11 +155,11 @@ def check(
     history: Iterable[Outcome],
     *,
     now: float,
-    state_bytes: Mapping[str, float] | None = None,
+    sizes: GroupBytes | None = None,
 ) -> Verdict:
     """Apply the safety limits to ``plan`` (module docstring); ``history`` holds the
     controller's earlier outcomes, ``now`` the host's clock in seconds since the epoch,
-    ``state_bytes`` each keyed task's measured state size (see :func:`state_sizes`)."""
+    ``sizes`` each key group's measured state (see :func:`state_sizes`)."""
     # Step 1.
     try:
         result = preview(abstraction, plan)
@@ -201,8 +204,7 @@ def check(
     # Step 5.
     cap = safety.max_state_bytes_per_step
     if cap is not None:
-        sizes = key_group_bytes(abstraction, state_bytes or {})
-        step = largest_step(abstraction, plan, sizes, resolve_logic=accept_any_ref)
+        step = largest_step(abstraction, plan, sizes or {}, resolve_logic=accept_any_ref)
         if step is None:
             reasons.append(
                 "max state per step: the plan moves key groups of a task whose state size "

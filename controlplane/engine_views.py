@@ -142,16 +142,24 @@ class JobView:
         return latest
 
     def group_sizes(self, window_s: float) -> dict[str, dict[int, float]]:
-        """Each key group's estimated state in bytes, by keyed operator: its task's size,
-        measured over the last ``window_s``, spread over the task's key groups
-        (:func:`controlplane.abstraction.key_group_bytes`; groups of unmeasured tasks are
-        missing)."""
+        """Each key group's estimated state in bytes, by keyed operator, from its task's
+        latest report in the last ``window_s``: the group's own share when the report has
+        it, else the task's size spread over its key groups
+        (:func:`controlplane.abstraction.key_group_bytes`); groups of unmeasured tasks are
+        missing."""
         a = self.abstraction
-        sizes: dict[str, float] = {}
+        task_bytes: dict[str, float] = {}
+        shares: dict[str, dict[int, float]] = {}
         for op in a.operators:
-            if op.keyed:
-                sizes.update(self.state_bytes(op.name, window_s))
-        return key_group_bytes(a, sizes)
+            if not op.keyed:
+                continue
+            for task, snap in self._reports(op.name, window_s):
+                state = snap.get("state") or {}
+                if state.get("bytes") is not None:
+                    task_bytes[task] = float(state["bytes"])
+                    groups = dict(state.get("groups") or {})
+                    shares[task] = {int(g): float(n) for g, n in groups.items()}
+        return key_group_bytes(a, task_bytes, shares)
 
     def key_group_bytes(self, operator: str, window_s: float) -> float | None:
         """The largest estimated state per key group of a task of ``operator`` (its state's

@@ -63,6 +63,7 @@ class KeyedState:
         self._groups: dict[int, dict] = {g: {} for g in groups}
         self._per_key: dict[int, float] = {}  # key group -> estimated pickled bytes per key
         self._turn = 0  # where the next size report starts re-estimating
+        self._sizes: dict[int, int] = {}  # key group -> estimated bytes, as of the last size()
 
     def owned(self) -> list[int]:
         return sorted(self._groups)
@@ -117,7 +118,8 @@ class KeyedState:
         self._groups.pop(group, None)
 
     def size(self, refresh: int = SIZE_REFRESH) -> tuple[int, int | None]:
-        """(keys, estimated bytes) of the state: what moving all of it would ship.
+        """(keys, estimated bytes) of the state: what moving all of it would ship (each
+        key group's share: :meth:`group_sizes`, after this call).
 
         Each key group's bytes per key are estimated by pickling a few of its entries;
         a call re-estimates at most ``refresh`` groups (those never estimated first, then
@@ -137,17 +139,25 @@ class KeyedState:
             try:
                 pickled = len(pickle.dumps(sample, protocol=5))
             except Exception:  # a lock, a socket, a lambda... in the user's state
+                self._sizes = {}
                 return sum(len(store) for store in groups.values()), None
             self._per_key[g] = (pickled - _EMPTY_DICT) / len(sample)
         self._turn = start + max(refresh - (len(todo) - len(known)), 0)
         per_key = [self._per_key[g] for g in owned if g in self._per_key]
         mean = sum(per_key) / len(per_key) if per_key else 0.0
         keys = est = 0
+        self._sizes = dict.fromkeys(groups, 0)  # an empty group ships next to nothing
         for g in owned:
             n = len(groups[g])
             keys += n
-            est += n * self._per_key.get(g, mean)
-        return keys, int(est + _EMPTY_DICT * len(owned))
+            self._sizes[g] = int(n * self._per_key.get(g, mean) + _EMPTY_DICT)
+            est += self._sizes[g]
+        return keys, est
+
+    def group_sizes(self) -> dict[int, int]:
+        """Each owned key group's estimated bytes (0 when empty), as the last :meth:`size`
+        call estimated them (they add up to its bytes)."""
+        return {g: n for g, n in self._sizes.items() if g in self._groups}
 
     def items(self) -> Iterator[tuple[int, Any, Any]]:
         """Every (group, key, value), groups in order."""

@@ -218,8 +218,9 @@ class StreamTask(BaseTask):
     def snapshot_metrics(self) -> dict:
         snap = super().snapshot_metrics()
         if isinstance(self.processor, KeyedProcessor):  # a level, like the queues
-            keys, size = self.processor.state.size()
-            snap["state"] = {"keys": keys, "bytes": size}
+            state = self.processor.state
+            keys, size = state.size()
+            snap["state"] = {"keys": keys, "bytes": size, "groups": state.group_sizes()}
         return snap
 
     def call_soon(self, call: Callable[[], None]) -> asyncio.Future:

@@ -45,6 +45,11 @@ def test_each_task_s_state_is_spread_over_its_key_groups() -> None:
     assert key_group_bytes(a, {"count-0": 64 * MB})["count"].keys() == set(
         a.task("count-0").workload.key_groups
     )  # a task without a size: its groups have none
+    # A task's reported share of a key group wins over its mean.
+    first = a.task("count-0").workload.key_groups[0]
+    shared = key_group_bytes(a, {"count-0": 64 * MB}, {"count-0": {first: 5 * MB}})
+    assert shared["count"][first] == 5 * MB
+    assert shared["count"][first + 1] == MB
 
 
 def test_a_migration_ships_its_task_s_state_and_a_move_on_one_worker_nothing() -> None:

@@ -521,6 +521,22 @@ def test_preview_says_what_a_reconfiguration_would_do_without_doing_it(api: Api)
         assert seen["state_bytes_shipped"] == pytest.approx(size, rel=0.1), (seen, size)
         assert seen["largest_step_bytes"] == seen["state_bytes_shipped"]  # one step
 
+        # Part of a task's key groups: what their reported shares add up to.
+        count_0 = counted_state(http, job)["count-0"]
+        shares = count_0["state_key_groups"]
+        assert sum(shares.values()) == count_0["state_bytes"]
+        big = sorted(shares, key=lambda g: -shares[g])[:8]
+        groups = key_groups(a)
+        moved = {
+            "count-0": [g for g in groups["count-0"] if str(g) not in big],
+            "count-1": sorted(groups["count-1"] + [int(g) for g in big]),
+        }
+        ops = [{"op": "assignWorkload", "operator": "count", "workload": moved}]
+        r = http.post(url, json={"origin": "plan", "base_version": v, "ops": ops})
+        assert r.status_code == 200, r.text
+        expected = sum(shares[g] for g in big)
+        assert r.json()["state_bytes_shipped"] == pytest.approx(expected, rel=0.1), expected
+
         # A fluid scale-out in steps of 8: the versions previewed are the versions made.
         body = {"operator": "count", "parallelism": 3, "mode": "fluid", "batch_size": 8}
         r = http.post(url, json={"origin": "scale", **body})

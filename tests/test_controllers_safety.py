@@ -10,7 +10,14 @@ from controllers_support import wordcount
 
 from controllers import ConfigError, Outcome, Plan, SafetyConfig
 from controllers.safety import check, count_moves
-from controlplane.abstraction import AssignWorkload, apply_plan, migrate, rebalance, scale
+from controlplane.abstraction import (
+    AssignWorkload,
+    apply_plan,
+    key_group_bytes,
+    migrate,
+    rebalance,
+    scale,
+)
 
 NOW = 10_000.0
 A = wordcount(parallelism=2, max_parallelism=16, n_workers=3)  # count-0: 0-7, count-1: 8-15
@@ -139,22 +146,22 @@ def test_keyed_state_shipped_per_step() -> None:
     """``max_state_bytes_per_step``: count-0's 8 key groups hold 8 MB (measured); moving it
     whole ships all of it, through a stand-in 2 key groups a step ships 2 MB a step."""
     limit = SafetyConfig.from_dict({"max_state_bytes_per_step": 4_000_000})
-    sizes = {"count-0": 8e6, "count-1": 8e6}
-    verdict = check(MOVE, A, limit, [], now=NOW, state_bytes=sizes)
+    sizes = key_group_bytes(A, {"count-0": 8e6, "count-1": 8e6})
+    verdict = check(MOVE, A, limit, [], now=NOW, sizes=sizes)
     assert verdict.action == "refuse"
     assert verdict.reason == (
         "max state per step: the plan would ship about 8.0 MB of keyed state between "
         "workers; the limit is 4.0 MB (make it fluid with fewer key groups per step)"
     )
     steps = replace(MOVE, mode="fluid", batch_size=2)
-    assert check(steps, A, limit, [], now=NOW, state_bytes=sizes).action == "apply"
+    assert check(steps, A, limit, [], now=NOW, sizes=sizes).action == "apply"
     bigger = replace(MOVE, mode="fluid", batch_size=5)
     assert "a step of the plan would ship about 5.0 MB" in (
-        check(bigger, A, limit, [], now=NOW, state_bytes=sizes).reason or ""
+        check(bigger, A, limit, [], now=NOW, sizes=sizes).reason or ""
     )
-    unmeasured = check(MOVE, A, limit, [], now=NOW, state_bytes={"count-1": 8e6})
+    unmeasured = check(MOVE, A, limit, [], now=NOW, sizes=key_group_bytes(A, {"count-1": 8e6}))
     assert "state size was not measured yet" in (unmeasured.reason or "")
     # Moving nothing keyed, or without the limit, state sizes do not matter.
     assert check(MOVE, A, SafetyConfig(), [], now=NOW).action == "apply"
     sink = migrate(A, "sink-0", "w2")
-    assert check(sink, A, limit, [], now=NOW, state_bytes={}).action == "apply"
+    assert check(sink, A, limit, [], now=NOW, sizes={}).action == "apply"

@@ -223,8 +223,18 @@ def test_size_estimates_what_a_move_ships_and_follows_the_keys() -> None:
     keys, size = state.size()
     assert keys == 64 * 78 + 32 * 10
     assert size == pytest.approx(exported(state), rel=0.01)
+    # Each key group's share: the bigger groups are seen bigger, and they add up.
+    shares = state.group_sizes()
+    assert sum(shares.values()) == size and len(shares) == 64
+    assert KeyedState("empty", range(4)).group_sizes() == {}  # no size() yet
+    empty = KeyedState("empty", range(4))
+    empty.size()
+    assert empty.group_sizes() == dict.fromkeys(range(4), 0)
+    for g in (2, 3):
+        assert shares[g] == pytest.approx(len(state.export_group(g)), rel=0.01)
     state.drop_group(0)
     assert state.size()[0] == 63 * 78 + 31 * 10
+    assert 0 not in state.group_sizes()
     assert KeyedState("empty", range(4)).size() == (0, 0)
 
 
@@ -245,5 +255,6 @@ def test_size_of_state_that_does_not_pickle_is_unknown() -> None:
     state.group(0)["ok"] = 1
     state.group(1)["lock"] = threading.Lock()  # a user's mistake: it could not move either
     assert state.size() == (2, None)
+    assert state.group_sizes() == {}
     state.drop_group(1)
     assert state.size()[1] == pytest.approx(len(state.export_group(0)), rel=0.05)

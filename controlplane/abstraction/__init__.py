@@ -39,7 +39,7 @@ Every PlanError but StaleVersion maps to HTTP 422; the mapping lives in the REST
 """
 
 from .balance import even_split, greedy_balance, imbalance, inverse_weights
-from .cost import bytes_shipped, key_group_bytes, largest_step
+from .cost import GroupBytes, bytes_shipped, key_group_bytes, largest_step
 from .diff import Diff, OperatorDiff, diff
 from .errors import (
     AbstractionError,
@@ -86,6 +86,7 @@ __all__ = [
     "AssignWorkload",
     "BadLogic",
     "Diff",
+    "GroupBytes",
     "Input",
     "InvalidPlan",
     "KeyGroupConflict",

@@ -21,8 +21,13 @@ __all__ = ["GroupBytes", "bytes_shipped", "key_group_bytes", "largest_step"]
 GroupBytes = Mapping[str, Mapping[int, float]]  # operator -> key group -> estimated bytes
 
 
-def key_group_bytes(a: Abstraction, task_bytes: Mapping[str, float]) -> dict[str, dict[int, float]]:
-    """Each key group's estimated state: its task's size (``task_bytes``: task id ->
+def key_group_bytes(
+    a: Abstraction,
+    task_bytes: Mapping[str, float],
+    shares: Mapping[str, Mapping[int, float]] | None = None,
+) -> dict[str, dict[int, float]]:
+    """Each key group's estimated state: the share its task reported for it (``shares``:
+    task id -> key group -> bytes), else the task's size (``task_bytes``: task id ->
     bytes) over the task's key groups. Groups of tasks without a size are left out."""
     sizes: dict[str, dict[int, float]] = {}
     for op in a.operators:
@@ -31,8 +36,11 @@ def key_group_bytes(a: Abstraction, task_bytes: Mapping[str, float]) -> dict[str
         groups = sizes.setdefault(op.name, {})
         for t in op.tasks:
             owned = t.workload.key_groups or ()
-            if t.id in task_bytes and owned:
-                groups.update(dict.fromkeys(owned, task_bytes[t.id] / len(owned)))
+            if t.id not in task_bytes or not owned:
+                continue
+            reported = (shares or {}).get(t.id, {})
+            mean = task_bytes[t.id] / len(owned)
+            groups.update({g: float(reported.get(g, mean)) for g in owned})
     return sizes
 
 

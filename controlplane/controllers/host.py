@@ -254,7 +254,7 @@ class _Runner:
             SafetyConfig.from_dict(row.safety),
             view.history,
             now=view.now,
-            state_bytes=state_sizes(view.metrics),
+            sizes=state_sizes(view),
         )
         if verdict.action == "refuse":
             self._host_log(f"plan refused by the safety limits: {verdict.reason}")

@@ -32,6 +32,10 @@ class TaskMetrics(BaseModel):
         description="its keyed state's size as a move ships it (pickled), estimated from a "
         "few keys per key group (keyed tasks; latest)",
     )
+    state_key_groups: dict[int, int] | None = Field(
+        None,
+        description="of that, each key group it owns (0 when empty; keyed tasks; latest)",
+    )
 
 
 class OperatorMetrics(BaseModel):

@@ -53,6 +53,7 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
     queued: dict[str, dict[str, int]] = {}
     state_keys: dict[str, int] = {}
     state_bytes: dict[str, int | None] = {}  # None: the task's state does not pickle
+    state_groups: dict[str, dict[int, int]] = {}
     groups: dict[str, Counter[int]] = {}
     traffic: dict[tuple[str, str], Counter[str]] = {}
     latency = LatencyHistogram()
@@ -65,6 +66,8 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
             size = snap["state"].get("bytes")
             state_keys[task] = int(snap["state"]["keys"])
             state_bytes[task] = None if size is None else int(size)
+            shares = dict(snap["state"].get("groups") or {})
+            state_groups[task] = {int(g): int(n) for g, n in sorted(shares.items())}
         for g, n in dict(snap.get("key_groups") or {}).items():
             groups.setdefault(task, Counter())[int(g)] += int(n)
         for target, ch in dict(snap.get("channels") or {}).items():
@@ -87,6 +90,7 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
             key_groups=dict(sorted(groups.get(task, Counter()).items())),
             state_keys=state_keys.get(task),
             state_bytes=state_bytes.get(task),
+            state_key_groups=state_groups.get(task),
         )
         for task, agg in sorted(sums.items())
     ]
