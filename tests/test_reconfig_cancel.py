@@ -11,27 +11,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from controlplane.abstraction import AssignWorkload, Plan, diff, scale
+from controlplane.abstraction import Plan, diff, scale
 from controlplane.coordinator.reconfig import ReconfigurationError
 from controlplane.testing import BackgroundCluster
 from examples import wordcount
 from runtime.dataflow import load_job
 from tests.e2e_jobs import counting_reference, final_counts
-from tests.test_reconfig_e2e import start_held_job
+from tests.test_reconfig_e2e import half_of_count_0, release_and_check, start_held_job
 
 pytestmark = pytest.mark.slow
-
-
-def half_of_count_0(job) -> tuple[Plan, list[int]]:
-    """A plan moving half of count-0's key groups to count-1, and those groups."""
-    a = job.abstraction
-    groups = {t.id: list(t.workload.key_groups) for t in a.operator("count").tasks}
-    half = groups["count-0"][: len(groups["count-0"]) // 2]
-    moved = {
-        "count-0": [g for g in groups["count-0"] if g not in half],
-        "count-1": groups["count-1"] + half,
-    }
-    return Plan(a.version, (AssignWorkload("count", moved),)), half
 
 
 async def until(condition, timeout: float = 10.0) -> None:
@@ -201,9 +189,7 @@ def test_a_cancelled_fluid_plan_withdraws_a_stage_held_up_at_once(
     hold.unlink()
     time.sleep(0.3)
     cancel_after_two_steps(cluster, job, "held up", hold)
-    hold.unlink()
-    assert cluster.wait(job, 60) == "finished", job.error
-    assert final_counts(out) == counting_reference(records)
+    release_and_check(cluster, job, hold, out, records)
 
 
 def test_random_plans_cancelled_at_random_moments_keep_results_exact(

@@ -95,6 +95,27 @@ def start_held_job(
     return cluster.submit(load_job("tests.e2e_jobs:held_job", params)), hold, out
 
 
+def half_of_count_0(job) -> tuple:
+    """A plan moving half of count-0's key groups to count-1, and those groups."""
+    from controlplane.abstraction import AssignWorkload, Plan
+
+    a = job.abstraction
+    groups = {t.id: list(t.workload.key_groups) for t in a.operator("count").tasks}
+    half = groups["count-0"][: len(groups["count-0"]) // 2]
+    moved = {
+        "count-0": [g for g in groups["count-0"] if g not in half],
+        "count-1": groups["count-1"] + half,
+    }
+    return Plan(a.version, (AssignWorkload("count", moved),)), half
+
+
+def release_and_check(cluster: BackgroundCluster, job, hold: Path, out: Path, records: int) -> None:
+    """Let the held job flow again; it finishes with every key counted exactly."""
+    hold.unlink()
+    assert cluster.wait(job, 60) == "finished", job.error
+    assert final_counts(out) == counting_reference(records)
+
+
 def test_sync_that_cannot_complete_aborts_and_the_job_goes_on(
     cluster: BackgroundCluster, tmp_path: Path
 ) -> None:
@@ -111,9 +132,7 @@ def test_sync_that_cannot_complete_aborts_and_the_job_goes_on(
     assert "sync timed out after 1s" in rec.error and "count-" in rec.error
     assert job.status == "running"
     assert job.layout == before
-    hold.unlink()
-    assert cluster.wait(job, 60) == "finished", job.error
-    assert final_counts(out) == counting_reference(records)
+    release_and_check(cluster, job, hold, out, records)
 
 
 def test_a_fluid_plan_cut_short_keeps_its_completed_steps_and_exact_results(
@@ -124,20 +143,15 @@ def test_a_fluid_plan_cut_short_keeps_its_completed_steps_and_exact_results(
     barrier could not start within the sync timeout, saying which steps stay applied;
     the job runs on that valid version and its results are exact."""
 
-    from controlplane.abstraction import AssignWorkload, Plan, diff
+    from controlplane.abstraction import diff
 
     records = 40_000
     job, hold, out = start_held_job(cluster, tmp_path, records, hold_tasks=1)
     hold.unlink()  # not held at first: the first steps complete
     time.sleep(0.3)
     a = job.abstraction
-    groups = {t.id: list(t.workload.key_groups) for t in a.operator("count").tasks}
-    half = groups["count-0"][: len(groups["count-0"]) // 2]
-    moved = {
-        "count-0": [g for g in groups["count-0"] if g not in half],
-        "count-1": groups["count-1"] + half,
-    }
-    plan = Plan(a.version, (AssignWorkload("count", moved),), mode="fluid", batch_size=1)
+    plan, half = half_of_count_0(job)
+    plan = replace(plan, mode="fluid", batch_size=1)
 
     async def run_and_hold():
         run = asyncio.ensure_future(
@@ -165,9 +179,7 @@ def test_a_fluid_plan_cut_short_keeps_its_completed_steps_and_exact_results(
     assert rec.steps == k
     assert job.status == "running"
     assert len(diff(a, job.abstraction).operator("count").key_group_moves) == k
-    hold.unlink()
-    assert cluster.wait(job, 60) == "finished", job.error
-    assert final_counts(out) == counting_reference(records)
+    release_and_check(cluster, job, hold, out, records)
 
 
 def test_fluid_steps_run_as_stages_without_pausing(
