@@ -329,6 +329,7 @@ class SourceTask(BaseTask):
         super().__init__(task_id, op, index, outputs, metrics, host)
         self.reader = None
         self._barriers: deque[Barrier] = deque()
+        self._injected: set[int] = set()  # ids of every barrier injected here
         self._wakeup = asyncio.Event()
         self._closed = False
 
@@ -346,7 +347,12 @@ class SourceTask(BaseTask):
         self._barriers = deque(b for b in self._barriers if b.id != barrier_id)
 
     def inject(self, barrier: Barrier) -> None:
-        """Emit ``barrier`` after the records already emitted (called by the worker)."""
+        """Emit ``barrier`` after the records already emitted (called by the worker). A
+        barrier is emitted once, however often it is injected: a stage that goes on after
+        a withdrawal that could not take its barrier back is started again."""
+        if barrier.id in self._injected:
+            return
+        self._injected.add(barrier.id)
         self._barriers.append(barrier)
         self._wakeup.set()
 

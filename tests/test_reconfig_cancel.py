@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -298,3 +299,45 @@ def test_a_plan_cancelled_before_it_holds_the_job_changes_nothing(
         assert job.layout == before and job.abstraction.version == version
     assert cluster.wait(job, 60) == "finished", job.error
     assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
+
+
+def test_a_cancelled_stage_that_started_at_a_source_goes_on_without_a_second_barrier(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    """In the stock exchange the orders source routes straight to match, so a stage of a
+    fluid rebalance of match starts at the source, whose barrier cannot be taken back:
+    cancelled while such a stage runs, the stage goes on (told again) and the source must
+    not emit its barrier twice. Trades, statistics and alerts stay exact."""
+    from examples import stock_exchange
+
+    params = {
+        "records": 80_000,
+        "rate": 16_000,
+        "sources": 1,
+        "parallelism": 2,
+        "output": str(tmp_path),
+    }
+    job = cluster.submit(load_job("examples.stock_exchange:build", params))
+    co = cluster.coordinator
+    time.sleep(0.3)
+    plan, half = half_of_count_0(job, "match")
+    plan = replace(plan, mode="fluid", batch_size=1)
+
+    async def run_and_cancel():
+        run = asyncio.ensure_future(co.apply_plan(job.id, plan))
+        await until(lambda: job.reconfigurations and job.reconfigurations[-1].steps >= 2)
+        assert not run.done()
+        co.cancel_plan(job.id, "enough")  # most likely while a stage runs: it goes on
+        return await asyncio.wait_for(run, 15.0)
+
+    rec = cluster.call(run_and_cancel())
+    assert rec.status == "cancelled", rec.error
+    assert 2 <= rec.steps < len(half), rec.steps
+    assert job.status == "running", job.error
+    assert cluster.wait(job, 60) == "finished", job.error
+    got, want = stock_exchange.read_results(tmp_path), stock_exchange.reference(params)
+    assert (got["trades"], got["stats"], got["alerts"]) == (
+        want["trades"],
+        want["stats"],
+        want["alerts"],
+    )

@@ -95,18 +95,20 @@ def start_held_job(
     return cluster.submit(load_job("tests.e2e_jobs:held_job", params)), hold, out
 
 
-def half_of_count_0(job) -> tuple:
-    """A plan moving half of count-0's key groups to count-1, and those groups."""
+def half_of_count_0(job, operator: str = "count") -> tuple:
+    """A plan moving half of task 0's key groups to task 1 (of ``operator``: count by
+    default), and those groups."""
     from controlplane.abstraction import AssignWorkload, Plan
 
     a = job.abstraction
-    groups = {t.id: list(t.workload.key_groups) for t in a.operator("count").tasks}
-    half = groups["count-0"][: len(groups["count-0"]) // 2]
+    first, second = (f"{operator}-0", f"{operator}-1")
+    groups = {t.id: list(t.workload.key_groups) for t in a.operator(operator).tasks}
+    half = groups[first][: len(groups[first]) // 2]
     moved = {
-        "count-0": [g for g in groups["count-0"] if g not in half],
-        "count-1": groups["count-1"] + half,
+        first: [g for g in groups[first] if g not in half],
+        second: groups[second] + half,
     }
-    return Plan(a.version, (AssignWorkload("count", moved),)), half
+    return Plan(a.version, (AssignWorkload(operator, moved),)), half
 
 
 def release_and_check(cluster: BackgroundCluster, job, hold: Path, out: Path, records: int) -> None:

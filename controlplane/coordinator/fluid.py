@@ -162,6 +162,8 @@ async def run_fluid(
                 f"{step.error}: step {n} of {len(steps)} stopped before its update{applied}",
             )
         if step.status != "completed":
+            if step.stages_made:  # a staged run failed in its update: the job failed with it
+                applied = f"; the job failed after {done_before + step.stages_made} steps"
             error = f"step {n} of {len(steps)} {step.status}: {step.error}{applied}"
             return end(step.status if n == 1 else "failed", error)
         job.abstraction = targets[made - 1]
