@@ -18,7 +18,13 @@ from controlplane.testing import BackgroundCluster
 from examples import wordcount
 from runtime.dataflow import load_job
 from tests.e2e_jobs import counting_reference, final_counts
-from tests.test_reconfig_e2e import half_of_count_0, release_and_check, start_held_job
+from tests.test_reconfig_e2e import (
+    assert_stock_exchange_exact,
+    half_of_count_0,
+    release_and_check,
+    start_held_job,
+    submit_stock_exchange,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -308,16 +314,7 @@ def test_a_cancelled_stage_that_started_at_a_source_goes_on_without_a_second_bar
     fluid rebalance of match starts at the source, whose barrier cannot be taken back:
     cancelled while such a stage runs, the stage goes on (told again) and the source must
     not emit its barrier twice. Trades, statistics and alerts stay exact."""
-    from examples import stock_exchange
-
-    params = {
-        "records": 80_000,
-        "rate": 16_000,
-        "sources": 1,
-        "parallelism": 2,
-        "output": str(tmp_path),
-    }
-    job = cluster.submit(load_job("examples.stock_exchange:build", params))
+    job, params = submit_stock_exchange(cluster, tmp_path)
     co = cluster.coordinator
     time.sleep(0.3)
     plan, half = half_of_count_0(job, "match")
@@ -335,9 +332,4 @@ def test_a_cancelled_stage_that_started_at_a_source_goes_on_without_a_second_bar
     assert 2 <= rec.steps < len(half), rec.steps
     assert job.status == "running", job.error
     assert cluster.wait(job, 60) == "finished", job.error
-    got, want = stock_exchange.read_results(tmp_path), stock_exchange.reference(params)
-    assert (got["trades"], got["stats"], got["alerts"]) == (
-        want["trades"],
-        want["stats"],
-        want["alerts"],
-    )
+    assert_stock_exchange_exact(tmp_path, params)

@@ -607,6 +607,25 @@ def test_a_worker_without_tasks_of_the_job_joins_it(
     assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
 
 
+def submit_stock_exchange(cluster: BackgroundCluster, out: Path) -> tuple:
+    """The bounded stock exchange (80,000 orders at 16,000/s, match and stats on 2 tasks)
+    writing to ``out``: (job, params)."""
+    params = {"records": 80_000, "rate": 16_000, "sources": 1, "parallelism": 2}
+    params["output"] = str(out)
+    return cluster.submit(load_job("examples.stock_exchange:build", params)), params
+
+
+def assert_stock_exchange_exact(out: Path, params: dict) -> None:
+    """Its trades, statistics and alerts are those of the reference run."""
+    from examples import stock_exchange
+
+    got, want = stock_exchange.read_results(out), stock_exchange.reference(params)
+    assert got["trades"] == want["trades"]
+    assert got["stats"] == want["stats"]
+    assert got["alerts"] == want["alerts"]
+    assert len(got["trades"]) > 1000
+
+
 def random_stock_plan(rng, a):
     from controlplane.abstraction import Plan, migrate, rebalance, scale
 
@@ -641,26 +660,12 @@ def test_stock_exchange_under_random_plans_keeps_trades_and_stats_exact(
 ) -> None:
     import random
 
-    from examples import stock_exchange
-
     rng = random.Random(7)
-    params = {
-        "records": 80_000,
-        "rate": 16_000,
-        "sources": 1,
-        "parallelism": 2,
-        "output": str(tmp_path),
-    }
-    job = cluster.submit(load_job("examples.stock_exchange:build", params))
+    job, params = submit_stock_exchange(cluster, tmp_path)
     kinds = fire_random_plans(cluster, job, lambda a: random_stock_plan(rng, a))
     assert len(kinds) >= 4, kinds
     assert cluster.wait(job, 60) == "finished", job.error
-    got = stock_exchange.read_results(tmp_path)
-    want = stock_exchange.reference(params)
-    assert got["trades"] == want["trades"]
-    assert got["stats"] == want["stats"]
-    assert got["alerts"] == want["alerts"]
-    assert len(got["trades"]) > 1000
+    assert_stock_exchange_exact(tmp_path, params)
 
 
 def test_logic_swap_of_some_tasks_only(cluster: BackgroundCluster, tmp_path: Path) -> None:
