@@ -41,8 +41,7 @@ from controlplane.abstraction import (
     apply_plan,
     bytes_shipped,
     diff,
-    fluid_steps,
-    largest_step,
+    step_bytes,
 )
 from controlplane.backends import BackendError, WorkerBackend, make_backend
 from controlplane.config import Settings
@@ -308,17 +307,17 @@ class Engine:
 
         async def preview() -> Preview:
             view, current, plan, new = self._plan(job_id, build, reserving=False)
+            sizes = view.group_sizes(state_window_s)
             try:
-                steps = len(fluid_steps(current, plan)) if plan.mode == "fluid" else 1
+                per_step = step_bytes(current, plan, sizes)
             except AbstractionError as exc:
                 raise from_abstraction_error(exc) from None
-            sizes = view.group_sizes(state_window_s)
             shipped = bytes_shipped(current, new, sizes)
-            step = largest_step(current, plan, sizes)
+            step = None if None in per_step else max(per_step, default=0.0)  # type: ignore[type-var]
             return Preview(
                 plan=plan,
                 diff=diff(current, new).to_dict(),
-                steps=steps,
+                steps=len(per_step),
                 state_bytes_shipped=None if shipped is None else round(shipped),
                 largest_step_bytes=None if step is None else round(step),
             )

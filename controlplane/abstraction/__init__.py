@@ -39,7 +39,7 @@ Every PlanError but StaleVersion maps to HTTP 422; the mapping lives in the REST
 """
 
 from .balance import even_split, greedy_balance, imbalance, inverse_weights
-from .cost import GroupBytes, bytes_shipped, key_group_bytes, largest_step
+from .cost import GroupBytes, bytes_shipped, key_group_bytes, largest_step, step_bytes
 from .diff import Diff, OperatorDiff, diff
 from .errors import (
     AbstractionError,
@@ -126,5 +126,6 @@ __all__ = [
     "rebalance",
     "resolve_importable",
     "scale",
+    "step_bytes",
     "update_logic",
 ]

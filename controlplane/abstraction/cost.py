@@ -16,7 +16,7 @@ from .model import Abstraction
 from .ops import Plan
 from .validate import Resolver, apply_plan, resolve_importable
 
-__all__ = ["GroupBytes", "bytes_shipped", "key_group_bytes", "largest_step"]
+__all__ = ["GroupBytes", "bytes_shipped", "key_group_bytes", "largest_step", "step_bytes"]
 
 GroupBytes = Mapping[str, Mapping[int, float]]  # operator -> key group -> estimated bytes
 
@@ -66,19 +66,26 @@ def bytes_shipped(before: Abstraction, after: Abstraction, sizes: GroupBytes) ->
     return total
 
 
+def step_bytes(
+    a: Abstraction, plan: Plan, sizes: GroupBytes, resolve_logic: Resolver = resolve_importable
+) -> list[float | None]:
+    """The state each step of ``plan`` ships (pause mode: one step, the whole plan; fluid:
+    each of :func:`~controlplane.abstraction.fluid_steps`), None for a step moving a key
+    group without a size. Raises the plan's :class:`PlanError` if it is refused."""
+    if plan.mode != "fluid":
+        return [bytes_shipped(a, apply_plan(a, plan, resolve_logic=resolve_logic), sizes)]
+    shipped: list[float | None] = []
+    for ops in fluid_steps(a, plan, resolve_logic=resolve_logic):
+        after = apply_plan(a, Plan(a.version, ops), resolve_logic=resolve_logic)
+        shipped.append(bytes_shipped(a, after, sizes))
+        a = after
+    return shipped
+
+
 def largest_step(
     a: Abstraction, plan: Plan, sizes: GroupBytes, resolve_logic: Resolver = resolve_importable
 ) -> float | None:
-    """The most state one step of ``plan`` ships (pause mode: the whole plan; fluid: its
-    largest step, see :func:`~controlplane.abstraction.fluid_steps`); None when a moving
-    key group has no size. Raises the plan's :class:`PlanError` if it is refused."""
-    if plan.mode != "fluid":
-        return bytes_shipped(a, apply_plan(a, plan, resolve_logic=resolve_logic), sizes)
-    largest = 0.0
-    for ops in fluid_steps(a, plan, resolve_logic=resolve_logic):
-        after = apply_plan(a, Plan(a.version, ops), resolve_logic=resolve_logic)
-        shipped = bytes_shipped(a, after, sizes)
-        if shipped is None:
-            return None
-        largest, a = max(largest, shipped), after
-    return largest
+    """The most state one step of ``plan`` ships (:func:`step_bytes`); None when a moving
+    key group has no size."""
+    shipped = step_bytes(a, plan, sizes, resolve_logic)
+    return None if None in shipped else max(shipped, default=0.0)  # type: ignore[type-var]
