@@ -136,6 +136,9 @@ class JobRuntime:
         self.links: dict[str, PeerLink] = {}
         self.start_time = 0.0
         self.pending: _Pending | None = None
+        # A staged change this worker was done with before the change ended (its tasks had
+        # no part in the later stages): cut short, it must still end here where it ended.
+        self.ended_early: _Pending | None = None
         self.savepoint_id: int | None = None
         self.restore: dict[str, dict] = dict(msg.get("restore") or {})
         self._stage_work: set[asyncio.Future] = set()  # key groups moving in a fluid stage
@@ -409,6 +412,7 @@ class JobRuntime:
                 task.close()
             raise
         self.pending = p
+        self.ended_early = None  # the change before has ended everywhere
 
     def abort(self, rid: int) -> None:
         """Undo a prepared reconfiguration; paused tasks resume on the old configuration."""
@@ -511,8 +515,8 @@ class JobRuntime:
         start it. True if none of them had emitted it and no task here has done its part
         (an ended task does it at once): then nothing of the stage happened here, and
         nothing will unless :meth:`stage` is called again (the stage goes on after all)."""
-        p = self.pending
-        ours = p is not None and p.rid == rid and bool(p.stages)
+        p = self._staged(rid)
+        ours = p is not None
         clean = not (ours and p.done.get(k))  # type: ignore[union-attr]
         for tid in inject:
             task = self.tasks.get(tid)
@@ -526,9 +530,14 @@ class JobRuntime:
 
     def end_stages(self, rid: int, last: int) -> None:
         """The reconfiguration ends at stage ``last`` (a later one was withdrawn before it
-        started anywhere): tasks with a part in later stages report now."""
-        p = self.pending
-        if p is None or p.rid != rid or not p.stages:
+        started anywhere): tasks with a part in later stages report now. A worker that
+        was done with the change already takes the job to be on stage ``last`` too."""
+        p = self._staged(rid)
+        if p is None:
+            return
+        if p is self.ended_early:
+            self.ended_early = None
+            self.layout = p.stages[last]
             return
         p.stage = last  # stage ``last + 1`` may have been announced here: take it back
         for tid in sorted(self.tasks):
@@ -637,7 +646,15 @@ class JobRuntime:
         if k >= max((p.last_stage.get(t, 0) for t in self.tasks), default=0):
             self.layout = p.layout
             self.pending = None
+            self.ended_early = p if k < len(p.stages) - 1 else None
             p.finished.set()
+
+    def _staged(self, rid: int) -> _Pending | None:
+        """The staged change ``rid``, pending here or done here before it ended."""
+        for p in (self.pending, self.ended_early):
+            if p is not None and p.rid == rid and p.stages:
+                return p
+        return None
 
     async def _update_task(self, p: _Pending, old: Layout, new: Layout, tid: str) -> None:
         was_here = old.placement.get(tid) == self.me

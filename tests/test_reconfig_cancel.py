@@ -333,3 +333,54 @@ def test_a_cancelled_stage_that_started_at_a_source_goes_on_without_a_second_bar
     assert job.status == "running", job.error
     assert cluster.wait(job, 60) == "finished", job.error
     assert_stock_exchange_exact(tmp_path, params)
+
+
+def test_a_worker_done_with_its_part_early_follows_a_staged_plan_cut_short(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    """The worker of count-0 has a part in the first stage only (count-0 gives one key
+    group; the later stages move groups between count-1 and count-2 on the other worker),
+    so it is done with the plan long before the plan ends. Cancelled after its second
+    step, the plan ends there, and that worker must take the job to be on that step's
+    version, not on the plan's end: the next plan is prepared against it and completes;
+    the results are exact."""
+    from controlplane.abstraction import AssignResource, AssignWorkload
+
+    params = {"records": 60_000, "rate": 20_000, "output": str(tmp_path), "parallelism": 3}
+    job = cluster.submit(load_job("examples.wordcount:build", params))
+    co = cluster.coordinator
+    time.sleep(0.3)
+    lone, rest = sorted(co.workers)[:2]
+    a = job.abstraction
+    place = tuple(
+        AssignResource(op.name, t.id, lone if t.id == "count-0" else rest)
+        for op in a.operators
+        for t in op.tasks
+        if t.worker != (lone if t.id == "count-0" else rest)
+    )
+    rec = cluster.call(co.apply_plan(job.id, Plan(a.version, place)))
+    assert rec.status == "completed", rec.error
+    a = job.abstraction
+    owned = {t.id: list(t.workload.key_groups) for t in a.operator("count").tasks}
+    given, moved = owned["count-0"][0], owned["count-1"][:6]
+    workload = {
+        "count-0": owned["count-0"][1:],
+        "count-1": [g for g in owned["count-1"] if g not in moved] + [given],
+        "count-2": owned["count-2"] + moved,
+    }
+    plan = Plan(a.version, (AssignWorkload("count", workload),), mode="fluid", batch_size=1)
+
+    async def run_and_cancel():
+        run = asyncio.ensure_future(co.apply_plan(job.id, plan, sync_timeout_s=30.0))
+        await until(lambda: job.reconfigurations and job.reconfigurations[-1].steps >= 2)
+        co.cancel_plan(job.id, "enough")
+        return await asyncio.wait_for(run, 15.0)
+
+    rec = cluster.call(run_and_cancel())
+    assert rec.status == "cancelled", rec.error
+    assert 2 <= rec.steps < len(moved), rec.steps
+    back, _ = half_of_count_0(job, "count")
+    rec = cluster.call(co.apply_plan(job.id, back))
+    assert rec.status == "completed", rec.error
+    assert cluster.wait(job, 60) == "finished", job.error
+    assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
