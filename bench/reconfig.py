@@ -14,7 +14,10 @@ and on new worker processes, a few seconds apart:
   worker keeps one count and its sink);
 - swap the count logic.
 
-Live changes run in pause mode (every affected task pauses until its part is done) and,
+Live changes run in pause mode (every affected task pauses until its part is done; key
+groups that leave for another worker are copied ahead while their task runs, and the
+update ships what changed since, see ``runtime.precopy``), also without that copying
+(``live_nocopy``, as before it existed), and,
 for the rebalance, scale and migrate changes, in fluid mode: in one step (keyed tasks
 that give or gain key groups do not pause; records of a moving group wait for its state)
 and in steps in which no task gives or gains more than ``FLUID_BATCH`` key groups (a
@@ -46,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.throughput import write_report
 from controlplane.abstraction import AssignWorkload, Plan, migrate, scale, update_logic
-from controlplane.coordinator import Job
+from controlplane.coordinator import Job, RuntimeConfig
 from controlplane.coordinator import fluid as fluid_mode
 from controlplane.runner import LocalCluster
 from runtime.dataflow import load_job
@@ -60,6 +63,7 @@ BEFORE_S = 4.0  # the "before" window: steady seconds right before a change
 RECOVER_S = 20.0  # at most this long to wait for latency to come back to steady state
 MAX_RATE_S = 6.0  # seconds of unthrottled running to measure the padded job's maximum
 FLUID_BATCH = 4  # key groups each task gives or gains per step in fluid mode (of 128)
+PRECOPY_MIN_BYTES = RuntimeConfig().precopy_min_bytes  # the default: 4 MB per task
 
 
 def window(job: Job, start: float, end: float) -> dict:
@@ -119,6 +123,7 @@ def steps() -> list[tuple[str, str, object]]:
 
     return [
         ("rebalance half the key groups", "live", halves),
+        ("rebalance half the key groups", "live_nocopy", halves),
         ("rebalance half the key groups", "fluid_all", fluid(halves, None)),
         ("rebalance half the key groups", "fluid", fluid(halves)),
         ("rebalance half the key groups", "fluid_steps", fluid(halves)),
@@ -126,6 +131,8 @@ def steps() -> list[tuple[str, str, object]]:
         ("rebalance half the key groups", "restart_new", halves),
         ("scale out 2 -> 4", "live", to(4)),
         ("scale in 4 -> 2", "live", to(2)),
+        ("scale out 2 -> 4", "live_nocopy", to(4)),
+        ("scale in 4 -> 2", "live_nocopy", to(2)),
         ("scale out 2 -> 4", "fluid_all", fluid(to(4), None)),
         ("scale in 4 -> 2", "fluid_all", fluid(to(2), None)),
         ("scale out 2 -> 4", "fluid", fluid(to(4))),
@@ -137,6 +144,7 @@ def steps() -> list[tuple[str, str, object]]:
         ("scale out 2 -> 4", "restart_new", to(4)),
         ("scale in 4 -> 2", "restart_new", to(2)),
         ("migrate two tasks (swap workers)", "live", swap_workers),
+        ("migrate two tasks (swap workers)", "live_nocopy", swap_workers),
         ("migrate two tasks (swap workers)", "fluid_all", fluid(swap_workers, None)),
         ("migrate two tasks (swap workers)", "fluid", fluid(swap_workers)),
         ("migrate two tasks (swap workers)", "fluid_steps", fluid(swap_workers)),
@@ -178,6 +186,7 @@ async def run_state_size(
     entries: dict[str, dict] = {}
     async with LocalCluster(2) as cluster:
         co = cluster.coordinator
+        config = co.config
         max_words = None
         if rate_words is None:
             max_words = await max_rate(co, params)
@@ -196,6 +205,9 @@ async def run_state_size(
             before = window(job, time.time() - BEFORE_S, time.time())
             t0 = time.time()
             fluid_mode.JOIN_STAGES = how != "fluid_steps"  # each step its own run, to compare
+            co.config = replace(
+                config, precopy_min_bytes=None if how == "live_nocopy" else PRECOPY_MIN_BYTES
+            )
             rec = await co.apply_plan(
                 job.id,
                 build(job),
@@ -216,6 +228,7 @@ async def run_state_size(
                     "steps": rec.steps,
                     "runs": rec.runs,
                     "stage_ms": rec.stage_ms,
+                    "precopied_bytes": sum(c["bytes"] for c in rec.precopied.values()),
                     "affected_tasks": len(rec.affected),
                     "latency_before_ms": before["latency"],
                     "latency_after_ms": after["latency"],
@@ -225,7 +238,7 @@ async def run_state_size(
                 }
             )
             print(
-                f"  {state_mb:>5} MB  {name:<30} {how:<8} {rec.status:<9} "
+                f"  {state_mb:>5} MB  {name:<30} {how:<11} {rec.status:<9} "
                 f"total {rec.timings_ms.get('total', 0):8.1f} ms  "
                 f"p99 {before['latency']['p99_ms']:.1f} -> {after['latency']['p99_ms']:.1f} ms  "
                 f"max {after['latency']['max_ms']:.1f} ms",
@@ -238,7 +251,7 @@ async def run_state_size(
     for entry in entries.values():
         for baseline in ("restart", "restart_new"):
             base = entry.get(baseline)
-            for how in ("live", "fluid_all") if base else ():
+            for how in ("live", "live_nocopy", "fluid_all") if base else ():
                 if how in entry:
                     live = entry[how]
                     entry[f"{baseline}_over_{how}"] = {
@@ -279,6 +292,7 @@ def median_of(runs: list[dict]) -> dict:
         "timings_ms": {k: med(lambda r, k=k: r["timings_ms"].get(k)) for k in first["timings_ms"]},
         "total_ms_range": [min(totals), max(totals)],
         "max_pause_ms": med(lambda r: r["max_pause_ms"]),
+        "precopied_bytes": med(lambda r: r.get("precopied_bytes")),
         "steps": first["steps"],
         "runs": first["runs"],
         "affected_tasks": first["affected_tasks"],

@@ -45,6 +45,14 @@ class Settings(BaseSettings):
     admin_token: SecretStr | None = Field(
         None, description="a bearer token with scope admin, registered at start-up"
     )
+    precopy_min_bytes: int | None = Field(
+        4 << 20,
+        ge=0,
+        description=(
+            "a task copies the key groups it gives to another worker ahead, while it runs, "
+            "when they come to at least this many bytes of state (none: never)"
+        ),
+    )
     migrate_on_start: bool = Field(True, description="upgrade the database schema at start-up")
     log_level: str = Field("INFO", description="log level of the control plane")
     worker_log_level: str = Field("WARNING", description="log level of local workers")
@@ -82,6 +90,11 @@ class Settings(BaseSettings):
                 "postgresql+psycopg://user@127.0.0.1:5432/streampilot"
             ) from None
         return value
+
+    @field_validator("precopy_min_bytes", mode="before")
+    @classmethod
+    def _never(cls, value: object) -> object:
+        return None if isinstance(value, str) and value.strip().lower() == "none" else value
 
     @field_validator("admin_token")
     @classmethod

@@ -45,7 +45,7 @@ from controlplane.abstraction import (
 )
 from controlplane.backends import BackendError, WorkerBackend, make_backend
 from controlplane.config import Settings
-from controlplane.coordinator import Coordinator, CoordinatorError, Job
+from controlplane.coordinator import Coordinator, CoordinatorError, Job, RuntimeConfig
 from controlplane.coordinator.plans import refresh_workers
 from controlplane.coordinator.reconfig import Cancellation, ReconfigurationError
 from controlplane.engine_views import (
@@ -106,7 +106,10 @@ class Engine:
         secret = settings.cluster_secret
         self._secret = secret.get_secret_value() if secret is not None else secrets.token_hex(16)
         self.coordinator = Coordinator(
-            self._secret, host=settings.coordinator_host, port=settings.coordinator_port
+            self._secret,
+            host=settings.coordinator_host,
+            port=settings.coordinator_port,
+            config=RuntimeConfig(precopy_min_bytes=settings.precopy_min_bytes),
         )
         self.backend: WorkerBackend | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

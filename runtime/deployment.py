@@ -18,6 +18,12 @@ The worker's part of the reconfiguration protocol (the coordinator drives the st
    straight to their new owner's worker (in chunks), key groups that arrive are awaited
    and imported, logic is swapped, removed tasks stop, new tasks start.
 
+Pre-copy (``prepare(..., precopy_min_bytes=...)``, :mod:`runtime.precopy`): once prepared,
+a running keyed task here whose key groups leave for a task on another worker, and come
+to at least that much state, copies them ahead, coldest first, while it runs; the worker
+replies ``prepared`` when that is done (or its time is up). Its update then ships only
+what changed in those groups since. Nothing running changes: an abort drops the copies.
+
 Fluid mode (``prepare(..., fluid=True)``, DESIGN section 3) pauses key groups rather than
 tasks: a keyed task whose only change is which key groups it owns
 (:func:`~runtime.layout.in_place_owners`) acks the barrier without pausing. What it gives
@@ -48,7 +54,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from . import protocol
+from . import precopy, protocol
 from .channels import (
     InputChannel,
     InputGate,
@@ -109,6 +115,11 @@ class _Pending:
     reported: set[int] = field(default_factory=set)  # stages reported done from here
     pause_s: dict[str, float] = field(default_factory=dict)
     t_update: float = 0.0
+    # Pre-copy: the key groups copied ahead, by (task, group), with what their delta needs
+    # (see runtime.precopy); the copying under way, and a flag that stops it after a group.
+    precopied: dict[tuple[str, int], dict | None] = field(default_factory=dict)
+    precopy: asyncio.Task | None = None
+    precopy_stop: bool = False
 
     @property
     def first(self) -> Layout:
@@ -134,6 +145,9 @@ class JobRuntime:
         self.tasks: dict[str, BaseTask] = {}
         self.inputs: dict[str, InputChannel] = {}
         self.links: dict[str, PeerLink] = {}
+        # Key-group state goes to a peer on a connection of its own, so that data frames
+        # never queue behind it (a copy ahead is sent while the tasks run).
+        self.state_links: dict[str, PeerLink] = {}
         self.start_time = 0.0
         self.pending: _Pending | None = None
         # A staged change this worker was done with before the change ended (its tasks had
@@ -174,13 +188,16 @@ class JobRuntime:
             for u in layout.upstream_tasks(self.graph, task, inp)
         ]
 
-    async def _link(self, worker_id: str) -> PeerLink:
-        link = self.links.get(worker_id)
+    async def _link(self, worker_id: str, state: bool = False) -> PeerLink:
+        """The data connection to ``worker_id`` (``state``: the one for key-group state),
+        opened on first use."""
+        links = self.state_links if state else self.links
+        link = links.get(worker_id)
         if link is None:
             host, port = self.peers[worker_id]
             link = await PeerLink.connect(worker_id, host, port, self.me, self.worker.secret)
             link.on_error = lambda exc, w=worker_id: self.worker.peer_failed(self, w, exc)
-            self.links[worker_id] = link
+            links[worker_id] = link
         return link
 
     async def _output_channel(
@@ -302,11 +319,13 @@ class JobRuntime:
             work.cancel()
         pending = self.pending
         if pending is not None:
+            if pending.precopy is not None:
+                pending.precopy.cancel()
             for task in pending.new_tasks.values():
                 task.close()
         for task in self.tasks.values():
             await task.stop()
-        for link in self.links.values():
+        for link in [*self.links.values(), *self.state_links.values()]:
             await link.close()
         for key in list(self.inputs):
             self._unregister_input(key)
@@ -347,12 +366,17 @@ class JobRuntime:
         fluid: bool = False,
         stages: list[Layout] | None = None,
         stage_barriers: list[int] | None = None,
+        precopy_min_bytes: int | None = None,
+        precopy_budget_s: float = 0.0,
     ) -> None:
         """Step 1: get ready for ``layout`` without changing anything that runs.
 
         ``stages`` (fluid): the layouts the change goes through, the last being ``layout``;
         the update makes the first, each later one only moves key groups and is started by
-        its barrier (``stage_barriers``, one per later stage, see :meth:`stage`)."""
+        its barrier (``stage_barriers``, one per later stage, see :meth:`stage`).
+        ``precopy_min_bytes``: start copying ahead the key groups that leave a task here for
+        another worker in the update when they come to at least that much state (None:
+        never), for at most ``precopy_budget_s``; :meth:`precopying` gives the copying."""
         if self.pending is not None and self.pending.updating:
             # The previous update's last task has reported; let its bookkeeping finish.
             await self.pending.finished.wait()
@@ -413,6 +437,82 @@ class JobRuntime:
             raise
         self.pending = p
         self.ended_early = None  # the change before has ended everywhere
+        if precopy_min_bytes is not None:
+            moves = self._precopy_moves(p, precopy_min_bytes)
+            if moves:
+                p.precopy = asyncio.ensure_future(self._precopy(p, moves, precopy_budget_s))
+
+    def precopying(self, rid: int) -> asyncio.Task | None:
+        """The copying ahead that prepared reconfiguration ``rid`` started here, if any; it
+        returns what it copied (``ms``, ``bytes``, ``groups``)."""
+        p = self.pending
+        return p.precopy if p is not None and p.rid == rid else None
+
+    def _precopy_moves(self, p: _Pending, min_bytes: int) -> list[tuple[str, int, str, str]]:
+        """(task, key group, new owner, its worker) for each key group that a running task
+        here gives to a task on another worker in the update, for the tasks whose leaving
+        state comes to at least ``min_bytes`` (as last measured); coldest groups first,
+        since keys touched after their copy are sent again."""
+        moves: list[tuple[str, int, str, str]] = []
+        for tid in sorted(p.affected & self.tasks.keys()):
+            task = self.tasks[tid]
+            processor = _keyed(task)
+            if processor is None or task.status != "running":
+                continue
+            owner_of = _owners(p.first, task.op.name)
+            away = [
+                (g, owner_of[g])
+                for g in processor.state.owned()
+                if p.first.placement[owner_of[g]] != self.me
+            ]
+            if not away:
+                continue
+            if not processor.state.group_sizes():
+                processor.state.size()  # never measured yet
+            sizes = processor.state.group_sizes()
+            if sum(sizes.get(g, 0) for g, _ in away) < min_bytes:
+                continue
+            counts = task.metrics.key_group_counts or []
+            away.sort(key=lambda m: counts[m[0]] if m[0] < len(counts) else 0)
+            moves += [(tid, g, dest, p.first.placement[dest]) for g, dest in away]
+        return moves
+
+    async def _precopy(
+        self, p: _Pending, moves: list[tuple[str, int, str, str]], budget_s: float
+    ) -> dict[str, Any]:
+        """Copy each of ``moves`` ahead, in order, to its new owner's worker while the tasks
+        run, until all are copied, the copying is stopped (an abort) or ``budget_s`` has
+        passed; what is not copied by then goes whole in the update. It goes at idle
+        priority: each group once the tasks here have caught up with their input
+        (:meth:`Worker.caught_up`), and after each a rest as long as it took, so that it
+        takes at most about half of the worker's time (the receiver reads the copies the
+        same way, :meth:`StateInbox.read_copies`)."""
+        t0 = time.perf_counter()
+        sent = 0
+        for tid, g, dest, dest_worker in moves:
+            await self.worker.caught_up()
+            if p.precopy_stop or time.perf_counter() - t0 > budget_s:
+                break
+            processor = _keyed(self.tasks.get(tid))
+            if processor is None or not processor.state.owns(g):
+                continue
+            t_group = time.perf_counter()
+            data, memo = precopy.export_base(processor.state.group(g))
+            processor.track(g)  # no await since the copy: no touched key is missed
+            p.precopied[(tid, g)] = memo
+            sent += len(data)
+            link = await self._link(dest_worker, state=True)
+            await send_state(link, p.rid, dest, precopy.part_name("base", g), data, raw=True)
+            await asyncio.sleep(time.perf_counter() - t_group)  # a rest as long
+        ms = round((time.perf_counter() - t0) * 1000, 3)
+        return {"ms": ms, "bytes": sent, "groups": len(p.precopied)}
+
+    def behind(self) -> bool:
+        """True while a running task here has input waiting for it."""
+        return any(
+            isinstance(t, StreamTask) and t.status == "running" and t.gate.has_ready()
+            for t in self.tasks.values()
+        )
 
     def abort(self, rid: int) -> None:
         """Undo a prepared reconfiguration; paused tasks resume on the old configuration."""
@@ -420,6 +520,12 @@ class JobRuntime:
         if p is None or p.rid != rid:
             return
         self.pending = None
+        p.precopy_stop = True  # the copying ahead stops after the group it is sending
+        for tid, g in p.precopied:
+            processor = _keyed(self.tasks.get(tid))
+            if processor is not None:
+                processor.untrack(g)
+        p.precopied.clear()
         for tid in p.in_place:
             processor = _keyed(self.tasks.get(tid))
             if processor is not None and processor.cancel_awaiting():
@@ -455,6 +561,9 @@ class JobRuntime:
         if p is None or p.rid != rid:
             raise ReconfigError(f"update {rid} without a matching prepare")
         p.updating = True
+        if p.precopy is not None:  # done by now: the worker replied prepared after it
+            p.precopy_stop = True
+            await asyncio.wait({p.precopy})
         p.stage = 0
         p.t_update = time.perf_counter()
         old, new = self.layout, p.first
@@ -800,10 +909,10 @@ class JobRuntime:
             return
         if not (isinstance(task, StreamTask) and isinstance(task.processor, KeyedProcessor)):
             return
-        state = task.processor.state
+        processor = task.processor
+        state = processor.state
         kept = set() if everything else set(new.assignment.get(tid, ()))
-        op_tasks = new.tasks_of(task.op.name)
-        owner_of = {g: t for t in op_tasks for g in new.assignment.get(t, ())}
+        owner_of = _owners(new, task.op.name)
         leaving = [g for g in state.owned() if g not in kept]
         if p.fluid:  # records of these groups wait for them: the busiest go first
             counts = task.metrics.key_group_counts or []
@@ -813,6 +922,11 @@ class JobRuntime:
             dest_worker = new.placement[dest]
             if dest_worker == self.me:
                 self.worker.state.put(p.rid, dest, g, state.group(g))  # no serialization
+            elif (tid, g) in p.precopied:  # copied ahead: only what changed since
+                touched = processor.untrack(g) or ()
+                delta = precopy.export_delta(state.group(g), touched, p.precopied.pop((tid, g)))
+                part = precopy.part_name("delta", g)
+                await self._send_part(p.rid, dest, dest_worker, part, delta, raw=True)
             else:
                 await self._send_part(p.rid, dest, dest_worker, g, state.export_group(g), raw=True)
             state.drop_group(g)
@@ -830,7 +944,7 @@ class JobRuntime:
         if dest_worker == self.me:
             self.worker.state.put(rid, dest, part, data)
             return
-        await send_state(await self._link(dest_worker), rid, dest, part, data, raw)
+        await send_state(await self._link(dest_worker, state=True), rid, dest, part, data, raw)
 
     async def _ship_in(self, p: _Pending, task: BaseTask, old: Layout, new: Layout) -> Any:
         """Wait for and import the state that arrives at ``task``; returns a source position."""
@@ -851,6 +965,11 @@ class JobRuntime:
         async for g, data in self.worker.state.arrivals(p.rid, tid, expected):
             state.take_in(g, data)
         return None
+
+
+def _owners(layout: Layout, operator: str) -> dict[int, str]:
+    """Key group -> the task of ``operator`` that owns it in ``layout``."""
+    return {g: t for t in layout.tasks_of(operator) for g in layout.assignment.get(t, ())}
 
 
 def _keyed(task: BaseTask | None) -> KeyedProcessor | None:

@@ -1,28 +1,40 @@
 """State handed over between tasks during a reconfiguration (worker to worker).
 
 A key group's exported state (bytes) or a source's replay position leaves its old owner
-in chunks of at most ``STATE_CHUNK_BYTES`` on the data link to the new owner's worker,
-never through the control plane; between tasks of one worker it is handed over as an
+in chunks of at most ``STATE_CHUNK_BYTES`` on a data connection to the new owner's
+worker that carries only state (records never wait behind it), never through the
+control plane; between tasks of one worker it is handed over as an
 object. Each chunk is a ``[STATE, rid, task, part, seq, total, raw, nbytes]`` frame
 followed by ``nbytes`` of the payload as they are (not msgpack-encoded: state is copied
 as little as possible on its way). The receiving worker's :class:`StateInbox` collects
 the parts until the new owner's update takes them.
+
+A key group copied ahead (:mod:`runtime.precopy`) arrives as two parts: its copy
+(``base:<group>``, during the prepare), which the inbox keeps aside and reads when the
+worker's tasks have caught up with their input (:meth:`StateInbox.read_copies`, at idle
+priority), then what changed since (``delta:<group>``, in the update), which the inbox
+applies to it (reading the copy first if that has not happened yet); the update then
+takes the group as if it had come whole.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from . import protocol
+from . import precopy, protocol
 from .channels import PeerLink
 from .codec import packb, unpackb
 
 __all__ = ["STATE_CHUNK_BYTES", "StateInbox", "send_state"]
 
-# Key-group state travels in chunks of at most this size: data frames on the same link
-# wait behind at most one chunk (a few ms), and most key groups are one chunk.
+logger = logging.getLogger(__name__)
+
+# Key-group state travels in chunks of at most this size: the receiver puts a part
+# together from whole chunks, and most key groups are one chunk.
 STATE_CHUNK_BYTES = 4 << 20
 
 
@@ -48,16 +60,73 @@ class StateInbox:
     def __init__(self) -> None:
         self._parts: dict[tuple[int, str], dict[Any, Any]] = {}
         self._chunks: dict[tuple[int, str, Any], list[bytes | bytearray | None]] = {}
+        # Copies ahead, by (rid, task, group): as they came, then read (store, memo).
+        self._unread: dict[tuple[int, str, int], Any] = {}
+        self._bases: dict[tuple[int, str, int], tuple[dict, Any]] = {}
+        self._copy_came = asyncio.Event()
+        self._dropped: set[int] = set()  # reconfigurations aborted here: late parts go
         self._changed = asyncio.Event()
 
     def put(self, rid: int, task: str, part: Any, data: Any) -> None:
+        if rid in self._dropped:
+            return
+        if isinstance(part, str) and ":" in part:  # a copy ahead, or a delta to it
+            kind, group = part.split(":", 1)
+            part, data = self._precopied(rid, task, kind, int(group), data)
+            if part is None:
+                return
         self._parts.setdefault((rid, task), {})[part] = data
         self._changed.set()
+
+    def _precopied(self, rid: int, task: str, kind: str, group: int, data: Any) -> tuple:
+        """Keep a copy ahead aside (nothing to take yet); apply a delta to its copy, giving
+        the group's state (or the error a task's update raises when it takes it)."""
+        key = (rid, task, group)
+        if kind == "base":
+            self._unread[key] = data
+            self._copy_came.set()
+            return None, None
+        self._read(key)
+        base = self._bases.pop(key, None)
+        if base is None:
+            return group, ValueError(
+                f"the changes to key group {group} came without a readable copy made ahead"
+            )
+        try:
+            return group, precopy.apply_delta(base[0], base[1], data)
+        except Exception as exc:
+            return group, ValueError(f"the changes to key group {group} do not apply: {exc}")
+
+    def _read(self, key: tuple[int, str, int]) -> None:
+        data = self._unread.pop(key, None)
+        if data is None:
+            return
+        try:
+            self._bases[key] = precopy.load_base(data)
+        except Exception:  # its delta will say so, to the task's update
+            logger.exception("the copy ahead of key group %s of %s is unreadable", key[2], key[1])
+
+    async def read_copies(self, caught_up: Callable[[], Awaitable[None]]) -> None:
+        """Read the copies made ahead as they come, one at a time, each once ``caught_up``
+        returns (the worker's tasks have no input waiting) and followed by a rest as long
+        as it took: receiving state ahead goes at idle priority, as sending it does, and
+        takes at most about half of the worker's time. Runs until cancelled."""
+        while True:
+            await self._copy_came.wait()
+            self._copy_came.clear()
+            while self._unread:
+                await caught_up()
+                if self._unread:
+                    t0 = time.perf_counter()
+                    self._read(next(iter(self._unread)))
+                    await asyncio.sleep(time.perf_counter() - t0)  # a rest as long
 
     def put_frame(self, frame: tuple, chunk: bytes | bytearray) -> None:
         """A ``[STATE, rid, task, part, seq, total, raw, nbytes]`` frame from a peer and the
         ``chunk`` of payload that followed it."""
         _, rid, task, part, seq, total, raw, _nbytes = frame
+        if rid in self._dropped:
+            return
         key = (rid, task, part)
         chunks = self._chunks.setdefault(key, [None] * total)
         chunks[seq] = chunk
@@ -88,7 +157,14 @@ class StateInbox:
                 yield part, got.pop(part)
 
     def drop(self, rid: int) -> None:
+        """Forget what came for reconfiguration ``rid`` (aborted); parts of it still on
+        their way are dropped as they arrive."""
+        self._dropped.add(rid)
         for key in [k for k in self._parts if k[0] == rid]:
             del self._parts[key]
         for key in [k for k in self._chunks if k[0] == rid]:
             del self._chunks[key]
+        for key in [k for k in self._bases if k[0] == rid]:
+            del self._bases[key]
+        for key in [k for k in self._unread if k[0] == rid]:
+            del self._unread[key]

@@ -104,10 +104,13 @@ class KeyedState:
             )
         self._groups[group] = state
 
-    def take_in(self, group: int, data: bytes | bytearray | dict) -> None:
+    def take_in(self, group: int, data: bytes | bytearray | dict | Exception) -> None:
         """Own ``group`` with state handed over by its previous owner: bytes exported on
         another worker (:meth:`import_group`), or its key -> value dict as is (same
-        worker: no copy)."""
+        worker: no copy, or brought up to date from a copy made ahead). An exception in
+        place of the state (it could not be put together on arrival) is raised."""
+        if isinstance(data, BaseException):
+            raise data
         if isinstance(data, bytes | bytearray):
             self.import_group(group, data)
         else:

@@ -45,6 +45,10 @@ logger = logging.getLogger(__name__)
 METRICS_INTERVAL_S = 1.0  # how often tasks' metrics are reported to the coordinator
 HEARTBEAT_INTERVAL_S = 1.0  # heartbeats come from a thread: a long UDF call does not stop them
 REGISTER_TIMEOUT_S = 10.0  # the coordinator must answer a registration within this time
+# Background work waits for the tasks to catch up with their input, checking this often,
+# but never longer than IDLE_WAIT_S per piece (so that it moves on under a steady load).
+IDLE_POLL_S = 0.001
+IDLE_WAIT_S = 0.05
 
 EXIT_REFUSED = 2
 
@@ -90,6 +94,14 @@ class Worker:
         self._process = psutil.Process()
 
     # -- messages to the coordinator -------------------------------------------------------
+
+    async def caught_up(self, most_s: float = IDLE_WAIT_S) -> None:
+        """Wait until no running task here has input waiting (each has caught up with its
+        records), but at most ``most_s``: work in the background (state copied ahead, sent
+        or received) goes at idle priority and still moves on under a steady load."""
+        end = time.perf_counter() + most_s
+        while time.perf_counter() < end and any(job.behind() for job in self.jobs.values()):
+            await asyncio.sleep(IDLE_POLL_S)
 
     def send(self, msg: dict[str, Any]) -> None:
         if self._writer is not None and not self._writer.is_closing():
@@ -197,11 +209,13 @@ class Worker:
         )
         beat.start()
         reporter = asyncio.create_task(self._report_metrics())
+        reader_of_copies = asyncio.create_task(self.state.read_copies(self.caught_up))
         try:
             await self._control_loop(reader)
         finally:
             beat_stop.set()
             reporter.cancel()
+            reader_of_copies.cancel()
             for t in list(self._updates):
                 t.cancel()
             for job in list(self.jobs.values()):
@@ -334,18 +348,37 @@ class Worker:
                 fluid=bool(msg.get("fluid", False)),
                 stages=[Layout.from_wire(x) for x in msg.get("stages") or ()],
                 stage_barriers=[int(b) for b in msg.get("stage_barriers") or ()],
+                precopy_min_bytes=msg.get("precopy_min_bytes"),
+                precopy_budget_s=float(msg.get("precopy_s", 0.0)),
             )
         except Exception as exc:
             logger.debug("prepare failed", exc_info=True)
-            self.send(
-                {
-                    "type": "prepare_failed",
-                    **reply,
-                    "error": f"worker {self.worker_id}: {type(exc).__name__}: {exc}",
-                }
-            )
+            self._prepare_failed(reply, exc)
             return
-        self.send({"type": "prepared", **reply})
+        copying = job.precopying(int(msg["rid"]))
+        if copying is None:
+            self.send({"type": "prepared", **reply})
+            return
+        # Replied once the state is copied ahead; the control loop goes on meanwhile (an
+        # abort can come).
+        t = asyncio.create_task(self._prepared_after(copying, reply))
+        self._updates.add(t)
+        t.add_done_callback(self._updates.discard)
+
+    async def _prepared_after(self, copying: asyncio.Task, reply: dict[str, Any]) -> None:
+        try:
+            copied = await copying
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.debug("copying state ahead failed", exc_info=True)
+            self._prepare_failed(reply, exc, "copying state ahead: ")
+            return
+        self.send({"type": "prepared", **reply, "precopy": copied})
+
+    def _prepare_failed(self, reply: dict[str, Any], exc: BaseException, what: str = "") -> None:
+        error = f"worker {self.worker_id}: {what}{type(exc).__name__}: {exc}"
+        self.send({"type": "prepare_failed", **reply, "error": error})
 
     async def _update(self, msg: dict[str, Any]) -> None:
         job = self.jobs.get(msg["job_id"])

@@ -54,6 +54,11 @@ def test_bad_options_exit_2_with_one_line(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "admin_token" in result.output and "at least 16 characters" in result.output
     assert "Traceback" not in result.output
+    result = runner.invoke(
+        app, ["server", "--port", "1"], env={"STREAMPILOT_PRECOPY_MIN_BYTES": "-3"}
+    )
+    assert result.exit_code == 2
+    assert "precopy_min_bytes" in result.output and "greater than or equal to 0" in result.output
 
 
 def test_server_command_serves_until_sigterm(tmp_path: Path) -> None:

@@ -152,6 +152,15 @@ def test_settings_choose_the_backend() -> None:
     asyncio.run(main())
 
 
+def test_the_precopy_threshold_setting_reaches_the_coordinator() -> None:
+    from controlplane.engine import Engine
+
+    never = Engine(Settings(precopy_min_bytes="none")).coordinator.config
+    assert never.precopy_min_bytes is None
+    assert Engine(Settings(precopy_min_bytes=123)).coordinator.config.precopy_min_bytes == 123
+    assert Engine(Settings()).coordinator.config.precopy_min_bytes == 4 << 20
+
+
 # -- spark only -------------------------------------------------------------------------------
 
 

@@ -655,17 +655,24 @@ def random_stock_plan(rng, a):
     return kind, Plan(a.version, tuple(plans[0].ops) + tuple(plans[1].ops))
 
 
-def test_stock_exchange_under_random_plans_keeps_trades_and_stats_exact(
-    cluster: BackgroundCluster, tmp_path: Path
-) -> None:
+def stock_exchange_under_random_plans(cluster: BackgroundCluster, out: Path, seed: int):
+    """The bounded stock exchange under random plans (at least 4) fired while orders
+    flow: it finishes with exact trades, statistics and alerts. Returns the job."""
     import random
 
-    rng = random.Random(7)
-    job, params = submit_stock_exchange(cluster, tmp_path)
+    rng = random.Random(seed)
+    job, params = submit_stock_exchange(cluster, out)
     kinds = fire_random_plans(cluster, job, lambda a: random_stock_plan(rng, a))
     assert len(kinds) >= 4, kinds
     assert cluster.wait(job, 60) == "finished", job.error
-    assert_stock_exchange_exact(tmp_path, params)
+    assert_stock_exchange_exact(out, params)
+    return job
+
+
+def test_stock_exchange_under_random_plans_keeps_trades_and_stats_exact(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    stock_exchange_under_random_plans(cluster, tmp_path, seed=7)
 
 
 def test_logic_swap_of_some_tasks_only(cluster: BackgroundCluster, tmp_path: Path) -> None:

@@ -152,6 +152,14 @@ async def run_fluid(
         outer.new = layouts[made - 1] if step.status == "completed" else outer.new
         for phase in PHASES:
             outer.timings_ms[phase] += step.timings_ms.get(phase, 0.0)
+        if "precopy" in step.timings_ms:  # part of its prepare
+            outer.timings_ms["precopy"] = (
+                outer.timings_ms.get("precopy", 0.0) + step.timings_ms["precopy"]
+            )
+        for wid, copied in step.precopied.items():
+            mine = outer.precopied.setdefault(wid, dict.fromkeys(copied, 0.0))
+            for k, v in copied.items():
+                mine[k] = mine.get(k, 0.0) + v
         for task, ms in step.pause_ms.items():
             outer.pause_ms[task] = max(ms, outer.pause_ms.get(task, 0.0))
         for task, ms in step.update_ms.items():

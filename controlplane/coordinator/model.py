@@ -32,6 +32,9 @@ class RuntimeConfig:
     batch_size: int = 512  # records per batch sent on a channel
     linger_s: float = 0.005  # longest a record waits in a partly filled batch
     credits: int = 8  # batches in flight per channel (receiver buffer size)
+    # A task whose key groups leave for another worker copies them ahead while it runs
+    # when they come to at least this much state (runtime.precopy); None: never.
+    precopy_min_bytes: int | None = 4 << 20
 
     def to_dict(self) -> dict[str, Any]:
         return {"batch_size": self.batch_size, "linger_s": self.linger_s, "credits": self.credits}

@@ -5,7 +5,11 @@ Protocol (the worker's side is :mod:`runtime.deployment`):
 1. **Prepare.** Compute the affected tasks (:func:`runtime.layout.affected_tasks`); send
    ``prepare`` with the whole new layout to every worker of the old or new layout; each
    creates new tasks idle, registers input channels for new channels and loads new
-   logic. Any failure, or silence past ``PREPARE_TIMEOUT_S``, aborts: nothing changed.
+   logic. A task whose key groups leave for another worker, with at least
+   ``RuntimeConfig.precopy_min_bytes`` of state, copies them ahead while it runs
+   (:mod:`runtime.precopy`, for at most ``PRECOPY_BUDGET_S``); its worker replies once
+   that is done, and the update then ships only what changed since. Any failure, or
+   silence past ``PREPARE_TIMEOUT_S``, aborts: nothing changed.
 2. **Sync.** Inject a reconfiguration barrier at the sources. Every task forwards it once
    aligned; affected tasks then pause and ack ``paused`` (those that change nothing
    themselves, and in fluid mode keyed tasks that only give or gain key groups, ack
@@ -70,6 +74,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PREPARE_TIMEOUT_S = 15.0  # workers create idle tasks and channels and load logic within this
+# Copying state ahead stops starting new key groups after this (well within the prepare
+# timeout); what is left goes whole in the update.
+PRECOPY_BUDGET_S = 10.0
 SYNC_TIMEOUT_S = 10.0  # the barrier reaches every affected task within this, or we abort
 UPDATE_TIMEOUT_S = 60.0  # state moves and tasks resume within this (100 MB over loopback: ~1 s)
 ABORT_TIMEOUT_S = 5.0  # workers confirm an abort within this
@@ -128,6 +135,7 @@ class Reconfiguration:
     listener: Callable[[Reconfiguration], None] | None = field(default=None, repr=False)
     # Protocol state (filled by the coordinator's message handler).
     _prepared: dict[str, asyncio.Future] = field(default_factory=dict, repr=False)
+    precopied: dict[str, dict[str, float]] = field(default_factory=dict)  # worker -> copied
     _to_pause: set[str] = field(default_factory=set, repr=False)
     _to_update: set[tuple[str, str]] = field(default_factory=set, repr=False)  # (worker, task)
     _synced: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -162,7 +170,11 @@ class Reconfiguration:
 
     # -- messages from workers -------------------------------------------------------------
 
-    def on_prepared(self, worker: str, error: str | None) -> None:
+    def on_prepared(
+        self, worker: str, error: str | None, precopied: dict[str, float] | None = None
+    ) -> None:
+        if precopied:
+            self.precopied[worker] = precopied
         fut = self._prepared.get(worker)
         if fut is not None and not fut.done():
             fut.set_result(error)
@@ -394,6 +406,8 @@ async def _run(
         "workers": peers,
         "code": codeload.sources_for([graph, *rec.new.logic.values()]),
         "fluid": fluid,
+        "precopy_min_bytes": coordinator.config.precopy_min_bytes,
+        "precopy_s": PRECOPY_BUDGET_S,
     }
     stage_barriers = [coordinator._next_barrier_id() for _ in rec.stages[1:]]
     if rec.stages:
@@ -416,6 +430,8 @@ async def _run(
         failure = f"prepare timed out after {PREPARE_TIMEOUT_S:.0f}s"
     t_prepared = time.perf_counter()
     rec.timings_ms["prepare"] = _ms(t_start, t_prepared)
+    if rec.precopied:  # part of the prepare: the longest a worker spent copying ahead
+        rec.timings_ms["precopy"] = max(c["ms"] for c in rec.precopied.values())
     if failure:
         await _abort(coordinator, rec, workers, f"prepare failed: {failure}", "failed", t_start)
         return

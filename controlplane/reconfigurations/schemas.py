@@ -153,6 +153,10 @@ class Timings(BaseModel):
     """Phase durations in milliseconds; null for a phase not reached (yet)."""
 
     prepare: float | None = None
+    precopy: float | None = Field(
+        default=None,
+        description="part of prepare: the longest a worker spent copying key groups ahead",
+    )
     sync: float | None = None
     update: float | None = None
     total: float | None = None

@@ -115,6 +115,10 @@ class KeyedProcessor(Processor):
     In fluid mode a task can own key groups whose state is still on its way
     (:meth:`await_groups`): their records wait in :attr:`awaiting`, in arrival order, and
     are processed when the state comes (:meth:`arrive`); other groups go on meanwhile.
+
+    A key group copied ahead to its next owner (:mod:`runtime.precopy`) is *tracked*
+    (:meth:`track`): the keys its records touch from then on are noted, since their
+    values may have changed (a UDF may change a value in place without ``set``).
     """
 
     def __init__(
@@ -130,6 +134,16 @@ class KeyedProcessor(Processor):
         self.key_group = key_group_fn(op.max_parallelism)
         self._value_state = ValueState()
         self.awaiting: dict[int, list[tuple[Any, Any, float]]] = {}
+        self.touched: dict[int, set] = {}  # tracked key group -> keys touched since
+
+    def track(self, group: int) -> None:
+        """Note from now on the keys of ``group`` that records touch."""
+        self.touched[group] = set()
+
+    def untrack(self, group: int) -> set | None:
+        """Stop tracking ``group``; the keys touched since :meth:`track` (None if it was
+        not tracked)."""
+        return self.touched.pop(group, None)
 
     def await_groups(self, groups: Iterable[int]) -> None:
         """Take records of ``groups`` before their state arrives: they wait for it."""
@@ -155,6 +169,9 @@ class KeyedProcessor(Processor):
         fn = self.fn
         store = self.state.group(group)
         self.metrics.key_group_counts[group] += len(waiting)
+        touched = self.touched.get(group)
+        if touched is not None:
+            touched.update(k for k, _v, _t in waiting)
         st = self._value_state
         st._store = store
         out_v: list = []
@@ -179,6 +196,7 @@ class KeyedProcessor(Processor):
         groups = self.state.groups()
         awaiting = self.awaiting
         counts = self.metrics.key_group_counts
+        touched = self.touched or None  # one test per record while nothing is tracked
         st = self._value_state
         out_v: list = []
         out_t: list = []
@@ -201,6 +219,8 @@ class KeyedProcessor(Processor):
                     waiting.append((k, v, t))  # its state is on its way
                     continue
                 counts[g] += 1
+                if touched is not None and g in touched:
+                    touched[g].add(k)
                 st._store = store
                 st._key = k
                 r = fn(k, v, st)

@@ -267,7 +267,15 @@ function renderReconfigurations(page) {
       ),
       cell(rec.result_version == null ? `${rec.base_version} →` : `${rec.base_version} → ${rec.result_version}`),
       el("td", { "data-testid": "affected-tasks" }, rec.affected_tasks.join(", ") || "—"),
-      el("td", { class: "num", "data-testid": "timing-prepare" }, number(t.prepare)),
+      el(
+        "td",
+        {
+          class: "num",
+          "data-testid": "timing-prepare",
+          title: t.precopy == null ? "" : `of which ${number(t.precopy)} ms copying state ahead`,
+        },
+        number(t.prepare),
+      ),
       el("td", { class: "num", "data-testid": "timing-sync" }, number(t.sync)),
       el("td", { class: "num", "data-testid": "timing-update" }, number(t.update)),
       el("td", { class: "num", "data-testid": "timing-total" }, number(t.total)),

@@ -1,0 +1,143 @@
+"""The pre-copy format (runtime.precopy): a copy ahead plus the delta of the keys touched
+since always gives the state as it is at the delta, whatever happened in between."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runtime import precopy
+from runtime.handover import StateInbox
+
+keys = st.one_of(st.integers(-50, 50), st.text(max_size=8), st.binary(min_size=300, max_size=400))
+leaves = st.one_of(
+    st.integers(),
+    st.text(max_size=600),
+    st.binary(max_size=700),
+    st.lists(st.integers(), max_size=4),
+)
+values = st.one_of(
+    leaves,
+    st.tuples(st.integers(), leaves),
+    st.dictionaries(st.text(max_size=3), leaves, max_size=3),
+)
+# What a record may do to the state of its key after the copy: set a new value, set a
+# value sharing the old one's parts, change a list or dict in place, or clear it.
+edits = st.lists(
+    st.tuples(keys, st.sampled_from(["set", "reuse", "in place", "clear"]), values), max_size=30
+)
+
+
+def apply_edits(store: dict, batch: list) -> set:
+    touched = set()
+    for key, how, value in batch:
+        touched.add(key)
+        old = store.get(key)
+        if how == "set":
+            store[key] = value
+        elif how == "reuse" and old is not None:
+            store[key] = (len(touched), old)  # a new tuple around the very same object
+        elif how == "in place" and isinstance(old, list):
+            old.append(len(touched))
+        elif how == "in place" and isinstance(old, dict):
+            old["x"] = value
+        elif how == "in place" and isinstance(old, tuple) and isinstance(old[1], list):
+            old[1].append(0)
+        elif how == "clear":
+            store.pop(key, None)
+    return touched
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(keys, values, max_size=20), edits, edits)
+def test_a_copy_ahead_and_its_delta_give_the_state_as_it_is_at_the_delta(
+    initial: dict, before: list, after: list
+) -> None:
+    store = pickle.loads(pickle.dumps(initial))
+    apply_edits(store, before)  # as it ran before the copy
+    data, memo = precopy.export_base(store)
+    base = bytes(data)
+    touched = apply_edits(store, after)  # as it ran between the copy and the update
+    delta = precopy.export_delta(store, touched, memo)
+    got, their_memo = precopy.load_base(base)
+    assert precopy.apply_delta(got, their_memo, delta) == store
+
+
+def test_an_unchanged_large_object_is_not_sent_again() -> None:
+    """A value ``(count, payload)`` whose count moves on while its payload stays the same
+    object: the delta refers to the payload the copy already holds."""
+    store = {f"word{i}": (i, bytes(20_000)) for i in range(50)}
+    data, memo = precopy.export_base(store)
+    got, their_memo = precopy.load_base(bytes(data))
+    for i in range(50):
+        store[f"word{i}"] = (i + 1, store[f"word{i}"][1])
+    delta = precopy.export_delta(store, set(store), memo)
+    assert len(delta) < 2_000 < len(data) // 100
+    after = precopy.apply_delta(got, their_memo, delta)
+    assert after == store
+    assert after["word7"][1] is got["word7"][1]  # the object that came with the copy
+
+
+def test_a_changed_mutable_value_is_sent_whole_even_when_it_is_the_same_object() -> None:
+    store = {"k": ["x" * 1000]}
+    data, memo = precopy.export_base(store)
+    got, their_memo = precopy.load_base(bytes(data))
+    store["k"].append("y" * 1000)
+    after = precopy.apply_delta(got, their_memo, precopy.export_delta(store, {"k"}, memo))
+    assert after == {"k": ["x" * 1000, "y" * 1000]}
+
+
+def test_the_inbox_puts_a_copy_and_its_delta_together_and_drops_them_on_abort() -> None:
+    inbox = StateInbox()
+    store = {"a": (1, b"p" * 1000), "b": (2, b"q" * 1000)}
+    data, memo = precopy.export_base(store)
+    inbox.put(7, "count-1", precopy.part_name("base", 3), bytes(data))
+    store["a"] = (5, store["a"][1])
+    del store["b"]
+    inbox.put(
+        7, "count-1", precopy.part_name("delta", 3), precopy.export_delta(store, {"a", "b"}, memo)
+    )
+    assert inbox._parts[(7, "count-1")] == {3: {"a": (5, b"p" * 1000)}}
+    # A delta without its copy is an error the task's update raises, naming the group.
+    inbox.put(7, "count-1", precopy.part_name("delta", 4), b"")
+    error = inbox._parts[(7, "count-1")][4]
+    assert isinstance(error, ValueError) and "key group 4" in str(error)
+    # Aborted: what came is dropped, and so is what comes later.
+    inbox.put(8, "count-1", precopy.part_name("base", 3), bytes(data))
+    inbox.drop(8)
+    inbox.put(8, "count-1", precopy.part_name("delta", 3), b"")
+    assert not any(k[0] == 8 for k in inbox._parts) and not inbox._bases and not inbox._unread
+
+
+def test_copies_ahead_are_read_only_once_the_tasks_have_caught_up() -> None:
+    """Reading a copy costs the receiving worker's loop what pickling it cost the sender:
+    it waits for the tasks there to have no input waiting. A delta that comes first reads
+    its copy itself."""
+
+    async def main() -> None:
+        inbox = StateInbox()
+        idle = asyncio.Event()
+
+        async def caught_up() -> None:
+            await idle.wait()
+
+        reader = asyncio.create_task(inbox.read_copies(caught_up))
+        try:
+            for g in (1, 2):
+                data, memo = precopy.export_base({"k": g})
+                inbox.put(3, "count-0", precopy.part_name("base", g), bytes(data))
+            await asyncio.sleep(0.01)
+            assert len(inbox._unread) == 2 and not inbox._bases  # the tasks are busy
+            delta = precopy.export_delta({"k": 20}, {"k"}, memo)
+            inbox.put(3, "count-0", precopy.part_name("delta", 2), delta)
+            assert inbox._parts[(3, "count-0")] == {2: {"k": 20}}
+            idle.set()
+            await asyncio.sleep(0.01)
+            assert not inbox._unread and list(inbox._bases) == [(3, "count-0", 1)]
+        finally:
+            reader.cancel()
+
+    asyncio.run(main())

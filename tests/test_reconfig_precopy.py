@@ -1,0 +1,138 @@
+"""Pre-copy on real worker processes (runtime.precopy): key groups that leave for another
+worker are copied ahead while their task runs, the update ships what changed since, and
+the results stay exact whatever the change, its mode, or a cancel during the copying."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from controlplane.abstraction import migrate
+from controlplane.coordinator import RuntimeConfig
+from controlplane.testing import BackgroundCluster
+from examples import wordcount
+from runtime.dataflow import load_job
+from tests.test_reconfig_e2e import (
+    fire_random_plans,
+    half_of_count_0,
+    paced_randomly,
+    random_plan,
+    stock_exchange_under_random_plans,
+)
+
+pytestmark = pytest.mark.slow
+
+# 400 words of 60 kB each: about 12 MB of state per count task, above the 4 MB from which
+# a task copies its leaving key groups ahead.
+PADDED = {"keys": 400, "state_bytes": 60_000, "records": 60_000, "rate": 20_000}
+
+
+def submit_padded(cluster: BackgroundCluster, out: Path):
+    params = {**PADDED, "output": str(out)}
+    job = cluster.submit(load_job("examples.wordcount:build", params))
+    time.sleep(1.0)  # every word seen: the state is at its full size
+    return job, params
+
+
+def other_worker(job, task: str) -> str:
+    here = job.layout.placement[task]
+    return next(w.id for w in job.abstraction.workers if w.id != here)
+
+
+def assert_copied_ahead(rec, at_least: int) -> None:
+    assert rec.status == "completed", rec.error
+    assert sum(c["bytes"] for c in rec.precopied.values()) >= at_least, rec.precopied
+    assert rec.timings_ms["precopy"] <= rec.timings_ms["prepare"]
+
+
+def test_a_migration_copies_its_state_ahead_and_the_counts_stay_exact(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    job, params = submit_padded(cluster, tmp_path)
+    plan = migrate(job.abstraction, "count-0", other_worker(job, "count-0"))
+    rec = cluster.call(cluster.coordinator.apply_plan(job.id, plan))
+    assert_copied_ahead(rec, 4 << 20)
+    assert cluster.wait(job, 60) == "finished", job.error
+    assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
+
+
+@pytest.mark.parametrize("mode", ["pause", "fluid"])
+def test_a_rebalance_across_workers_copies_ahead_in_either_mode(
+    cluster: BackgroundCluster, tmp_path: Path, mode: str
+) -> None:
+    """Half of count-0's key groups go to count-1, which runs on the other worker: the
+    giver copies them ahead, then ships what changed (paused, or while it runs)."""
+    job, params = submit_padded(cluster, tmp_path)
+    co = cluster.coordinator
+    if job.layout.placement["count-0"] == job.layout.placement["count-1"]:
+        move = migrate(job.abstraction, "count-1", other_worker(job, "count-1"))
+        assert cluster.call(co.apply_plan(job.id, move)).status == "completed"
+    plan, _half = half_of_count_0(job)
+    rec = cluster.call(co.apply_plan(job.id, replace(plan, mode=mode)))
+    assert_copied_ahead(rec, 2 << 20)
+    assert cluster.wait(job, 60) == "finished", job.error
+    assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
+
+
+def test_a_change_cancelled_while_it_copies_ahead_changes_nothing(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    """Cancelled as it prepares (the copying ahead starts then): nothing changed, what
+    was copied is dropped, and the same migration then goes through."""
+    job, params = submit_padded(cluster, tmp_path)
+    co = cluster.coordinator
+    before = job.layout
+    target = other_worker(job, "count-0")
+
+    def cancel_when_preparing(rec) -> None:
+        if rec.status == "preparing":
+            co.cancel_plan(job.id, "not now")
+
+    plan = migrate(job.abstraction, "count-0", target)
+    rec = cluster.call(co.apply_plan(job.id, plan, on_change=cancel_when_preparing))
+    assert (rec.status, rec.error) == ("cancelled", "not now")
+    assert job.layout == before
+    rec = cluster.call(co.apply_plan(job.id, migrate(job.abstraction, "count-0", target)))
+    assert_copied_ahead(rec, 4 << 20)
+    assert cluster.wait(job, 60) == "finished", job.error
+    assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
+
+
+@pytest.fixture(scope="module")
+def copying_cluster() -> Iterator[BackgroundCluster]:
+    """2 workers whose tasks copy every leaving key group ahead, however small."""
+    c = BackgroundCluster(workers=2, config=RuntimeConfig(precopy_min_bytes=0))
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def test_random_plans_with_every_key_group_copied_ahead_keep_counts_exact(
+    copying_cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    """Every kind of plan (rebalance, scale, migrate, logic, combined; pause or fluid),
+    each key group that leaves for another worker copied ahead first, while records flow."""
+    rng = random.Random(4)
+    params = {"records": 120_000, "rate": 20_000, "output": str(tmp_path)}
+    job = copying_cluster.submit(load_job("examples.wordcount:build", params))
+    done = fire_random_plans(
+        copying_cluster, job, lambda a: paced_randomly(rng, *random_plan(rng, a))
+    )
+    assert len(done) >= 4, done
+    copied = [r for r in job.reconfigurations if r.precopied]
+    assert len(copied) >= 2, [(r.id, r.status) for r in job.reconfigurations]
+    assert copying_cluster.wait(job, 60) == "finished", job.error
+    assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
+
+
+def test_stock_exchange_with_every_key_group_copied_ahead_keeps_trades_exact(
+    copying_cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    job = stock_exchange_under_random_plans(copying_cluster, tmp_path, seed=8)
+    assert any(r.precopied for r in job.reconfigurations)
