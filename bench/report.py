@@ -58,6 +58,10 @@ def throughput_section(d: dict) -> list[str]:
     ]
 
 
+# The ways a change is made, in the order of the table's rows.
+HOWS = ("live", "live_nocopy", "fluid_all", "fluid", "fluid_steps", "restart", "restart_new")
+
+
 def _runs(n: int) -> str:
     return "1 run" if n == 1 else f"{n} runs"
 
@@ -80,14 +84,19 @@ def reconfig_section(d: dict) -> list[str]:
         "A move between tasks on the same worker hands the state over without copying it (the "
         "scale helper places a new task beside the one it takes key groups from when it can), "
         "which is why scaling moves little state across workers here. Pause: every affected "
-        "task pauses until its part is done. Fluid, 1 step: tasks that only give or gain key "
+        "task pauses until its part is done; a task whose key groups leave for another worker "
+        "(4 MB or more of them) first copies them ahead while it runs, at idle priority, and "
+        "the update ships what changed since (the prepare time includes that copying, shown "
+        "after it). Pause, no copy ahead: the same without that copying, as before it existed. "
+        "Fluid, 1 step: tasks that only give or gain key "
         "groups do not pause, records of a moving group wait for its state. Fluid, n steps: "
         "the same plan in steps in which no task gives or gains more than a few key groups "
         "(a migrating task goes through a stand-in); the steps that only move key groups are stages of one live "
         "reconfiguration (a run: prepare, sync, update), each stage a barrier from the "
         "upstream tasks, nobody pausing; `a run each` is the same plan with every step its "
         "own live reconfiguration, as before stages existed, in the same run of the benchmark. "
-        "Restart / live compares a baseline with pause mode and with fluid in 1 step. The "
+        "Restart / live compares a baseline with pause mode (with and without copying "
+        "ahead) and with fluid in 1 step. The "
         "baseline writes its savepoint to local disk (fsync) and reads it back; `restart` "
         "reuses the running worker processes (like resubmitting to a Flink session cluster: "
         "an optimistic baseline, no process start), `restart, new workers` redeploys on new "
@@ -111,17 +120,18 @@ def reconfig_section(d: dict) -> list[str]:
             f"({fmt(round(size['rate_words_per_s']))} words/s, "
             f"{'1 round' if rounds == 1 else f'median of {rounds} rounds'})",
             "",
-            "| change | how | status | total ms (prepare / sync / update) | longest pause ms | p99 before -> after ms | max after ms | throughput | restart / live (pause; fluid, 1 step): completion, peak latency |",
+            "| change | how | status | total ms (prepare / sync / update) | longest pause ms | p99 before -> after ms | max after ms | throughput | restart / live (pause; pause, no copy ahead; fluid, 1 step): completion, peak latency |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for c in size["changes"]:
-            for how in ("live", "fluid_all", "fluid", "fluid_steps", "restart", "restart_new"):
+            for how in HOWS:
                 if how not in c:
                     continue
                 r = c[how]
                 t = r["timings_ms"]
+                ahead = f" (copy ahead {fmt(t['precopy'])})" if t.get("precopy") else ""
                 phases = (
-                    f"{fmt(t.get('prepare'))} / {fmt(t.get('sync'))} / {fmt(t.get('update'))}"
+                    f"{fmt(t.get('prepare'))}{ahead} / {fmt(t.get('sync'))} / {fmt(t.get('update'))}"
                     if not how.startswith("restart")
                     else f"snapshot {fmt(t.get('snapshot'))} / redeploy {fmt(t.get('redeploy'))}"
                 )
@@ -129,11 +139,16 @@ def reconfig_section(d: dict) -> list[str]:
                 if how.startswith("restart"):
                     ratio = "; ".join(
                         f"{fmt(rr['completion'])}x, {fmt(rr['peak_latency'])}x"
-                        for rr in (c.get(f"{how}_over_live"), c.get(f"{how}_over_fluid_all"))
+                        for rr in (
+                            c.get(f"{how}_over_live"),
+                            c.get(f"{how}_over_live_nocopy"),
+                            c.get(f"{how}_over_fluid_all"),
+                        )
                         if rr
                     )
                 label = {
                     "live": "pause",
+                    "live_nocopy": "pause, no copy ahead",
                     "fluid_all": "fluid, 1 step"
                     if r["steps"] == 1
                     else f"fluid, all ({r['steps']} steps)",

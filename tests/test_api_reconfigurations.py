@@ -55,8 +55,9 @@ def assert_completed(rec: dict[str, Any], version: int) -> None:
     assert rec["error"] is None
     assert rec["result_version"] == version
     timings = rec["timings_ms"]
-    assert set(timings) == set(PHASES)
+    assert set(timings) == {*PHASES, "precopy"}
     assert all(isinstance(timings[p], float) and timings[p] >= 0 for p in PHASES)
+    assert timings["precopy"] is None or 0 <= timings["precopy"] <= timings["prepare"]
     assert timings["total"] >= max(timings["prepare"], timings["sync"], timings["update"])
     assert rec["pause_ms"], "affected tasks that existed before pause"
     assert set(rec["pause_ms"]) <= set(rec["affected_tasks"])

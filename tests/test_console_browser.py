@@ -330,7 +330,8 @@ def test_a_reconfiguration_under_way_is_cancelled_from_the_page(
     button; clicking it ends the change ``cancelled``, the job unchanged, the button gone."""
     hold = tmp_path / "hold"
     hold.touch()
-    params = {"records": 10**6, "rate": 1000, "hold": str(hold), "output": str(tmp_path / "o")}
+    # Fast enough that full batches queue before the held tasks: the barrier waits seconds.
+    params = {"records": 10**6, "rate": 20_000, "hold": str(hold), "output": str(tmp_path / "o")}
     held = {"name": "held", "job": "tests.e2e_jobs:held_job", "params": params}
     with api.running_job(held) as job, api.client() as http:
         before = http.get(f"/api/v1/jobs/{job}/abstraction").json()
