@@ -63,7 +63,7 @@ BEFORE_S = 4.0  # the "before" window: steady seconds right before a change
 RECOVER_S = 20.0  # at most this long to wait for latency to come back to steady state
 MAX_RATE_S = 6.0  # seconds of unthrottled running to measure the padded job's maximum
 FLUID_BATCH = 4  # key groups each task gives or gains per step in fluid mode (of 128)
-PRECOPY_MIN_BYTES = RuntimeConfig().precopy_min_bytes  # the default: 4 MB per task
+PRECOPY_MIN_BYTES = RuntimeConfig().precopy_min_bytes  # the default: 32 MB per task
 
 
 def window(job: Job, start: float, end: float) -> dict:
@@ -289,7 +289,10 @@ def median_of(runs: list[dict]) -> dict:
         else f"{completed} of {len(runs)} completed",
         "error": next((r["error"] for r in runs if r["error"]), None),
         "repeats": len(runs),
-        "timings_ms": {k: med(lambda r, k=k: r["timings_ms"].get(k)) for k in first["timings_ms"]},
+        "timings_ms": {
+            k: med(lambda r, k=k: r["timings_ms"].get(k))
+            for k in dict.fromkeys(k for r in runs for k in r["timings_ms"])
+        },
         "total_ms_range": [min(totals), max(totals)],
         "max_pause_ms": med(lambda r: r["max_pause_ms"]),
         "precopied_bytes": med(lambda r: r.get("precopied_bytes")),

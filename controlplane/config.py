@@ -46,7 +46,7 @@ class Settings(BaseSettings):
         None, description="a bearer token with scope admin, registered at start-up"
     )
     precopy_min_bytes: int | None = Field(
-        4 << 20,
+        32 << 20,
         ge=0,
         description=(
             "a task copies the key groups it gives to another worker ahead, while it runs, "

@@ -158,7 +158,7 @@ def test_the_precopy_threshold_setting_reaches_the_coordinator() -> None:
     never = Engine(Settings(precopy_min_bytes="none")).coordinator.config
     assert never.precopy_min_bytes is None
     assert Engine(Settings(precopy_min_bytes=123)).coordinator.config.precopy_min_bytes == 123
-    assert Engine(Settings()).coordinator.config.precopy_min_bytes == 4 << 20
+    assert Engine(Settings()).coordinator.config.precopy_min_bytes == 32 << 20
 
 
 # -- spark only -------------------------------------------------------------------------------

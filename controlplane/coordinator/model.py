@@ -34,7 +34,7 @@ class RuntimeConfig:
     credits: int = 8  # batches in flight per channel (receiver buffer size)
     # A task whose key groups leave for another worker copies them ahead while it runs
     # when they come to at least this much state (runtime.precopy); None: never.
-    precopy_min_bytes: int | None = 4 << 20
+    precopy_min_bytes: int | None = 32 << 20
 
     def to_dict(self) -> dict[str, Any]:
         return {"batch_size": self.batch_size, "linger_s": self.linger_s, "credits": self.credits}
