@@ -55,6 +55,17 @@ def other_worker(job, task: str) -> str:
     return next(w.id for w in job.abstraction.workers if w.id != here)
 
 
+def migrate_count_0(cluster: BackgroundCluster, job, target: str | None = None, **options):
+    """Migrate count-0 to ``target`` (by default its other worker); the record."""
+    plan = migrate(job.abstraction, "count-0", target or other_worker(job, "count-0"))
+    return cluster.call(cluster.coordinator.apply_plan(job.id, plan, **options))
+
+
+def assert_finishes_exact(cluster: BackgroundCluster, job, out: Path, params: dict) -> None:
+    assert cluster.wait(job, 60) == "finished", job.error
+    assert wordcount.read_results(str(out)) == wordcount.reference(params)
+
+
 def assert_copied_ahead(rec, at_least: int) -> None:
     assert rec.status == "completed", rec.error
     assert sum(c["bytes"] for c in rec.precopied.values()) >= at_least, rec.precopied
@@ -64,13 +75,9 @@ def assert_copied_ahead(rec, at_least: int) -> None:
 def test_a_migration_copies_its_state_ahead_and_the_counts_stay_exact(
     copying_cluster: BackgroundCluster, tmp_path: Path
 ) -> None:
-    cluster = copying_cluster
-    job, params = submit_padded(cluster, tmp_path)
-    plan = migrate(job.abstraction, "count-0", other_worker(job, "count-0"))
-    rec = cluster.call(cluster.coordinator.apply_plan(job.id, plan))
-    assert_copied_ahead(rec, 4 << 20)
-    assert cluster.wait(job, 60) == "finished", job.error
-    assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
+    job, params = submit_padded(copying_cluster, tmp_path)
+    assert_copied_ahead(migrate_count_0(copying_cluster, job), 4 << 20)
+    assert_finishes_exact(copying_cluster, job, tmp_path, params)
 
 
 def test_state_under_the_threshold_is_not_copied_ahead(
@@ -78,12 +85,10 @@ def test_state_under_the_threshold_is_not_copied_ahead(
 ) -> None:
     """About 12 MB per task, under the default 32 MB: the migration ships it in its update."""
     job, params = submit_padded(cluster, tmp_path)
-    plan = migrate(job.abstraction, "count-0", other_worker(job, "count-0"))
-    rec = cluster.call(cluster.coordinator.apply_plan(job.id, plan))
+    rec = migrate_count_0(cluster, job)
     assert rec.status == "completed", rec.error
     assert rec.precopied == {} and "precopy" not in rec.timings_ms
-    assert cluster.wait(job, 60) == "finished", job.error
-    assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
+    assert_finishes_exact(cluster, job, tmp_path, params)
 
 
 @pytest.mark.parametrize("mode", ["pause", "fluid"])
@@ -101,8 +106,7 @@ def test_a_rebalance_across_workers_copies_ahead_in_either_mode(
     plan, _half = half_of_count_0(job)
     rec = cluster.call(co.apply_plan(job.id, replace(plan, mode=mode)))
     assert_copied_ahead(rec, 2 << 20)
-    assert cluster.wait(job, 60) == "finished", job.error
-    assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
+    assert_finishes_exact(cluster, job, tmp_path, params)
 
 
 def test_a_change_cancelled_while_it_copies_ahead_changes_nothing(
@@ -120,14 +124,11 @@ def test_a_change_cancelled_while_it_copies_ahead_changes_nothing(
         if rec.status == "preparing":
             co.cancel_plan(job.id, "not now")
 
-    plan = migrate(job.abstraction, "count-0", target)
-    rec = cluster.call(co.apply_plan(job.id, plan, on_change=cancel_when_preparing))
+    rec = migrate_count_0(cluster, job, target, on_change=cancel_when_preparing)
     assert (rec.status, rec.error) == ("cancelled", "not now")
     assert job.layout == before
-    rec = cluster.call(co.apply_plan(job.id, migrate(job.abstraction, "count-0", target)))
-    assert_copied_ahead(rec, 4 << 20)
-    assert cluster.wait(job, 60) == "finished", job.error
-    assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
+    assert_copied_ahead(migrate_count_0(cluster, job, target), 4 << 20)
+    assert_finishes_exact(cluster, job, tmp_path, params)
 
 
 def test_random_plans_with_every_key_group_copied_ahead_keep_counts_exact(
@@ -144,8 +145,7 @@ def test_random_plans_with_every_key_group_copied_ahead_keep_counts_exact(
     assert len(done) >= 4, done
     copied = [r for r in job.reconfigurations if r.precopied]
     assert len(copied) >= 2, [(r.id, r.status) for r in job.reconfigurations]
-    assert copying_cluster.wait(job, 60) == "finished", job.error
-    assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
+    assert_finishes_exact(copying_cluster, job, tmp_path, params)
 
 
 def test_stock_exchange_with_every_key_group_copied_ahead_keeps_trades_exact(

@@ -132,10 +132,10 @@ class Reconfiguration:
     runs: int = 1  # live protocol runs (prepare, sync, update) it took: steps go as stages
     stages: list[Layout] = field(default_factory=list, repr=False)  # staged fluid: see _run
     worker_map: dict[str, str] = field(default_factory=dict)  # old -> new worker (a restart)
+    precopied: dict[str, dict[str, float]] = field(default_factory=dict)  # worker -> copied ahead
     listener: Callable[[Reconfiguration], None] | None = field(default=None, repr=False)
     # Protocol state (filled by the coordinator's message handler).
     _prepared: dict[str, asyncio.Future] = field(default_factory=dict, repr=False)
-    precopied: dict[str, dict[str, float]] = field(default_factory=dict)  # worker -> copied
     _to_pause: set[str] = field(default_factory=set, repr=False)
     _to_update: set[tuple[str, str]] = field(default_factory=set, repr=False)  # (worker, task)
     _synced: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
