@@ -331,7 +331,17 @@ class Worker:
         reply = {"job_id": msg["job_id"], "rid": msg["rid"]}
         try:
             codeload.install_many(msg.get("code", {}))  # before any logic is unpickled
-            if job is None and "graph" in msg:
+            if "graph" in msg:  # the coordinator places none of the job's tasks here
+                if job is not None:
+                    # Tasks of the job were here before; what this worker knew of the job
+                    # when the last one left is stale once the job changed elsewhere.
+                    if job.tasks:
+                        raise RuntimeError(
+                            f"tasks {sorted(job.tasks)[:10]} of job {job.job_id} run here, "
+                            "but the coordinator places none here"
+                        )
+                    del self.jobs[job.job_id]
+                    await job.stop()
                 # This worker joins the job: it hosts none of its tasks yet.
                 job = JobRuntime(self, {**msg, "layout": msg["current_layout"]})
                 job.start_time = float(msg["start_time"])
@@ -403,6 +413,9 @@ class Worker:
         job_id = msg["job_id"]
         try:
             codeload.install_many(msg.get("code", {}))  # before the graph is unpickled
+            stale = self.jobs.pop(job_id, None)
+            if stale is not None:  # left from when tasks of the job were here (a restart)
+                await stale.stop()
             job = JobRuntime(self, msg)
             self.jobs[job_id] = job
             await job.deploy()

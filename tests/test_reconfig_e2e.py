@@ -607,6 +607,35 @@ def test_a_worker_without_tasks_of_the_job_joins_it(
     assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
 
 
+def test_a_worker_whose_tasks_all_left_takes_tasks_again_after_other_changes(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    """w2 hosts tasks of the job, then none while the job changes elsewhere, then some again:
+    what it knew of the job's layout when its last task left is stale by then (it failed
+    the prepare: "tasks ['count-0'] change but are not in the affected set")."""
+    from controlplane.abstraction import migrate, rebalance
+
+    params = {"records": 60_000, "rate": 20_000, "parallelism": 2, "output": str(tmp_path)}
+    job = cluster.call(
+        cluster.coordinator.submit(load_job("examples.wordcount:build", params), ["w1"])
+    )
+    assert job.layout.workers_used() == ["w1"]
+    time.sleep(0.3)
+    loads = {g: 10.0 if g < 20 else 1.0 for g in range(128)}
+    for step in [
+        lambda a: migrate(a, "count-1", "w2", with_forward=True),
+        lambda a: migrate(a, "count-1", "w1", with_forward=True),
+        lambda a: rebalance(a, "count", loads),  # on w1 only: w2 is not told
+        lambda a: migrate(a, "count-1", "w2", with_forward=True),
+    ]:
+        rec = cluster.call(cluster.coordinator.apply_plan(job.id, step(job.abstraction)))
+        assert rec.status == "completed", rec.error
+        time.sleep(0.2)
+    assert job.layout.placement["count-1"] == "w2"
+    assert cluster.wait(job, 60) == "finished", job.error
+    assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
+
+
 def submit_stock_exchange(cluster: BackgroundCluster, out: Path) -> tuple:
     """The bounded stock exchange (80,000 orders at 16,000/s, match and stats on 2 tasks)
     writing to ``out``: (job, params)."""
