@@ -1,8 +1,9 @@
 """Live reconfiguration against stop-and-restart, on the word count (issue: live reconfiguration).
 
 For each per-task state size (``--state-mb``, default 1, 10, 100), a word count runs
-unbounded on 2 local workers, with every word carrying ``state_bytes`` of padding so
-that each count task holds about the given size. The default rate is half of what that
+unbounded on 2 of 3 local workers (the third is a spare, kept up between changes), with
+every word carrying ``state_bytes`` of padding so that each count task holds about the
+given size. The default rate is half of what that
 padded job sustains unthrottled, measured first on the same workers (``--rate`` sets one
 for every size). After a warm-up, each change is made live, then the same change (or its
 mirror, which moves as much) with the stop-and-restart baseline, on the running workers
@@ -10,8 +11,11 @@ and on new worker processes, a few seconds apart:
 
 - rebalance moving half the key groups (each count task gives half of its groups away);
 - scale out 2 -> 4 and back in 4 -> 2 (count and its forward sink);
+- migrate a task: count-0 with its forward sink to the spare worker, or back beside
+  split-0 when it is on one (what a cluster keeps spare workers for: moving work off a
+  busy or failing machine);
 - migrate two count tasks with their forward sinks (each to the other's worker, so each
-  worker keeps one count and its sink);
+  worker keeps one count and its sink): both workers send and receive state at once;
 - swap the count logic.
 
 Live changes run in pause mode (every affected task pauses until its part is done; key
@@ -49,8 +53,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.throughput import write_report
 from controlplane.abstraction import AssignWorkload, Plan, migrate, scale, update_logic
-from controlplane.coordinator import Job, RuntimeConfig
+from controlplane.coordinator import Coordinator, Job, RuntimeConfig
 from controlplane.coordinator import fluid as fluid_mode
+from controlplane.coordinator.plans import refresh_workers
+from controlplane.coordinator.workers import start_workers
 from controlplane.runner import LocalCluster
 from runtime.dataflow import load_job
 from runtime.metrics import LatencyHistogram, summarize_latency
@@ -95,8 +101,22 @@ def halves(job: Job) -> Plan:
     return Plan(a.version, (AssignWorkload("count", new),))
 
 
-def steps() -> list[tuple[str, str, object]]:
+def steps(co: Coordinator) -> list[tuple[str, str, object]]:
     """(change, how, plan builder) in order; each builder sees the abstraction of its moment."""
+
+    def to_standby(j: Job) -> Plan:
+        """Migrate count-0 with its forward sink to a spare worker (one the job does not
+        use, as a cluster keeps for moving work off a busy or failing machine, see
+        :func:`spare_worker`), or, when count-0 is on one, back beside split-0 (which
+        never moves): either way one task's state moves to a worker with room for it."""
+        a = refresh_workers(j.abstraction, co.alive_workers(), "local")
+        here = a.task("count-0").resources.worker
+        home = a.task("split-0").resources.worker
+        if here != home:
+            return migrate(a, "count-0", home, with_forward=True)
+        used = set(j.layout.workers_used())
+        spare = next(w.id for w in co.alive_workers() if w.id not in used)
+        return migrate(a, "count-0", spare, with_forward=True)
 
     def swap_workers(j: Job) -> Plan:
         """Migrate count-0 and count-1, each with its forward sink, to each other's worker
@@ -143,6 +163,13 @@ def steps() -> list[tuple[str, str, object]]:
         ("scale in 4 -> 2", "restart", to(2)),
         ("scale out 2 -> 4", "restart_new", to(4)),
         ("scale in 4 -> 2", "restart_new", to(2)),
+        ("migrate a task (to a standby worker)", "live", to_standby),
+        ("migrate a task (to a standby worker)", "live_nocopy", to_standby),
+        ("migrate a task (to a standby worker)", "fluid_all", fluid(to_standby, None)),
+        ("migrate a task (to a standby worker)", "fluid", fluid(to_standby)),
+        ("migrate a task (to a standby worker)", "fluid_steps", fluid(to_standby)),
+        ("migrate a task (to a standby worker)", "restart", to_standby),
+        ("migrate a task (to a standby worker)", "restart_new", to_standby),
         ("migrate two tasks (swap workers)", "live", swap_workers),
         ("migrate two tasks (swap workers)", "live_nocopy", swap_workers),
         ("migrate two tasks (swap workers)", "fluid_all", fluid(swap_workers, None)),
@@ -156,10 +183,18 @@ def steps() -> list[tuple[str, str, object]]:
     ]
 
 
-async def max_rate(co, params: dict) -> float:
+async def spare_worker(co: Coordinator, job: Job) -> None:
+    """Make sure a worker the job does not use is up (a restart on new workers retires
+    the spare the job moved to), started before the change is timed."""
+    used = set(job.layout.workers_used())
+    if all(w.id in used for w in co.alive_workers()):
+        await start_workers(co, 1, "the benchmark keeps a spare worker")
+
+
+async def max_rate(co, params: dict, workers: list[str]) -> float:
     """Words/s the job sustains unthrottled: the median of per-second sink rates over
     MAX_RATE_S seconds after a warm-up (the job is stopped after)."""
-    job = await co.submit(load_job("examples.wordcount:build", {**params, "rate": 0}))
+    job = await co.submit(load_job("examples.wordcount:build", {**params, "rate": 0}), workers)
     await asyncio.sleep(WARMUP_S)
     t0 = time.time()
     await asyncio.sleep(MAX_RATE_S + 1.1)
@@ -184,24 +219,26 @@ async def run_state_size(
         "state_bytes": pad,
     }
     entries: dict[str, dict] = {}
-    async with LocalCluster(2) as cluster:
+    async with LocalCluster(3) as cluster:
         co = cluster.coordinator
         config = co.config
+        workers = [w.id for w in co.alive_workers()][:2]  # the third is a spare
         max_words = None
         if rate_words is None:
-            max_words = await max_rate(co, params)
+            max_words = await max_rate(co, params, workers)
             rate_words = max_words / 2
             print(f"  {state_mb:>5} MB  max {max_words:,.0f} words/s, running at half", flush=True)
         params["rate"] = rate_words / WORDS
-        job = await co.submit(load_job("examples.wordcount:build", params))
+        job = await co.submit(load_job("examples.wordcount:build", params), workers)
         await asyncio.sleep(WARMUP_S)
         steady_p99 = window(job, time.time() - 3.0, time.time())["latency"]["p99_ms"]
         samples: dict[tuple[str, str], list[dict]] = {}
-        for name, how, build in [step for _ in range(repeat) for step in steps()]:
+        for name, how, build in [step for _ in range(repeat) for step in steps(co)]:
             if only and not any(o in f"{name} / {how}" for o in only):
                 continue
             if how == "fluid_steps" and not with_steps:
                 continue
+            await spare_worker(co, job)
             before = window(job, time.time() - BEFORE_S, time.time())
             t0 = time.time()
             fluid_mode.JOIN_STAGES = how != "fluid_steps"  # each step its own run, to compare
@@ -229,6 +266,7 @@ async def run_state_size(
                     "runs": rec.runs,
                     "stage_ms": rec.stage_ms,
                     "precopied_bytes": sum(c["bytes"] for c in rec.precopied.values()),
+                    "precopied": rec.precopied,
                     "affected_tasks": len(rec.affected),
                     "latency_before_ms": before["latency"],
                     "latency_after_ms": after["latency"],

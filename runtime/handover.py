@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -108,18 +107,16 @@ class StateInbox:
 
     async def read_copies(self, caught_up: Callable[[], Awaitable[None]]) -> None:
         """Read the copies made ahead as they come, one at a time, each once ``caught_up``
-        returns (the worker's tasks have no input waiting) and followed by a rest as long
-        as it took: receiving state ahead goes at idle priority, as sending it does, and
-        takes at most about half of the worker's time. Runs until cancelled."""
+        returns (the worker's tasks have no input waiting): receiving state ahead goes at
+        idle priority, as sending it does. Runs until cancelled."""
         while True:
             await self._copy_came.wait()
             self._copy_came.clear()
             while self._unread:
                 await caught_up()
                 if self._unread:
-                    t0 = time.perf_counter()
                     self._read(next(iter(self._unread)))
-                    await asyncio.sleep(time.perf_counter() - t0)  # a rest as long
+                    await asyncio.sleep(0)  # the tasks see the input that came meanwhile
 
     def put_frame(self, frame: tuple, chunk: bytes | bytearray) -> None:
         """A ``[STATE, rid, task, part, seq, total, raw, nbytes]`` frame from a peer and the
