@@ -393,6 +393,11 @@ class DataServer:
     through their gates, naming the peer. Connections are read in place
     (:class:`_DataConnection`): frames are parsed from the receive buffer, and key-group
     state is received straight into its own buffer.
+
+    ``on_error(error, jobs)`` is told the jobs a broken connection carried (None: it never
+    said). State frames name a reconfiguration, not a job: ``changing(rids)`` gives the
+    jobs whose pending reconfiguration is one of ``rids`` (those whose state a broken
+    connection may have cut short); other jobs are not failed for it.
     """
 
     def __init__(
@@ -402,12 +407,14 @@ class DataServer:
         on_error: Callable[[str, set[str] | None], None] | None = None,
         on_state: Callable[[tuple, bytearray], None] | None = None,
         has_job: Callable[[str], bool] | None = None,
+        changing: Callable[[set[int]], set[str]] | None = None,
     ) -> None:
         self.secret = secret
         self.inputs = inputs
         self.on_error = on_error
         self.on_state = on_state
         self.has_job = has_job
+        self.changing = changing
         self.server: asyncio.Server | None = None
         self._conns: set[_DataConnection] = set()
 
@@ -447,6 +454,7 @@ class _DataConnection(asyncio.BufferedProtocol):
         self.credits: _CreditReturn | None = None
         self.givers: dict[str, Callable[[int], None]] = {}
         self.seen: dict[str, InputChannel] = {}  # channels this peer has sent on
+        self.state_rids: set[int] = set()  # reconfigurations it has sent state for
         self.ended = False  # refused, failed or closed: nothing more is routed
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -477,7 +485,8 @@ class _DataConnection(asyncio.BufferedProtocol):
         if self.ended:
             return
         live = self._live_channels()
-        if exc is not None and (live or not self.seen):  # a reset or a read error
+        carried = self.seen or self.state_rids
+        if exc is not None and (live or self._changing() or not carried):  # a reset, a read error
             self._failed(ChannelError(f"data connection from {self.peer} broke: {exc}"))
             return
         # Closed, or reset once nothing it carried was still being read here (its streams
@@ -497,6 +506,12 @@ class _DataConnection(asyncio.BufferedProtocol):
             for key, ch in self.seen.items()
             if not ch.closed and (has_job is None or has_job(key.partition("/")[0]))
         ]
+
+    def _changing(self) -> set[str]:
+        """The jobs whose pending reconfiguration this peer has sent state for."""
+        if not self.state_rids or self.server.changing is None:
+            return set()
+        return self.server.changing(self.state_rids)
 
     def close(self) -> None:
         self.ended = True
@@ -523,6 +538,7 @@ class _DataConnection(asyncio.BufferedProtocol):
         if tag == protocol.STATE:
             if server.on_state is None or payload is None:
                 raise ChannelError(f"{self.peer} sent state, which this worker cannot take")
+            self.state_rids.add(frame[1])
             server.on_state(frame, payload)
             return
         # Looked up per frame: a reconfiguration may have replaced the channel.
@@ -554,6 +570,7 @@ class _DataConnection(asyncio.BufferedProtocol):
         logger.warning("data connection from %s failed: %s", self.peer, exc)
         if self.server.on_error is not None:
             # The jobs this connection carried, or every job if it never got that far.
-            self.server.on_error(str(exc), {key.partition("/")[0] for key in self.seen} or None)
+            jobs = {key.partition("/")[0] for key in self.seen} | self._changing()
+            self.server.on_error(str(exc), jobs if self.seen or self.state_rids else None)
         if self.transport is not None:
             self.transport.close()

@@ -88,6 +88,7 @@ class Worker:
             on_error=self.data_failed,
             on_state=self.state.put_frame,
             has_job=self.jobs.__contains__,
+            changing=self.changing,
         )
         self._updates: set[asyncio.Task] = set()
         self._writer: asyncio.StreamWriter | None = None
@@ -152,6 +153,14 @@ class Worker:
                 "error": f"worker {self.worker_id}: data link to worker {peer} failed: {exc}",
             }
         )
+
+    def changing(self, rids: set[int]) -> set[str]:
+        """The jobs here whose pending reconfiguration is one of ``rids``."""
+        return {
+            job.job_id
+            for job in self.jobs.values()
+            if job.pending is not None and job.pending.rid in rids
+        }
 
     def data_failed(self, error: str, job_ids: set[str] | None) -> None:
         """A data connection broke the protocol: its jobs (all, if unknown) fail with the cause."""

@@ -1,8 +1,9 @@
 """The end of a data connection, seen from the receiving worker's data server (in process,
 real loopback sockets): a peer's reset fails the jobs whose channels from it are still being
 read, and is quiet once nothing it carried is (its streams ended, or their jobs stopped
-here), as when workers shut down one after another. And from the sending side: a link whose
-peer has gone says so when written to."""
+here), as when workers shut down one after another. A connection that carries key-group
+state fails only the job whose reconfiguration it carried state for, while it is pending.
+And from the sending side: a link whose peer has gone says so when written to."""
 
 from __future__ import annotations
 
@@ -25,20 +26,32 @@ async def reset_peer(caplog: pytest.LogCaptureFixture, *, running: bool, ended: 
     """A peer says hello, sends a barrier (and the end of stream when ``ended``) on one
     channel of job-1, then resets its connection; returns the errors the server reported
     once it has taken the reset in."""
+    frames = [[protocol.BARRIER, KEY, BarrierKind.RECONFIG.value, 1]]
+    if ended:
+        frames.append([protocol.END, KEY])
+    return await send_then_reset(caplog, frames, has_job=lambda job: running and job == "job-1")
+
+
+async def send_then_reset(
+    caplog: pytest.LogCaptureFixture, frames: list, payload: bytes = b"", **options
+) -> list:
+    """A peer says hello, sends ``frames`` and ``payload``, then resets its connection to a
+    data server made with ``options``; returns the errors the server reported once it has
+    taken the reset in."""
     errors: list = []
     server = DataServer(
         SECRET,
         {KEY: InputChannel(KEY, "split-0")},
         on_error=lambda message, jobs: errors.append((message, jobs)),
-        has_job=lambda job: running and job == "job-1",
+        **options,
     )
     host, port = await server.start("127.0.0.1")
     try:
         _, writer = await asyncio.open_connection(host, port)
         protocol.write_frame(writer, [protocol.HELLO, "w9", SECRET])
-        protocol.write_frame(writer, [protocol.BARRIER, KEY, BarrierKind.RECONFIG.value, 1])
-        if ended:
-            protocol.write_frame(writer, [protocol.END, KEY])
+        for frame in frames:
+            protocol.write_frame(writer, frame)
+        writer.write(payload)
         await writer.drain()
         await asyncio.sleep(0.1)  # the server has read the frames
         sock = writer.get_extra_info("socket")
@@ -71,6 +84,41 @@ def test_a_reset_while_a_channel_is_read_fails_its_job(caplog: pytest.LogCapture
     message, jobs = errors[0]
     assert jobs == {"job-1"}
     assert "data connection from worker w9 broke" in message
+
+
+def reset_state_link(caplog: pytest.LogCaptureFixture, pending: dict[int, str]) -> list:
+    """A peer sends the first of two chunks of key-group state for reconfiguration 7, then
+    resets; ``pending`` is the reconfiguration pending for each job on the worker."""
+    caplog.set_level(logging.DEBUG, logger="runtime.channels")
+    frame = [protocol.STATE, 7, "count-0", 3, 0, 2, True, 100]
+    return asyncio.run(
+        send_then_reset(
+            caplog,
+            [frame],
+            b"x" * 100,
+            on_state=lambda frame, chunk: None,
+            has_job=lambda job: job in pending.values(),
+            changing=lambda rids: {job for rid, job in pending.items() if rid in rids},
+        )
+    )
+
+
+def test_a_reset_state_link_fails_only_the_job_whose_change_it_carried(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    errors = reset_state_link(caplog, {7: "job-1", 8: "job-2"})
+    assert len(errors) == 1, errors
+    message, jobs = errors[0]
+    assert jobs == {"job-1"}
+    assert "data connection from worker w9 broke" in message
+
+
+def test_a_reset_state_link_fails_no_job_once_its_change_is_over(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Before: a connection that had carried state only failed every job on the worker.
+    assert reset_state_link(caplog, {8: "job-2"}) == []
+    assert "reset after its streams" in caplog.text
 
 
 async def send_until_refused() -> str:
