@@ -72,9 +72,14 @@ def reconfig_section(d: dict) -> list[str]:
         "## Live reconfiguration against stop-and-restart (word count)",
         "",
         f"Run {d['date']} on {m['cpu']} ({m['cores']} cores); `{d['command'].strip()}`. "
-        "Word count on 2 local workers at the rate in each heading (by default half the "
-        "maximum the padded job itself sustained, measured first in the same run; `--rate` "
-        "sets it); every word carries padding so that each count task holds the given state. Each change is made live, then "
+        "Word count on 2 of 3 local workers (the third is an idle spare, kept up between "
+        "changes; see the notes for runs made before it existed) at the rate in each heading (by default "
+        "half the maximum the padded job itself sustained, measured first in the same run; "
+        "`--rate` sets it); every word carries padding so that each count task holds the "
+        "given state. Migrate a task moves count-0 with its sink to the spare worker (or "
+        "back beside split-0 when it is there); migrate two tasks swaps the workers of "
+        "count-0 and count-1 with their sinks, so both workers send and receive state at "
+        "once. Each change is made live, then "
         "the same change (or its mirror, which moves as much) with the stop-and-restart "
         "baseline in the same run. All the changes run in rounds on the same job (`--repeat`, "
         "see each heading); every figure is the median of its rounds, the completion time "
