@@ -7,6 +7,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
 import pytest
 
 from controlplane.coordinator.reconfig import ReconfigurationBusy, ReconfigurationError
@@ -634,6 +635,45 @@ def test_a_worker_whose_tasks_all_left_takes_tasks_again_after_other_changes(
     assert job.layout.placement["count-1"] == "w2"
     assert cluster.wait(job, 60) == "finished", job.error
     assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
+
+
+def links_to(pid: int, port: int) -> list:
+    """The open TCP connections of process ``pid`` to ``port`` on loopback."""
+    return [
+        c
+        for c in psutil.Process(pid).net_connections(kind="tcp")
+        if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED
+    ]
+
+
+def test_a_stopped_job_leaves_no_link_open_on_a_worker_its_tasks_left(
+    no_leftover_processes: None,
+) -> None:
+    """w2 hosts count-1 for a while and sends its state back to w1: it holds a connection to
+    w1 for the job. Stopping the job closes it, though w2 hosts none of its tasks by then."""
+    from controlplane.abstraction import migrate
+    from controlplane.runner import LocalCluster
+
+    async def scenario() -> None:
+        async with LocalCluster(2) as c:
+            co = c.coordinator
+            w1, w2 = co.alive_workers()
+            params = {"records": 0, "rate": 5_000, "parallelism": 2}
+            job = await co.submit(load_job("examples.wordcount:build", params), [w1.id])
+            await asyncio.sleep(0.5)
+            for target in (w2.id, w1.id):
+                plan = migrate(job.abstraction, "count-1", target, with_forward=True)
+                rec = await co.apply_plan(job.id, plan)
+                assert rec.status == "completed", rec.error
+            assert links_to(w2.pid, w1.data_port), "w2 opened no connection to w1"
+            await co.stop_job(job.id)
+            for _ in range(50):
+                if not links_to(w2.pid, w1.data_port):
+                    return
+                await asyncio.sleep(0.1)
+            pytest.fail(f"w2 still holds {links_to(w2.pid, w1.data_port)} 5 s after the stop")
+
+    asyncio.run(scenario())
 
 
 def submit_stock_exchange(cluster: BackgroundCluster, out: Path) -> tuple:

@@ -327,10 +327,10 @@ class Coordinator:
             self._stop_everywhere(job)
 
     def _stop_everywhere(self, job: Job) -> None:
-        for wid in job.layout.workers_used():
-            conn = self._conns.get(wid)
-            if conn is not None:
-                conn.send({"type": "stop", "job_id": job.id})
+        """Tell every worker to stop ``job``: also those its tasks have left, which keep what
+        they set up for it (their links to its other workers) until it stops or returns."""
+        for conn in list(self._conns.values()):
+            conn.send({"type": "stop", "job_id": job.id})
 
     # -- worker connections ---------------------------------------------------------------------
 
