@@ -114,9 +114,7 @@ def steps(co: Coordinator) -> list[tuple[str, str, object]]:
         home = a.task("split-0").resources.worker
         if here != home:
             return migrate(a, "count-0", home, with_forward=True)
-        used = set(j.layout.workers_used())
-        spare = next(w.id for w in co.alive_workers() if w.id not in used)
-        return migrate(a, "count-0", spare, with_forward=True)
+        return migrate(a, "count-0", unused_workers(co, j)[0], with_forward=True)
 
     def swap_workers(j: Job) -> Plan:
         """Migrate count-0 and count-1, each with its forward sink, to each other's worker
@@ -183,11 +181,16 @@ def steps(co: Coordinator) -> list[tuple[str, str, object]]:
     ]
 
 
+def unused_workers(co: Coordinator, job: Job) -> list[str]:
+    """The alive workers that host none of ``job``'s tasks."""
+    used = set(job.layout.workers_used())
+    return [w.id for w in co.alive_workers() if w.id not in used]
+
+
 async def spare_worker(co: Coordinator, job: Job) -> None:
     """Make sure a worker the job does not use is up (a restart on new workers retires
     the spare the job moved to), started before the change is timed."""
-    used = set(job.layout.workers_used())
-    if all(w.id in used for w in co.alive_workers()):
+    if not unused_workers(co, job):
         await start_workers(co, 1, "the benchmark keeps a spare worker")
 
 

@@ -485,8 +485,9 @@ class _DataConnection(asyncio.BufferedProtocol):
         if self.ended:
             return
         live = self._live_channels()
-        carried = self.seen or self.state_rids
-        if exc is not None and (live or self._changing() or not carried):  # a reset, a read error
+        if exc is not None and (
+            live or self._changing() or not self._carried()
+        ):  # a reset, a read error
             self._failed(ChannelError(f"data connection from {self.peer} broke: {exc}"))
             return
         # Closed, or reset once nothing it carried was still being read here (its streams
@@ -506,6 +507,10 @@ class _DataConnection(asyncio.BufferedProtocol):
             for key, ch in self.seen.items()
             if not ch.closed and (has_job is None or has_job(key.partition("/")[0]))
         ]
+
+    def _carried(self) -> bool:
+        """True once this peer has sent data on a channel or state for a reconfiguration."""
+        return bool(self.seen or self.state_rids)
 
     def _changing(self) -> set[str]:
         """The jobs whose pending reconfiguration this peer has sent state for."""
@@ -571,6 +576,6 @@ class _DataConnection(asyncio.BufferedProtocol):
         if self.server.on_error is not None:
             # The jobs this connection carried, or every job if it never got that far.
             jobs = {key.partition("/")[0] for key in self.seen} | self._changing()
-            self.server.on_error(str(exc), jobs if self.seen or self.state_rids else None)
+            self.server.on_error(str(exc), jobs if self._carried() else None)
         if self.transport is not None:
             self.transport.close()

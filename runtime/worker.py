@@ -349,8 +349,7 @@ class Worker:
                             f"tasks {sorted(job.tasks)[:10]} of job {job.job_id} run here, "
                             "but the coordinator places none here"
                         )
-                    del self.jobs[job.job_id]
-                    await job.stop()
+                    await self._drop_job(job.job_id)
                 # This worker joins the job: it hosts none of its tasks yet.
                 job = JobRuntime(self, {**msg, "layout": msg["current_layout"]})
                 job.start_time = float(msg["start_time"])
@@ -418,21 +417,23 @@ class Worker:
                 }
             )
 
+    async def _drop_job(self, job_id: str) -> None:
+        """Forget job ``job_id`` here, stopping what its runtime still runs or holds open."""
+        job = self.jobs.pop(job_id, None)
+        if job is not None:
+            await job.stop()
+
     async def _deploy(self, msg: dict[str, Any]) -> None:
         job_id = msg["job_id"]
         try:
             codeload.install_many(msg.get("code", {}))  # before the graph is unpickled
-            stale = self.jobs.pop(job_id, None)
-            if stale is not None:  # left from when tasks of the job were here (a restart)
-                await stale.stop()
+            await self._drop_job(job_id)  # left from when tasks of the job were here
             job = JobRuntime(self, msg)
             self.jobs[job_id] = job
             await job.deploy()
         except Exception as exc:
             logger.debug("deploy of %s failed", job_id, exc_info=True)
-            failed = self.jobs.pop(job_id, None)
-            if failed is not None:
-                await failed.stop()
+            await self._drop_job(job_id)
             self.send(
                 {
                     "type": "deploy_failed",
