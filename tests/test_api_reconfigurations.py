@@ -424,7 +424,9 @@ def test_cancel_a_reconfiguration_under_way(api: Api, tmp_path: Path) -> None:
     migration still waiting for its new worker; ended or unknown ones are refused."""
     hold = tmp_path / "hold"
     hold.touch()
-    params = {"records": 10**6, "rate": 1000, "hold": str(hold), "output": str(tmp_path / "out")}
+    # At 1,000 records/s little queues before the held tasks and the sync could end before
+    # the cancel came (it did in 1 of 4 CI runs); at 20,000/s full batches queue for seconds.
+    params = {"records": 10**6, "rate": 20_000, "hold": str(hold), "output": str(tmp_path / "o")}
     held = {"name": "held", "job": "tests.e2e_jobs:held_job", "params": params}
     with api.running_job(held) as job, api.client() as http:
         before = current(http, job)
