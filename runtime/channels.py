@@ -242,6 +242,10 @@ class OutputChannel:
         await self._acquire()
         self._deliver_control(item)
 
+    def detach(self) -> None:
+        """Its sending task left this worker (a reconfiguration moved or removed it): the
+        channel goes on from elsewhere, if at all. Call once the task has stopped."""
+
     def _deliver_batch(self, values: list, stamps: list) -> None:
         raise NotImplementedError
 
@@ -284,6 +288,15 @@ class RemoteOutputChannel(OutputChannel):
 
     def _deliver_batch(self, values: list, stamps: list) -> None:
         self.bytes_sent += self.link.send([protocol.DATA, self.key, values, stamps])
+
+    def detach(self) -> None:
+        """Tell the receiver that this connection carries nothing more of the channel, so
+        that the connection closing later (this worker retired, say) is not taken for the
+        channel's sender failing; the link forgets it."""
+        if self.link.channels.get(self.key) is self:
+            del self.link.channels[self.key]
+        if not self.link.writer.transport.is_closing():
+            self.link.send([protocol.DETACH, self.key])
 
     def _deliver_control(self, item: Barrier | EndOfStream) -> None:
         if type(item) is Barrier:
@@ -455,6 +468,7 @@ class _DataConnection(asyncio.BufferedProtocol):
         self.givers: dict[str, Callable[[int], None]] = {}
         self.seen: dict[str, InputChannel] = {}  # channels this peer has sent on
         self.state_rids: set[int] = set()  # reconfigurations it has sent state for
+        self.detached = False  # it has sent on channels that it no longer carries
         self.ended = False  # refused, failed or closed: nothing more is routed
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -500,17 +514,21 @@ class _DataConnection(asyncio.BufferedProtocol):
                 ch.gate.fail(ChannelError(f"{self.peer} disconnected before the end of {ch.key}"))
 
     def _live_channels(self) -> list[InputChannel]:
-        """The channels this peer has sent on that are still open, of jobs running here."""
+        """The channels this peer has sent on that are still open and read here (a task
+        reading one that moved away no longer does), of jobs running here."""
         has_job = self.server.has_job
+        inputs = self.server.inputs
         return [
             ch
             for key, ch in self.seen.items()
-            if not ch.closed and (has_job is None or has_job(key.partition("/")[0]))
+            if not ch.closed
+            and inputs.get(key) is ch
+            and (has_job is None or has_job(key.partition("/")[0]))
         ]
 
     def _carried(self) -> bool:
         """True once this peer has sent data on a channel or state for a reconfiguration."""
-        return bool(self.seen or self.state_rids)
+        return bool(self.seen or self.state_rids or self.detached)
 
     def _changing(self) -> set[str]:
         """The jobs whose pending reconfiguration this peer has sent state for."""
@@ -545,6 +563,11 @@ class _DataConnection(asyncio.BufferedProtocol):
                 raise ChannelError(f"{self.peer} sent state, which this worker cannot take")
             self.state_rids.add(frame[1])
             server.on_state(frame, payload)
+            return
+        if tag == protocol.DETACH:  # its sender moved: the channel goes on without us
+            self.seen.pop(key, None)
+            self.givers.pop(key, None)
+            self.detached = True
             return
         # Looked up per frame: a reconfiguration may have replaced the channel.
         ch = server.inputs.get(key)

@@ -786,6 +786,8 @@ class JobRuntime:
             await self._ship_out(p, task, old, new, everything=True)
             pause = task.resume()  # measured before the stop cancels the wait
             await task.stop()
+            for ch in task.outputs.channels:
+                ch.detach()  # its receivers stop counting on this worker for it
             if isinstance(task, StreamTask):
                 for key in list(task.gate.channels):
                     self._unregister_input(key)
@@ -815,7 +817,10 @@ class JobRuntime:
             return
         task = self.tasks[tid]
         # Routing: rebuild edges, reusing channels whose target did not move.
+        before = task.outputs.channels
         task.outputs.set_edges(await self._edges(task.op, tid, new, task.outputs.channel_map()))
+        for ch in set(before) - set(task.outputs.channels):
+            ch.detach()  # its target moved or went: the old link no longer carries it
         # Inputs: add prepared channels, remove channels of upstream tasks that are gone.
         if isinstance(task, StreamTask):
             wanted = self._input_keys_set(tid, new)

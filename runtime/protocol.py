@@ -29,7 +29,9 @@ Control connection (worker dials the coordinator). Messages are msgpack maps wit
 
 Data connection (the sending worker dials the receiving worker's data address): the first
 frame is ``[HELLO, worker_id, secret]``; then ``[DATA, channel, values, timestamps]``,
-``[BARRIER, channel, kind, id]``, ``[END, channel]`` flow to the receiver and
+``[BARRIER, channel, kind, id]``, ``[END, channel]`` and ``[DETACH, channel]`` (the
+sending task left that worker in a reconfiguration: the channel goes on, fed from its new
+worker, and this connection carries nothing more of it) flow to the receiver and
 ``[CREDIT, [[channel, n], ...]]`` flows back on the same connection (credits returned
 in one event-loop iteration travel together). During a reconfiguration, state moves on
 the same links: ``[STATE, rid, task, part, seq, total, raw, nbytes]`` followed by
@@ -51,6 +53,7 @@ __all__ = [
     "BARRIER",
     "CREDIT",
     "DATA",
+    "DETACH",
     "END",
     "HELLO",
     "MAX_FRAME",
@@ -64,7 +67,7 @@ __all__ = [
 ]
 
 # Data-plane frame tags.
-DATA, BARRIER, END, CREDIT, STATE, HELLO = 0, 1, 2, 3, 4, 9
+DATA, BARRIER, END, CREDIT, STATE, DETACH, HELLO = 0, 1, 2, 3, 4, 5, 9
 
 MAX_FRAME = 256 * 1024 * 1024  # refuse absurd lengths from a corrupt or hostile peer
 _LEN = struct.Struct(">I")

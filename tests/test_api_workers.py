@@ -1,7 +1,9 @@
 """Workers over REST against a real server: list, add (the backend starts them), drain
-(refused while a running job has tasks there)."""
+(refused while a running job has tasks there; once they moved away, the job runs on)."""
 
 from __future__ import annotations
+
+import time
 
 import psutil
 from api_support import Api, wait_until
@@ -64,3 +66,31 @@ def test_worker_requests_are_checked(api: Api) -> None:
         assert r.status_code == 404 and "no-such-worker" in r.json()["error"]["message"]
     with api.client(token=None) as anonymous:
         assert anonymous.get("/api/v1/workers").status_code == 401
+
+
+def test_a_worker_whose_tasks_moved_away_drains_while_the_job_runs_on(api: Api) -> None:
+    """How a worker is taken out of service: move its tasks away, then drain it. Here a new
+    worker takes split-1, which sends to both count tasks, and gives it back; the drain
+    then ends the worker and the job runs on. Before, the other workers took the drained
+    worker's connections for split-1's channels failing ("worker w3 disconnected before the
+    end of ...>count-0") and the job failed."""
+    body = {**WORDCOUNT, "name": "wordcount-drain", "params": {"records": 0, "rate": 2_000}}
+    with api.running_job(body) as job, api.client() as http:
+        r = http.post("/api/v1/workers", json={"count": 1})
+        assert r.status_code == 201, r.text
+        (new,) = r.json()
+        abstraction = http.get(f"/api/v1/jobs/{job}/abstraction").json()
+        split = next(o for o in abstraction["operators"] if o["name"] == "split")
+        home = next(t for t in split["tasks"] if t["id"] == "split-1")["resources"]["worker"]
+        for target in (new["id"], home):
+            r = http.post(f"/api/v1/jobs/{job}/migrate", json={"task": "split-1", "worker": target})
+            assert r.status_code == 202, r.text
+            rec = api.wait_reconfiguration(http, job, r.json()["id"])
+            assert rec["status"] == "completed", rec
+
+        r = http.delete(f"/api/v1/workers/{new['id']}")
+        assert r.status_code == 200, r.text
+        wait_until(lambda: not psutil.pid_exists(new["pid"]), 10.0, "the drained worker to exit")
+        time.sleep(1.0)  # a failure comes as soon as the other workers see the connections go
+        state = http.get(f"/api/v1/jobs/{job}").json()
+        assert state["status"] == "running", state

@@ -1,7 +1,8 @@
 """The end of a data connection, seen from the receiving worker's data server (in process,
 real loopback sockets): a peer's reset fails the jobs whose channels from it are still being
 read, and is quiet once nothing it carried is (its streams ended, or their jobs stopped
-here), as when workers shut down one after another. A connection that carries key-group
+here), as when workers shut down one after another, or once its channels' tasks moved
+off either end (a drained worker retired). A connection that carries key-group
 state fails only the job whose reconfiguration it carried state for, while it is pending.
 And from the sending side: a link whose peer has gone says so when written to."""
 
@@ -33,15 +34,19 @@ async def reset_peer(caplog: pytest.LogCaptureFixture, *, running: bool, ended: 
 
 
 async def send_then_reset(
-    caplog: pytest.LogCaptureFixture, frames: list, payload: bytes = b"", **options
+    caplog: pytest.LogCaptureFixture,
+    frames: list,
+    payload: bytes = b"",
+    inputs: dict | None = None,
+    **options,
 ) -> list:
     """A peer says hello, sends ``frames`` and ``payload``, then resets its connection to a
-    data server made with ``options``; returns the errors the server reported once it has
-    taken the reset in."""
+    data server made with ``options`` and reading ``inputs`` (by default KEY, read here);
+    returns the errors the server reported once it has taken the reset in."""
     errors: list = []
     server = DataServer(
         SECRET,
-        {KEY: InputChannel(KEY, "split-0")},
+        {KEY: InputChannel(KEY, "split-0")} if inputs is None else inputs,
         on_error=lambda message, jobs: errors.append((message, jobs)),
         **options,
     )
@@ -84,6 +89,38 @@ def test_a_reset_while_a_channel_is_read_fails_its_job(caplog: pytest.LogCapture
     message, jobs = errors[0]
     assert jobs == {"job-1"}
     assert "data connection from worker w9 broke" in message
+
+
+def test_a_reset_after_its_sender_moved_away_is_quiet(caplog: pytest.LogCaptureFixture) -> None:
+    """split-0 moved to another worker: its old worker said DETACH, and the channel goes on
+    from the new one; the old worker going away later is none of the channel's business
+    (without the DETACH, the test above fails the job)."""
+    caplog.set_level(logging.DEBUG, logger="runtime.channels")
+    frames = [[protocol.BARRIER, KEY, BarrierKind.RECONFIG.value, 1], [protocol.DETACH, KEY]]
+    assert asyncio.run(send_then_reset(caplog, frames, has_job=lambda job: True)) == []
+    assert "reset after its streams" in caplog.text
+
+
+def test_a_reset_after_its_reader_moved_away_is_quiet(caplog: pytest.LogCaptureFixture) -> None:
+    """count-0 moved to another worker: the channel it read here is no longer registered
+    (its sender, which stays, now sends to the new worker)."""
+    caplog.set_level(logging.DEBUG, logger="runtime.channels")
+    inputs = {KEY: InputChannel(KEY, "split-0")}
+
+    async def scenario() -> list:
+        async def unregister_once_read() -> None:
+            while not inputs[KEY].items:
+                await asyncio.sleep(0.01)
+            del inputs[KEY]
+
+        watcher = asyncio.ensure_future(unregister_once_read())
+        frames = [[protocol.BARRIER, KEY, BarrierKind.RECONFIG.value, 1]]
+        errors = await send_then_reset(caplog, frames, inputs=inputs, has_job=lambda job: True)
+        assert watcher.done()
+        return errors
+
+    assert asyncio.run(scenario()) == []
+    assert "reset after its streams" in caplog.text
 
 
 def reset_state_link(caplog: pytest.LogCaptureFixture, pending: dict[int, str]) -> list:

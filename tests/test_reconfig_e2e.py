@@ -676,6 +676,48 @@ def test_a_stopped_job_leaves_no_link_open_on_a_worker_its_tasks_left(
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize("end", ["retired", "killed"])
+def test_a_drained_worker_can_go_while_the_job_runs_on(
+    end: str, tmp_path: Path, no_leftover_processes: None
+) -> None:
+    """Every task on w2 moves to w3 (draining a machine), then w2 goes: retired, or killed
+    outright. The job never uses w2 again and ends exact. Before, w1 still took w2's
+    connection for the one feeding count-0 from split-1 (which had moved to w3): "worker w2
+    disconnected before the end of job-1/split-1>count-0" failed the job."""
+    from controlplane.abstraction import Plan, migrate
+    from controlplane.runner import LocalCluster
+
+    params = {"records": 80_000, "rate": 16_000, "parallelism": 2, "output": str(tmp_path)}
+
+    async def scenario() -> None:
+        async with LocalCluster(3) as c:
+            co = c.coordinator
+            w1, w2, w3 = co.alive_workers()
+            job = await co.submit(load_job("examples.wordcount:build", params), [w1.id, w2.id])
+            await asyncio.sleep(1.0)
+            a = job.abstraction
+            on_w2 = [t.id for op in a.operators for t in op.tasks if t.resources.worker == w2.id]
+            assert len(on_w2) == 4, on_w2  # a source, split, count and sink
+            ops = [op for tid in on_w2 for op in migrate(a, tid, w3.id).ops]
+            rec = await co.apply_plan(job.id, Plan(a.version, tuple(ops)))
+            assert rec.status == "completed", rec.error
+            assert w2.id not in job.layout.workers_used()
+            await asyncio.sleep(0.5)
+            if end == "retired":
+                await co.retire_worker(w2.id, "drained for maintenance")
+            else:
+                psutil.Process(w2.pid).kill()
+            for _ in range(600):
+                if job.done:
+                    break
+                await asyncio.sleep(0.1)
+            assert co.workers[w2.id].status == ("stopped" if end == "retired" else "lost")
+            assert job.status == "finished", job.error
+
+    asyncio.run(scenario())
+    assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
+
+
 def submit_stock_exchange(cluster: BackgroundCluster, out: Path) -> tuple:
     """The bounded stock exchange (80,000 orders at 16,000/s, match and stats on 2 tasks)
     writing to ``out``: (job, params)."""
