@@ -514,15 +514,15 @@ class _DataConnection(asyncio.BufferedProtocol):
                 ch.gate.fail(ChannelError(f"{self.peer} disconnected before the end of {ch.key}"))
 
     def _live_channels(self) -> list[InputChannel]:
-        """The channels this peer has sent on that are still open and read here (a task
-        reading one that moved away no longer does), of jobs running here."""
+        """The channels this peer has sent on that are still open and read here (not once
+        the task reading one moved to another worker), of jobs running here."""
         has_job = self.server.has_job
-        inputs = self.server.inputs
+        read_here = [(key, self.server.inputs.get(key)) for key in self.seen]
         return [
             ch
-            for key, ch in self.seen.items()
-            if not ch.closed
-            and inputs.get(key) is ch
+            for key, ch in read_here
+            if ch is not None
+            and not ch.closed
             and (has_job is None or has_job(key.partition("/")[0]))
         ]
 
