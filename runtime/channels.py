@@ -514,15 +514,17 @@ class _DataConnection(asyncio.BufferedProtocol):
                 ch.gate.fail(ChannelError(f"{self.peer} disconnected before the end of {ch.key}"))
 
     def _live_channels(self) -> list[InputChannel]:
-        """The channels this peer has sent on that are still open and read here (not once
-        the task reading one moved to another worker), of jobs running here."""
+        """The channels this peer has sent on that are still open and read here, of jobs
+        running here. A channel counts by identity: once the task reading it moved away,
+        or the job was redeployed (a restart), a new channel of the same key is read, fed
+        by a new connection, and this one's end is none of its business."""
         has_job = self.server.has_job
-        read_here = [(key, self.server.inputs.get(key)) for key in self.seen]
+        inputs = self.server.inputs
         return [
             ch
-            for key, ch in read_here
-            if ch is not None
-            and not ch.closed
+            for key, ch in self.seen.items()
+            if not ch.closed
+            and inputs.get(key) is ch
             and (has_job is None or has_job(key.partition("/")[0]))
         ]
 
