@@ -13,7 +13,9 @@ Control connection (worker dials the coordinator). Messages are msgpack maps wit
    linger_s, credits}, code {module: source} (uploaded modules the pickles name, see
    :mod:`runtime.codeload`; installed before unpickling)}
    worker -> ``deployed`` {job_id} or ``deploy_failed`` {job_id, error}
-4. coordinator -> ``start`` {job_id}; worker -> ``started`` {job_id}
+4. coordinator -> ``start`` {job_id}; worker -> ``started`` {job_id}. The workers that
+   host none of the job's tasks (and any that registers later) get ``warm`` {job_id,
+   graph, code}: they import the job's code then, not when a task moves there; no reply.
 5. worker -> ``metrics`` {worker_id, time, cpu_percent, rss_mb, jobs {job: {task: snapshot}}}
    every second; worker -> ``task_finished`` {job_id, task} and
    ``task_failed`` {job_id, task, error}; coordinator -> ``stop`` {job_id}.

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import pickle
 import signal
 import socket
 import sys
@@ -304,6 +305,8 @@ class Worker:
                 job = self.jobs.get(msg["job_id"])
                 if job is not None:
                     job.savepoint(int(msg["id"]))
+            elif kind == "warm":
+                self._warm(msg)
             elif kind == "prepare":
                 await self._prepare(msg)
             elif kind == "update":
@@ -334,6 +337,18 @@ class Worker:
                 return
             else:
                 logger.warning("ignoring unknown message %r", kind)
+
+    def _warm(self, msg: dict[str, Any]) -> None:
+        """Import a job's code before any of its tasks comes here (the coordinator sends it
+        to the workers a job does not use), so that taking a task later does not wait for
+        it. A failure is left to the prepare that needs the code, which reports it."""
+        if msg["job_id"] in self.jobs:
+            return
+        try:
+            codeload.install_many(msg.get("code", {}))
+            pickle.loads(msg["graph"])
+        except Exception:
+            logger.debug("could not load the code of job %s ahead", msg["job_id"], exc_info=True)
 
     async def _prepare(self, msg: dict[str, Any]) -> None:
         job = self.jobs.get(msg["job_id"])

@@ -718,6 +718,48 @@ def test_a_drained_worker_can_go_while_the_job_runs_on(
     assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
 
 
+def test_workers_a_job_does_not_use_load_its_code_ahead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_leftover_processes: None
+) -> None:
+    """A worker that hosts none of a job's tasks imports the job's code when the job starts,
+    and so does a worker that registers later: a task moved to one of them does not wait
+    for the imports in the prepare (about 25 ms for the word count on a fresh worker here,
+    against 0.3 ms for the rest of joining the job)."""
+    from controlplane.abstraction import migrate
+    from controlplane.coordinator.workers import start_workers
+    from controlplane.runner import LocalCluster
+
+    notes = tmp_path / "imports"
+    monkeypatch.setenv("STREAMPILOT_TEST_IMPORTS", str(notes))  # workers inherit it
+
+    def imported_by() -> set[int]:
+        return {int(line) for line in notes.read_text().split()} if notes.exists() else set()
+
+    async def until_imported_by(pid: int) -> None:
+        for _ in range(100):
+            if pid in imported_by():
+                return
+            await asyncio.sleep(0.1)
+        pytest.fail(f"worker pid {pid} did not import the job's code within 10 s")
+
+    async def scenario() -> None:
+        async with LocalCluster(2) as c:
+            co = c.coordinator
+            w1, w2 = co.alive_workers()
+            job = await co.submit(load_job("tests.import_noting_job:build", {}), [w1.id])
+            assert job.status == "running", job.error
+            await until_imported_by(w2.pid)
+            (w3,) = await start_workers(co, 1, "a spare")
+            await until_imported_by(w3.pid)
+            for target in (w2.id, w3.id):
+                rec = await co.apply_plan(job.id, migrate(job.abstraction, "count-1", target))
+                assert rec.status == "completed", rec.error
+            assert w1.pid in imported_by()
+            await co.stop_job(job.id)
+
+    asyncio.run(scenario())
+
+
 def submit_stock_exchange(cluster: BackgroundCluster, out: Path) -> tuple:
     """The bounded stock exchange (80,000 orders at 16,000/s, match and stats on 2 tasks)
     writing to ``out``: (job, params)."""

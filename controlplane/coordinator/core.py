@@ -210,6 +210,26 @@ class Coordinator:
     def _start(self, job: Job) -> None:
         for wid in job.layout.workers_used():
             self._send(wid, {"type": "start", "job_id": job.id, "start_time": job.started_at})
+        self._warm(job, [w.id for w in self.alive_workers()])
+
+    def _warm(self, job: Job, workers: list[str]) -> None:
+        """Send the job's code to those of ``workers`` that host none of its tasks: each
+        imports it at once, so that a task moved there later (a migration to a spare, a
+        scale out) does not wait for the imports in the prepare (tens of milliseconds on a
+        fresh worker, against a few for the rest of a prepare)."""
+        used = set(job.layout.workers_used())
+        idle = [w for w in workers if w not in used and w in self._conns]
+        if not idle:
+            return
+        graph = pickle.dumps(job.graph)
+        msg = {
+            "type": "warm",
+            "job_id": job.id,
+            "graph": graph,
+            "code": codeload.sources_for([graph, *job.layout.logic.values()]),
+        }
+        for wid in idle:
+            self._conns[wid].send(msg)
 
     async def restart_with(self, job_id: str, layout: Layout) -> Any:
         """The stop-and-restart baseline (see :mod:`.restart`); returns the record."""
@@ -383,6 +403,9 @@ class Coordinator:
                 info.data_host,
                 info.data_port,
             )
+            for job in self.jobs.values():
+                if job.status == "running":
+                    self._warm(job, [info.id])
             async with self._registered:
                 self._registered.notify_all()
             while True:
