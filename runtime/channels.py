@@ -303,6 +303,8 @@ class RemoteOutputChannel(OutputChannel):
             self.link.send([protocol.BARRIER, self.key, item.kind.value, item.id])
         else:
             self.link.send([protocol.END, self.key])
+            if self.link.channels.get(self.key) is self:  # it needs no credits after its end
+                del self.link.channels[self.key]
 
     async def flush(self, batch_size: int, whole_batches_only: bool = False) -> None:
         await super().flush(batch_size, whole_batches_only)
@@ -310,7 +312,13 @@ class RemoteOutputChannel(OutputChannel):
 
 
 class PeerLink:
-    """The outgoing data connection from this worker to one peer worker."""
+    """The outgoing data connection from this worker to one peer worker.
+
+    The peer resetting it is reported to ``on_error`` only while the link is ``in_use``:
+    by default while it carries a channel that has not ended (neither sent its end of
+    stream nor detached); a state link says when it carries a change's state. A reset
+    after that (the peer retired once the tasks it read moved away, say) is logged only.
+    """
 
     def __init__(
         self, peer: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -321,6 +329,7 @@ class PeerLink:
         self.channels: dict[str, OutputChannel] = {}
         self._reader_task: asyncio.Task | None = None
         self.on_error: Callable[[BaseException], None] | None = None
+        self.in_use: Callable[[], bool] = lambda: bool(self.channels)
 
     @classmethod
     async def connect(
@@ -360,7 +369,9 @@ class PeerLink:
         except EOFError:
             return
         except (ConnectionError, OSError) as exc:
-            if self.on_error is not None:
+            if not self.in_use():
+                logger.debug("data link to worker %s reset once unused: %s", self.peer, exc)
+            elif self.on_error is not None:
                 self.on_error(exc)
 
     async def close(self) -> None:

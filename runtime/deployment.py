@@ -197,6 +197,8 @@ class JobRuntime:
             host, port = self.peers[worker_id]
             link = await PeerLink.connect(worker_id, host, port, self.me, self.worker.secret)
             link.on_error = lambda exc, w=worker_id: self.worker.peer_failed(self, w, exc)
+            if state:  # it carries no channels, only the state of a pending change
+                link.in_use = lambda: self.pending is not None
             links[worker_id] = link
         return link
 

@@ -4,7 +4,8 @@ read, and is quiet once nothing it carried is (its streams ended, or their jobs 
 here), as when workers shut down one after another, or once its channels' tasks moved
 off either end (a drained worker retired). A connection that carries key-group
 state fails only the job whose reconfiguration it carried state for, while it is pending.
-And from the sending side: a link whose peer has gone says so when written to."""
+And from the sending side: a link whose peer has gone says so when written to, and a
+peer's reset fails the job only while a channel on the link is still fed from here."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ import struct
 import pytest
 
 from runtime import protocol
-from runtime.channels import ChannelError, DataServer, InputChannel, PeerLink
-from runtime.records import BarrierKind
+from runtime.channels import ChannelError, DataServer, InputChannel, PeerLink, RemoteOutputChannel
+from runtime.records import BarrierKind, EndOfStream
 
 SECRET = "cluster-secret"
 KEY = protocol.channel_key("job-1", "split-0", "count-0")
@@ -183,3 +184,57 @@ def test_a_send_to_a_worker_that_has_gone_says_which() -> None:
     assert message == ("the data connection to worker w1 is closed (the worker stopped or died)"), (
         message
     )
+
+
+async def reset_by_peer(caplog: pytest.LogCaptureFixture, settle: str) -> list:
+    """A link carries one channel (KEY); the channel is left as ``settle`` says (``live``,
+    ``detached`` or ``ended``), then the peer resets the connection; returns what the link
+    reported once it has taken the reset in."""
+    errors: list = []
+    settled = asyncio.Event()
+
+    async def peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await settled.wait()
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.close()  # with linger 0: a reset
+
+    server = await asyncio.start_server(peer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    link = await PeerLink.connect("w1", "127.0.0.1", port, "w9", SECRET)
+    link.on_error = errors.append
+    try:
+        channel = RemoteOutputChannel(KEY, "count-0", 4, link)
+        if settle == "ended":
+            await channel.send_control(EndOfStream(), 512)
+        elif settle == "detached":
+            channel.detach()
+        await link.writer.drain()
+        settled.set()
+        for _ in range(100):  # the link reports or logs the reset within a second
+            if errors or "reset once unused" in caplog.text:
+                return errors
+            await asyncio.sleep(0.01)
+        pytest.fail("the link did not take the peer's reset in within 1 s")
+    finally:
+        await link.close()
+        server.close()
+        await server.wait_closed()
+
+
+def test_a_peer_resetting_a_link_that_still_feeds_it_fails_the_job(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="runtime.channels")
+    errors = asyncio.run(reset_by_peer(caplog, "live"))
+    assert len(errors) == 1 and isinstance(errors[0], ConnectionError), errors
+
+
+@pytest.mark.parametrize("settle", ["detached", "ended"])
+def test_a_peer_resetting_a_link_once_its_channels_are_over_is_quiet(
+    caplog: pytest.LogCaptureFixture, settle: str
+) -> None:
+    """The channel's task moved away (detached) or its stream ended: the peer may go."""
+    caplog.set_level(logging.DEBUG, logger="runtime.channels")
+    assert asyncio.run(reset_by_peer(caplog, settle)) == []
+    assert "data link to worker w1 reset once unused" in caplog.text
