@@ -73,7 +73,7 @@ def reconfig_section(d: dict) -> list[str]:
         "",
         f"Run {d['date']} on {m['cpu']} ({m['cores']} cores); `{d['command'].strip()}`. "
         "Word count on 2 of 3 local workers (the third is an idle spare, kept up between "
-        "changes; see the notes for runs made before it existed) at the rate in each heading (by default "
+        "changes) at the rate in each heading (by default "
         "half the maximum the padded job itself sustained, measured first in the same run; "
         "`--rate` sets it); every word carries padding so that each count task holds the "
         "given state. Migrate a task moves count-0 with its sink to the spare worker (or "
