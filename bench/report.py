@@ -188,6 +188,33 @@ def reconfig_section(d: dict) -> list[str]:
     return out
 
 
+def state_transfer_section(d: dict) -> list[str]:
+    m = d["machine"]
+    out = [
+        "## Shipping key-group state: CPU on each end",
+        "",
+        f"Run {d['date']} on {m.get('cpu', '?')} ({m.get('cores', '?')} cores); "
+        f"`{d['command']}`. A sender process copies {fmt(d['mb'])} MB of word-count state "
+        "(64 key groups) ahead to a receiver process, through the code the workers run "
+        "(`precopy.export_base`, `send_state`, the data server, `StateInbox`), with nothing "
+        "else running; each process's CPU for the transfer, its system share and its page "
+        "faults, medians of the rounds (variants alternate round by round, each in new "
+        "processes).",
+        "",
+        "| variant | sender CPU ms (system) | receiver CPU ms (system) | receiver page faults "
+        "| first byte to last group read ms |",
+        "|---|---|---|---|---|",
+    ]
+    for name, v in d["variants"].items():
+        out.append(
+            f"| {name} | {fmt(v['sender_cpu_ms'])} ({fmt(v['sender_sys_ms'])}) "
+            f"| {fmt(v['receiver_cpu_ms'])} ({fmt(v['receiver_sys_ms'])}) "
+            f"| {fmt(v['receiver_page_faults'])} | {fmt(v['wall_ms'])} |"
+        )
+    out += ["", *(f"- {note}" for note in d.get("notes", [])), *([""] if d.get("notes") else [])]
+    return out
+
+
 def spark_section(d: dict) -> list[str]:
     m = d["machine"]
     local, spark = d["backends"]["local"], d["backends"]["spark"]
@@ -437,6 +464,9 @@ def main() -> None:
     rc = load("reconfig")
     if rc:
         lines += reconfig_section(rc)
+    st = load("state_transfer")
+    if st:
+        lines += state_transfer_section(st)
     sp = load("spark")
     if sp:
         lines += spark_section(sp)

@@ -416,7 +416,7 @@ class DataServer:
     or a disconnect while channels of that peer are still open fails the reading tasks
     through their gates, naming the peer. Connections are read in place
     (:class:`_DataConnection`): frames are parsed from the receive buffer, and key-group
-    state is received straight into its own buffer.
+    state is received straight into its own buffer (from ``pool``, reused once read).
 
     ``on_error(error, jobs)`` is told the jobs a broken connection carried (None: it never
     said). State frames name a reconfiguration, not a job: ``changing(rids)`` gives the
@@ -429,9 +429,10 @@ class DataServer:
         secret: str,
         inputs: dict[str, InputChannel],
         on_error: Callable[[str, set[str] | None], None] | None = None,
-        on_state: Callable[[tuple, bytearray], None] | None = None,
+        on_state: Callable[[tuple, bytearray | memoryview], None] | None = None,
         has_job: Callable[[str], bool] | None = None,
         changing: Callable[[set[int]], set[str]] | None = None,
+        pool: protocol.PayloadPool | None = None,
     ) -> None:
         self.secret = secret
         self.inputs = inputs
@@ -439,6 +440,7 @@ class DataServer:
         self.on_state = on_state
         self.has_job = has_job
         self.changing = changing
+        self.pool = pool  # where state payloads are received (see protocol.PayloadPool)
         self.server: asyncio.Server | None = None
         self._conns: set[_DataConnection] = set()
 
@@ -473,7 +475,7 @@ class _DataConnection(asyncio.BufferedProtocol):
     def __init__(self, server: DataServer) -> None:
         self.server = server
         self.peer = "an unknown worker"
-        self.frames = protocol.FrameReader("data connection", _state_payload)
+        self.frames = protocol.FrameReader("data connection", _state_payload, server.pool)
         self.transport: asyncio.Transport | None = None
         self.credits: _CreditReturn | None = None
         self.givers: dict[str, Callable[[int], None]] = {}
@@ -554,7 +556,7 @@ class _DataConnection(asyncio.BufferedProtocol):
         if self.transport is not None:
             self.transport.close()
 
-    def _route(self, frame: Any, payload: bytearray | None) -> None:
+    def _route(self, frame: Any, payload: bytearray | memoryview | None) -> None:
         server = self.server
         if self.credits is None:  # the first frame: who is this?
             if (

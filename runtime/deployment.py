@@ -970,6 +970,7 @@ class JobRuntime:
         # Each group is taken in as it arrives, while the rest are still on their way.
         async for g, data in self.worker.state.arrivals(p.rid, tid, expected):
             state.take_in(g, data)
+            self.worker.state.recycle(data)
         return None
 
 

@@ -10,11 +10,16 @@ as little as possible on its way). The receiving worker's :class:`StateInbox` co
 the parts until the new owner's update takes them.
 
 A key group copied ahead (:mod:`runtime.precopy`) arrives as two parts: its copy
-(``base:<group>``, during the prepare), which the inbox keeps aside and reads when the
-worker's tasks have caught up with their input (:meth:`StateInbox.read_copies`, at idle
-priority), then what changed since (``delta:<group>``, in the update), which the inbox
-applies to it (reading the copy first if that has not happened yet); the update then
-takes the group as if it had come whole.
+(``base:<group>``, during the prepare), which the inbox reads at once if the worker's
+tasks have no input waiting, else keeps aside until they have caught up
+(:meth:`StateInbox.read_copies`, at idle priority); then what changed since
+(``delta:<group>``, in the update), which the inbox applies to it (reading the copy first
+if that has not happened yet); the update then takes the group as if it had come whole.
+
+State from other workers comes in buffers of the worker's
+:class:`~runtime.protocol.PayloadPool`: a part, once read, gives its buffer back
+(:meth:`StateInbox.recycle`) for the next one, so receiving a task's state faults in
+fresh memory only for the state itself.
 """
 
 from __future__ import annotations
@@ -56,9 +61,17 @@ class StateInbox:
     task's update waits for the parts it expects with :meth:`take`.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        pool: protocol.PayloadPool | None = None,
+        idle: Callable[[], bool] | None = None,
+    ) -> None:
+        self._pool = pool or protocol.PayloadPool()  # the buffers received state came in
+        # True while the worker's tasks have no input waiting: a copy ahead that comes
+        # then is read at once, and its buffer takes the next one.
+        self._idle = idle
         self._parts: dict[tuple[int, str], dict[Any, Any]] = {}
-        self._chunks: dict[tuple[int, str, Any], list[bytes | bytearray | None]] = {}
+        self._chunks: dict[tuple[int, str, Any], list[bytes | bytearray | memoryview | None]] = {}
         # Copies ahead, by (rid, task, group): as they came, then read (store, memo).
         self._unread: dict[tuple[int, str, int], Any] = {}
         self._bases: dict[tuple[int, str, int], tuple[dict, Any]] = {}
@@ -83,7 +96,10 @@ class StateInbox:
         key = (rid, task, group)
         if kind == "base":
             self._unread[key] = data
-            self._copy_came.set()
+            if self._idle is not None and self._idle():
+                self._read(key)
+            else:
+                self._copy_came.set()
             return None, None
         self._read(key)
         base = self._bases.pop(key, None)
@@ -95,6 +111,8 @@ class StateInbox:
             return group, precopy.apply_delta(base[0], base[1], data)
         except Exception as exc:
             return group, ValueError(f"the changes to key group {group} do not apply: {exc}")
+        finally:
+            self.recycle(data)
 
     def _read(self, key: tuple[int, str, int]) -> None:
         data = self._unread.pop(key, None)
@@ -104,6 +122,13 @@ class StateInbox:
             self._bases[key] = precopy.load_base(data)
         except Exception:  # its delta will say so, to the task's update
             logger.exception("the copy ahead of key group %s of %s is unreadable", key[2], key[1])
+        finally:
+            self.recycle(data)
+
+    def recycle(self, data: Any) -> None:
+        """``data`` (a part taken from here) has been read and is referred to no more: the
+        buffer it came in can take the next state that arrives."""
+        self._pool.give(data)
 
     async def read_copies(self, caught_up: Callable[[], Awaitable[None]]) -> None:
         """Read the copies made ahead as they come, one at a time, each once ``caught_up``
@@ -118,7 +143,7 @@ class StateInbox:
                     self._read(next(iter(self._unread)))
                     await asyncio.sleep(0)  # the tasks see the input that came meanwhile
 
-    def put_frame(self, frame: tuple, chunk: bytes | bytearray) -> None:
+    def put_frame(self, frame: tuple, chunk: bytes | bytearray | memoryview) -> None:
         """A ``[STATE, rid, task, part, seq, total, raw, nbytes]`` frame from a peer and the
         ``chunk`` of payload that followed it."""
         _, rid, task, part, seq, total, raw, _nbytes = frame
@@ -130,7 +155,14 @@ class StateInbox:
         if all(c is not None for c in chunks):
             del self._chunks[key]
             data = chunks[0] if total == 1 else b"".join(chunks)  # type: ignore[arg-type]
-            self.put(rid, task, part, data if raw else unpackb(data))
+            if total > 1:
+                for c in chunks:
+                    self.recycle(c)
+            if not raw:
+                decoded = unpackb(data)
+                self.recycle(data)
+                data = decoded
+            self.put(rid, task, part, data)
 
     async def take(self, rid: int, task: str, parts: set[Any]) -> dict[Any, Any]:
         """Wait until every part in ``parts`` arrived for ``task``; remove and return them."""

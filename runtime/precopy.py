@@ -84,9 +84,33 @@ def export_base(store: dict) -> tuple[memoryview, dict | None]:
     return buf.getbuffer(), memo
 
 
+class _ViewReader:
+    """A binary file that reads a buffer in place, for an unpickler. ``io.BytesIO`` would
+    first copy the buffer whole: into fresh memory each time, since what is unpickled
+    takes the memory the last copy freed (see ``protocol.PayloadPool``)."""
+
+    def __init__(self, data: bytes | bytearray | memoryview) -> None:
+        self._view = memoryview(data).cast("B")
+        self._at = 0
+
+    def read(self, n: int = -1) -> bytes:
+        start = self._at
+        self._at = len(self._view) if n < 0 else min(len(self._view), start + n)
+        return self._view[start : self._at].tobytes()
+
+    def readline(self) -> bytes:
+        start = self._at
+        view = self._view
+        while self._at < len(view):
+            self._at += 1
+            if view[self._at - 1] == 0x0A:
+                break
+        return view[start : self._at].tobytes()
+
+
 def load_base(data: bytes | bytearray | memoryview) -> tuple[dict, Any]:
     """The store a copy ahead holds, and what :func:`apply_delta` needs to read its delta."""
-    unpickler = pickle.Unpickler(io.BytesIO(data))
+    unpickler = pickle.Unpickler(_ViewReader(data))
     store = unpickler.load()
     if not isinstance(store, dict):
         raise ValueError("a key group's copy ahead is not a key -> value map")
@@ -113,8 +137,8 @@ def export_delta(store: dict, touched: Iterable[Any], memo: dict | None) -> byte
 
 def apply_delta(store: dict, memo: Any, data: bytes | bytearray | memoryview) -> dict:
     """``store`` (from :func:`load_base`) brought up to date with a delta; returns it."""
-    view = memoryview(data)
-    unpickler = pickle.Unpickler(io.BytesIO(view[1:]))
+    view = memoryview(data).cast("B")
+    unpickler = pickle.Unpickler(_ViewReader(view[1:]))
     if view[:1] == b"M":
         unpickler.memo = memo  # a copy: the numbers the delta adds do not reach the base's
     changed, removed = unpickler.load()

@@ -62,6 +62,7 @@ __all__ = [
     "STATE",
     "FrameError",
     "FrameReader",
+    "PayloadPool",
     "channel_key",
     "encode",
     "read_frame",
@@ -121,6 +122,50 @@ async def read_frame(reader: asyncio.StreamReader, peer: str) -> Any:
         raise FrameError(f"{peer}: {exc}") from exc
 
 
+class PayloadPool:
+    """Buffers for received payloads, given back once what they hold has been read, so
+    that receiving state reuses memory instead of faulting in fresh pages.
+
+    A process that receives 100 MB of key-group state into new buffers spends about as
+    much CPU in page faults for them as in the receiving itself (measured by
+    ``bench/state_transfer.py``). A payload of at least :attr:`MIN_BYTES` gets a buffer
+    whose size is the next power of two, as a view of its first bytes; :meth:`give`
+    takes the view back once nothing reads it any more, and keeps at most
+    :attr:`KEEP` free buffers of each size. Smaller payloads are plain bytearrays.
+    """
+
+    MIN_BYTES = 64 * 1024
+    KEEP = 2
+
+    def __init__(self) -> None:
+        self._free: dict[int, list[bytearray]] = {}
+
+    def take(self, n: int) -> bytearray | memoryview:
+        """A writable buffer of exactly ``n`` bytes (its content is whatever was there)."""
+        if n < self.MIN_BYTES:
+            return bytearray(n)
+        size = 1 << (n - 1).bit_length()
+        free = self._free.get(size)
+        return memoryview(free.pop() if free else bytearray(size))[:n]
+
+    def give(self, data: object) -> None:
+        """Take back a buffer from :meth:`take` whose bytes nothing reads any more (the
+        caller's view of it is released); anything else is left alone."""
+        if not isinstance(data, memoryview) or type(data.obj) is not bytearray:
+            return
+        buf = data.obj
+        try:
+            data.release()
+        except BufferError:  # something still holds a view of it: it is not free
+            return
+        size = len(buf)
+        if size < self.MIN_BYTES or size & (size - 1):
+            return
+        free = self._free.setdefault(size, [])
+        if len(free) < self.KEEP and all(b is not buf for b in free):
+            free.append(buf)
+
+
 class FrameReader:
     """Frames parsed in place from the bytes of a connection, as asyncio's
     :class:`~asyncio.BufferedProtocol` receives them (pure: no I/O).
@@ -128,27 +173,33 @@ class FrameReader:
     :meth:`buffer` is where the next bytes go; :meth:`received` parses what arrived and
     returns the frames it completed, in order, each with the raw payload that follows it
     (``payload_of(frame)`` says how many bytes, or None: none; a ValueError from it is a
-    bad frame). A payload is received straight into a buffer of its own, with no copy but
-    the socket's. Raises :class:`FrameError` naming ``peer`` for an oversize or
-    undecodable frame.
+    bad frame). A payload is received straight into a buffer of its own (from ``pool``,
+    if given), with no copy but the socket's. Raises :class:`FrameError` naming ``peer``
+    for an oversize or undecodable frame.
     """
 
     MIN_FREE = 64 * 1024  # the socket is offered at least this much room per read
 
-    def __init__(self, peer: str, payload_of: Callable[[Any], int | None]) -> None:
+    def __init__(
+        self,
+        peer: str,
+        payload_of: Callable[[Any], int | None],
+        pool: PayloadPool | None = None,
+    ) -> None:
         self.peer = peer
         self._payload_of = payload_of
+        self._take = pool.take if pool is not None else bytearray
         self._buf = bytearray(4 * self.MIN_FREE)
         self._start = 0  # first byte not parsed yet
         self._end = 0  # end of the bytes received
         self._want = 0  # bytes the frame being received needs in all (header + body)
-        self._payload: bytearray | None = None  # a payload being received in place
+        self._payload: bytearray | memoryview | None = None  # a payload received in place
         self._payload_got = 0
         self._payload_frame: Any = None
 
     def buffer(self) -> memoryview:
         if self._payload is not None:
-            return memoryview(self._payload)[self._payload_got :]
+            return memoryview(self._payload)[self._payload_got :]  # type: ignore[arg-type]
         unread = self._end - self._start
         room = max(self._want, unread + self.MIN_FREE)
         if len(self._buf) - self._start < room:  # move the unread bytes to the front
@@ -157,8 +208,8 @@ class FrameReader:
             self._buf, self._start, self._end = buf, 0, unread
         return memoryview(self._buf)[self._end :]
 
-    def received(self, n: int) -> list[tuple[Any, bytearray | None]]:
-        done: list[tuple[Any, bytearray | None]] = []
+    def received(self, n: int) -> list[tuple[Any, bytearray | memoryview | None]]:
+        done: list[tuple[Any, bytearray | memoryview | None]] = []
         if self._payload is not None:
             self._payload_got += n
             if self._payload_got == len(self._payload):
@@ -191,7 +242,7 @@ class FrameReader:
             if size is None:
                 done.append((frame, None))
                 continue
-            payload = bytearray(size)
+            payload = self._take(size)
             have = min(size, self._end - self._start)
             payload[:have] = buf[self._start : self._start + have]
             self._start += have

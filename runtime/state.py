@@ -95,7 +95,7 @@ class KeyedState:
         """
         return pickle.dumps(self.group(group), protocol=5)
 
-    def import_group(self, group: int, data: bytes | bytearray) -> None:
+    def import_group(self, group: int, data: bytes | bytearray | memoryview) -> None:
         """Own ``group`` with the state in ``data`` (from :meth:`export_group`), replacing any."""
         state = pickle.loads(data)
         if not isinstance(state, dict):
@@ -104,14 +104,14 @@ class KeyedState:
             )
         self._groups[group] = state
 
-    def take_in(self, group: int, data: bytes | bytearray | dict | Exception) -> None:
+    def take_in(self, group: int, data: bytes | bytearray | memoryview | dict | Exception) -> None:
         """Own ``group`` with state handed over by its previous owner: bytes exported on
         another worker (:meth:`import_group`), or its key -> value dict as is (same
         worker: no copy, or brought up to date from a copy made ahead). An exception in
         place of the state (it could not be put together on arrival) is raised."""
         if isinstance(data, BaseException):
             raise data
-        if isinstance(data, bytes | bytearray):
+        if isinstance(data, bytes | bytearray | memoryview):
             self.import_group(group, data)
         else:
             self._groups[group] = data

@@ -82,7 +82,9 @@ class Worker:
         self.worker_id = ""
         self.inputs: dict[str, InputChannel] = {}
         self.jobs: dict[str, JobRuntime] = {}
-        self.state = StateInbox()
+        pool = protocol.PayloadPool()  # state is received into it, its buffers reused once read
+        # A copy ahead that comes while the tasks here have no input waiting is read at once.
+        self.state = StateInbox(pool, idle=lambda: not self.behind())
         self.data = DataServer(
             secret,
             self.inputs,
@@ -90,6 +92,7 @@ class Worker:
             on_state=self.state.put_frame,
             has_job=self.jobs.__contains__,
             changing=self.changing,
+            pool=pool,
         )
         self._updates: set[asyncio.Task] = set()
         self._writer: asyncio.StreamWriter | None = None
@@ -97,12 +100,16 @@ class Worker:
 
     # -- messages to the coordinator -------------------------------------------------------
 
+    def behind(self) -> bool:
+        """True while a running task here has input waiting for it."""
+        return any(job.behind() for job in self.jobs.values())
+
     async def caught_up(self, most_s: float = IDLE_WAIT_S) -> None:
         """Wait until no running task here has input waiting (each has caught up with its
         records), but at most ``most_s``: work in the background (state copied ahead, sent
         or received) goes at idle priority and still moves on under a steady load."""
         end = time.perf_counter() + most_s
-        while time.perf_counter() < end and any(job.behind() for job in self.jobs.values()):
+        while time.perf_counter() < end and self.behind():
             await asyncio.sleep(IDLE_POLL_S)
 
     def send(self, msg: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ import pickle
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime import precopy
+from runtime import precopy, protocol
 from runtime.handover import StateInbox
 
 keys = st.one_of(st.integers(-50, 50), st.text(max_size=8), st.binary(min_size=300, max_size=400))
@@ -141,3 +141,46 @@ def test_copies_ahead_are_read_only_once_the_tasks_have_caught_up() -> None:
             reader.cancel()
 
     asyncio.run(main())
+
+
+def received(pool: protocol.PayloadPool, data: bytes | memoryview) -> memoryview:
+    """``data`` as the data server hands it over: in a buffer taken from ``pool``."""
+    buf = pool.take(len(data))
+    assert isinstance(buf, memoryview)  # large enough to be pooled
+    buf[:] = data
+    return buf
+
+
+def test_a_copy_that_comes_while_the_tasks_are_idle_is_read_at_once_and_its_buffer_reused() -> None:
+    """The buffer a copy came in takes the next copy once read: what was read from it
+    stays as it was, and the delta applies to it."""
+    pool = protocol.PayloadPool()
+    idle = [True]
+    inbox = StateInbox(pool, idle=lambda: idle[0])
+    stores = {g: {f"w{g}-{i}": (i, bytes([g]) * 5_000) for i in range(40)} for g in (1, 2, 3)}
+    memos = {}
+    for g in (1, 2):
+        data, memos[g] = precopy.export_base(stores[g])
+        chunk = received(pool, data)
+        buffer = chunk.obj
+        inbox.put(5, "count-1", precopy.part_name("base", g), chunk)
+        assert not inbox._unread  # read at once: the tasks had nothing waiting
+        if g == 1:
+            first = buffer
+    assert buffer is first  # the second copy came in the first one's buffer
+    # Busy: the third waits for the tasks to catch up (read_copies), its buffer held.
+    idle[0] = False
+    data, memos[3] = precopy.export_base(stores[3])
+    inbox.put(5, "count-1", precopy.part_name("base", 3), received(pool, data))
+    assert list(inbox._unread) == [(5, "count-1", 3)]
+    assert pool.take(len(data)).obj is not first  # in use: not handed out again
+    for g in (1, 2, 3):
+        stores[g][f"w{g}-0"] = (100, stores[g][f"w{g}-0"][1])
+        delta = precopy.export_delta(stores[g], {f"w{g}-0"}, memos[g])
+        inbox.put(
+            5,
+            "count-1",
+            precopy.part_name("delta", g),
+            received(pool, delta + bytes(70_000))[: len(delta)],
+        )
+    assert inbox._parts[(5, "count-1")] == stores

@@ -44,16 +44,25 @@ def expected(items: list) -> list:
     return got
 
 
-def feed(reader: protocol.FrameReader, data: bytes, cuts: list[int]) -> list:
+def feed(
+    reader: protocol.FrameReader,
+    data: bytes,
+    cuts: list[int],
+    pool: protocol.PayloadPool | None = None,
+) -> list:
     """Hand ``data`` to ``reader`` the way a socket would: at most ``cuts[i]`` bytes (and
-    at most what its buffer offers) per read."""
+    at most what its buffer offers) per read. Each payload is read at once and, with a
+    ``pool``, its buffer given back for the next one."""
     out, pos, i = [], 0, 0
     while pos < len(data):
         room = reader.buffer()
         n = min(len(room), cuts[i % len(cuts)], len(data) - pos)
         room[:n] = data[pos : pos + n]
         room.release()
-        out += [(f, None if p is None else bytes(p)) for f, p in reader.received(n)]
+        for f, p in reader.received(n):
+            out.append((f, None if p is None else bytes(p)))
+            if pool is not None:
+                pool.give(p)
         pos, i = pos + n, i + 1
     return out
 
@@ -68,6 +77,38 @@ def test_frames_come_out_whole_and_in_order_however_the_bytes_are_cut(
 ) -> None:
     reader = protocol.FrameReader("worker w9", _state_payload)
     assert feed(reader, wire(items), cuts) == expected(items)
+    # The same with payloads received into buffers that are reused once read.
+    pool = protocol.PayloadPool()
+    reader = protocol.FrameReader("worker w9", _state_payload, pool)
+    assert feed(reader, wire(items), cuts, pool) == expected(items)
+
+
+def test_a_payload_buffer_given_back_takes_the_next_payload_of_its_size() -> None:
+    pool = protocol.PayloadPool()
+    first = pool.take(1_500_000)
+    assert isinstance(first, memoryview) and first.nbytes == 1_500_000
+    buf = first.obj
+    assert len(buf) == 1 << 21  # the next power of two
+    pool.give(first)
+    with pytest.raises(ValueError):
+        first.tobytes()  # the giver's view is released: it cannot read the reused buffer
+    again = pool.take(1_200_000)
+    assert again.obj is buf and again.nbytes == 1_200_000
+    assert pool.take(1_200_000).obj is not buf  # taken: the next one is new
+    # Small payloads are plain bytearrays, never pooled; foreign objects are ignored.
+    small = pool.take(100)
+    assert type(small) is bytearray and len(small) == 100
+    pool.give(small)
+    pool.give(b"x" * 100_000)
+    pool.give(memoryview(bytearray(100_000)))  # not a power of two: not from the pool
+    assert len(pool.take(100_000).obj) == 1 << 17  # a new buffer, not the foreign one
+    # At most KEEP free buffers of a size are kept.
+    views = [pool.take(1 << 20) for _ in range(pool.KEEP + 2)]
+    bufs = [v.obj for v in views]  # held here, so that no new buffer can take their place
+    for v in views:
+        pool.give(v)
+    again = [pool.take(1 << 20).obj for _ in range(pool.KEEP + 1)]
+    assert sum(any(b is a for a in bufs) for b in again) == pool.KEEP
 
 
 def test_a_frame_larger_than_the_buffer_grows_it() -> None:
