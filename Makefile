@@ -27,6 +27,7 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/reconfig.py
+	$(BIN)/python bench/state_transfer.py --no-pool
 	$(BIN)/python bench/spark.py
 	$(BIN)/python bench/controllers.py
 	$(BIN)/python bench/report.py
