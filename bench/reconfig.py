@@ -274,6 +274,9 @@ async def run_state_size(
                     "latency_before_ms": before["latency"],
                     "latency_after_ms": after["latency"],
                     "p99_ratio": _ratio(after["latency"]["p99_ms"], before["latency"]["p99_ms"]),
+                    # The window before may be up to 2x steady (see settle): also against
+                    # the p99 of the steady seconds after the warm-up.
+                    "p99_over_steady": _ratio(after["latency"]["p99_ms"], steady_p99),
                     "throughput_ratio": _ratio(after["sink_rate"], before["sink_rate"]),
                     "recovered_after_s": recovered,
                 }
@@ -308,6 +311,7 @@ async def run_state_size(
         "pad_bytes_per_word": pad,
         "rate_words_per_s": rate_words,
         "max_words_per_s": max_words,
+        "steady_p99_ms": steady_p99,
         "changes": list(entries.values()),
         "job": summary,
     }
@@ -345,6 +349,7 @@ def median_of(runs: list[dict]) -> dict:
             for side in ("latency_before_ms", "latency_after_ms")
         },
         "p99_ratio": med(lambda r: r["p99_ratio"]),
+        "p99_over_steady": med(lambda r: r.get("p99_over_steady")),
         "throughput_ratio": med(lambda r: r["throughput_ratio"]),
         "recovered_after_s": med(lambda r: r["recovered_after_s"]),
     }

@@ -84,7 +84,9 @@ def reconfig_section(d: dict) -> list[str]:
         "baseline in the same run. All the changes run in rounds on the same job (`--repeat`, "
         "see each heading); every figure is the median of its rounds, the completion time "
         "also with its range [min-max], and the ratios are of medians. Latency: p99 / max of end-to-end latency from the start of "
-        "the change to 3 s after it completed (before: the 4 steady seconds before it). "
+        "the change to 3 s after it completed (before: the 4 steady seconds before it; "
+        "where shown, also as a multiple of the p99 of the steady seconds after the warm-up, "
+        "since a window before is taken as steady up to 2x that). "
         "Throughput: sink records per second over that window, as a ratio of the rate before. "
         "A move between tasks on the same worker hands the state over without copying it (the "
         "scale helper places a new task beside the one it takes key groups from when it can), "
@@ -123,7 +125,13 @@ def reconfig_section(d: dict) -> list[str]:
         out += [
             f"### {fmt(size['state_mb_per_task'])} MB of state per count task "
             f"({fmt(round(size['rate_words_per_s']))} words/s, "
-            f"{'1 round' if rounds == 1 else f'median of {rounds} rounds'})",
+            f"{'1 round' if rounds == 1 else f'median of {rounds} rounds'}"
+            + (
+                f", steady p99 {fmt(size['steady_p99_ms'])} ms after the warm-up"
+                if size.get("steady_p99_ms")
+                else ""
+            )
+            + ")",
             "",
             "| change | how | status | total ms (prepare / sync / update) | longest pause ms | p99 before -> after ms | max after ms | throughput | restart / live (pause; pause, no copy ahead; fluid, 1 step): completion, peak latency |",
             "|---|---|---|---|---|---|---|---|---|",
@@ -165,10 +173,14 @@ def reconfig_section(d: dict) -> list[str]:
                 total = fmt(t.get("total")) + (
                     f" [{fmt(span[0])}-{fmt(span[1])}]" if span and r.get("repeats", 1) > 1 else ""
                 )
+                steady = (
+                    f" ({fmt(r['p99_over_steady'])}x steady)" if r.get("p99_over_steady") else ""
+                )
                 out.append(
                     f"| {c['change']} | {label} | {r['status']} | {total} ({phases}) | "
                     f"{fmt(r['max_pause_ms'])} | {fmt(r['latency_before_ms']['p99_ms'])} -> "
-                    f"{fmt(r['latency_after_ms']['p99_ms'])} | {fmt(r['latency_after_ms']['max_ms'])} | "
+                    f"{fmt(r['latency_after_ms']['p99_ms'])}{steady} | "
+                    f"{fmt(r['latency_after_ms']['max_ms'])} | "
                     f"{fmt(r.get('throughput_ratio'))} | {ratio} |"
                 )
         out.append("")
