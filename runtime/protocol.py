@@ -151,9 +151,14 @@ class PayloadPool:
     def give(self, data: object) -> None:
         """Take back a buffer from :meth:`take` whose bytes nothing reads any more (the
         caller's view of it is released); anything else is left alone."""
-        if not isinstance(data, memoryview) or type(data.obj) is not bytearray:
+        if not isinstance(data, memoryview):
             return
-        buf = data.obj
+        try:
+            buf = data.obj
+        except ValueError:  # given back already (released)
+            return
+        if type(buf) is not bytearray:
+            return
         try:
             data.release()
         except BufferError:  # something still holds a view of it: it is not free

@@ -92,6 +92,7 @@ def test_a_payload_buffer_given_back_takes_the_next_payload_of_its_size() -> Non
     pool.give(first)
     with pytest.raises(ValueError):
         first.tobytes()  # the giver's view is released: it cannot read the reused buffer
+    pool.give(first)  # given back twice: nothing happens
     again = pool.take(1_200_000)
     assert again.obj is buf and again.nbytes == 1_200_000
     assert pool.take(1_200_000).obj is not buf  # taken: the next one is new
