@@ -62,16 +62,21 @@ def throughput_section(d: dict) -> list[str]:
 HOWS = ("live", "live_nocopy", "fluid_all", "fluid", "fluid_steps", "restart", "restart_new")
 
 
+def _run_of(d: dict) -> str:
+    """Where and how a result was obtained: date, machine, the command to re-run it."""
+    m = d["machine"]
+    return f"Run {d['date']} on {m['cpu']} ({m['cores']} cores); `{d['command'].strip()}`"
+
+
 def _runs(n: int) -> str:
     return "1 run" if n == 1 else f"{n} runs"
 
 
 def reconfig_section(d: dict) -> list[str]:
-    m = d["machine"]
     out = [
         "## Live reconfiguration against stop-and-restart (word count)",
         "",
-        f"Run {d['date']} on {m['cpu']} ({m['cores']} cores); `{d['command'].strip()}`. "
+        f"{_run_of(d)}. "
         "Word count on 2 of 3 local workers (the third is an idle spare, kept up between "
         "changes) at the rate in each heading (by default "
         "half the maximum the padded job itself sustained, measured first in the same run; "
@@ -201,12 +206,10 @@ def reconfig_section(d: dict) -> list[str]:
 
 
 def state_transfer_section(d: dict) -> list[str]:
-    m = d["machine"]
     out = [
         "## Shipping key-group state: CPU on each end",
         "",
-        f"Run {d['date']} on {m.get('cpu', '?')} ({m.get('cores', '?')} cores); "
-        f"`{d['command']}`. A sender process copies {fmt(d['mb'])} MB of word-count state "
+        f"{_run_of(d)}. A sender process copies {fmt(d['mb'])} MB of word-count state "
         "(64 key groups) ahead to a receiver process, through the code the workers run "
         "(`precopy.export_base`, `send_state`, the data server, `StateInbox`), with nothing "
         "else running; each process's CPU for the transfer, its system share and its page "
@@ -296,11 +299,11 @@ def _reconfigurations(run: dict) -> list[str]:
 
 
 def _controller_header(d: dict, title: str, what: str) -> list[str]:
-    m, c = d["machine"], d["controller"]
+    c = d["controller"]
     return [
         f"### {title}",
         "",
-        f"Run {d['date']} on {m['cpu']} ({m['cores']} cores); `{d['command'].strip()}`; "
+        f"{_run_of(d)}; "
         f"`{d['job']}` with `{json.dumps(d['params'])}` on {d['workers']} local workers, "
         f"{fmt(d['duration_s'])} s per run. {what} `{c['builtin']}` config "
         f"`{json.dumps(c['config'])}`, safety `{json.dumps(c['safety'])}`, attached at "
