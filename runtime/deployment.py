@@ -40,7 +40,9 @@ first layout; each later one only moves key groups and starts with its own barri
 themselves, swapping their owner tables as they do; a task that gives key groups ships
 them once it has aligned that barrier, one that gains them has their records wait from
 then on. Nobody pauses, and a stage costs one barrier hop instead of a prepare, a sync
-and an update.
+and an update. A stage may start before the one before it is done here (the coordinator
+keeps a few under way, moving different key groups): each task does its parts in the
+order of the barriers, and the worker reports the stages done in order.
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ class _Pending:
     stage_of: dict[int, int] = field(default_factory=dict)  # barrier id -> stage
     involved: list[set[str]] = field(default_factory=list)
     last_stage: dict[str, int] = field(default_factory=dict)
-    stage: int = -1  # the stage under way here
+    stage: int = -1  # the last stage started here (those after the last reported are under way)
     done: dict[int, set[str]] = field(default_factory=dict)  # stage -> tasks whose part began
     completed: dict[int, set[str]] = field(default_factory=dict)  # ... and ended
     reported: set[int] = field(default_factory=set)  # stages reported done from here
@@ -156,6 +158,7 @@ class JobRuntime:
         self.savepoint_id: int | None = None
         self.restore: dict[str, dict] = dict(msg.get("restore") or {})
         self._stage_work: set[asyncio.Future] = set()  # key groups moving in a fluid stage
+        self._connecting: dict[tuple[str, bool], asyncio.Future[PeerLink]] = {}
 
     @property
     def me(self) -> str:
@@ -191,15 +194,26 @@ class JobRuntime:
     async def _link(self, worker_id: str, state: bool = False) -> PeerLink:
         """The data connection to ``worker_id`` (``state``: the one for key-group state),
         opened on first use."""
-        links = self.state_links if state else self.links
-        link = links.get(worker_id)
-        if link is None:
-            host, port = self.peers[worker_id]
-            link = await PeerLink.connect(worker_id, host, port, self.me, self.worker.secret)
-            link.on_error = lambda exc, w=worker_id: self.worker.peer_failed(self, w, exc)
-            if state:  # it carries no channels, only the state of a pending change
-                link.in_use = lambda: self.pending is not None
-            links[worker_id] = link
+        link = (self.state_links if state else self.links).get(worker_id)
+        if link is not None:
+            return link
+        # Tasks updated together (or stages under way together) may ask at once: one
+        # connection, which they all wait for (a waiter cancelled does not cancel it).
+        key = (worker_id, state)
+        connecting = self._connecting.get(key)
+        if connecting is None:
+            connecting = asyncio.ensure_future(self._connect(worker_id, state))
+            self._connecting[key] = connecting
+            connecting.add_done_callback(lambda _: self._connecting.pop(key, None))
+        return await asyncio.shield(connecting)
+
+    async def _connect(self, worker_id: str, state: bool) -> PeerLink:
+        host, port = self.peers[worker_id]
+        link = await PeerLink.connect(worker_id, host, port, self.me, self.worker.secret)
+        link.on_error = lambda exc, w=worker_id: self.worker.peer_failed(self, w, exc)
+        if state:  # it carries no channels, only the state of a pending change
+            link.in_use = lambda: self.pending is not None
+        (self.state_links if state else self.links)[worker_id] = link
         return link
 
     async def _output_channel(
@@ -317,7 +331,7 @@ class JobRuntime:
                 task.inject(barrier)
 
     async def stop(self) -> None:
-        for work in list(self._stage_work):
+        for work in [*self._stage_work, *self._connecting.values()]:
             work.cancel()
         pending = self.pending
         if pending is not None:
@@ -601,10 +615,11 @@ class JobRuntime:
         it when it aligns the barrier: a router swaps its owner table, a task that gives
         key groups ships them, one that gains them has their records wait for them. A task
         that has ended does its part at once. The worker reports ``stage_done`` when its
-        tasks are done with the stage."""
+        tasks are done with the stage and it has reported the stage before. Stage ``k`` may
+        start while earlier ones are under way here."""
         p = self.pending
         if p is not None and p.rid == rid and p.stages and k < len(p.stages):
-            p.stage = k
+            p.stage = max(p.stage, k)
             p.done.setdefault(k, set())
             for tid in sorted(p.involved[k] & self.tasks.keys()):
                 task = self.tasks[tid]
@@ -634,8 +649,8 @@ class JobRuntime:
                 clean = task.withdraw(barrier_id) and clean
             elif task is not None and task.status == "running":
                 clean = False  # a source: its barrier may be on its way
-        if ours:
-            p.stage = k - 1  # type: ignore[union-attr]  # no part of stage k starts now
+        if ours:  # no part of stage k starts now (later ones were withdrawn before it)
+            p.stage = min(p.stage, k - 1)  # type: ignore[union-attr]
         return clean
 
     def end_stages(self, rid: int, last: int) -> None:
@@ -664,10 +679,11 @@ class JobRuntime:
         """A task here ended; if a stage under way still expects its part, it does it now
         (it aligns no more barriers)."""
         p = self.pending
-        if p is None or not p.stages or p.stage < 1 or task.task_id not in p.involved[p.stage]:
+        if p is None or not p.stages:
             return
-        if task.task_id not in p.done.setdefault(p.stage, set()):
-            self._stage_ended_task(p, p.stage, task)
+        for k in range(max(p.reported, default=0) + 1, p.stage + 1):  # those under way
+            if task.task_id in p.involved[k] and task.task_id not in p.done.setdefault(k, set()):
+                self._stage_ended_task(p, k, task)
 
     def _stage_aligned(self, p: _Pending, k: int, task: BaseTask) -> None:
         tid = task.task_id
@@ -739,13 +755,16 @@ class JobRuntime:
         self._stage_check(p, k)
 
     def _stage_check(self, p: _Pending, k: int) -> None:
-        """Stage ``k`` is done here once its message came and every task here with a part
-        in it has done that part."""
-        if self.pending is not p or p.stage != k or k in p.reported:
-            return
-        if (p.involved[k] & self.tasks.keys()) - p.completed.get(k, set()):
-            return
-        self._stage_finished(p, k)
+        """Stage ``k`` is done here once its message came, every task here with a part in
+        it has done that part and the stage before has been reported; then the stage
+        after it may be done too."""
+        while self.pending is p and 0 < k <= p.stage and k not in p.reported:
+            if k - 1 not in p.reported:
+                return
+            if (p.involved[k] & self.tasks.keys()) - p.completed.get(k, set()):
+                return
+            self._stage_finished(p, k)
+            k += 1
 
     def _stage_finished(self, p: _Pending, k: int) -> None:
         """Report stage ``k`` done here; after the last stage a task here has a part in,
@@ -917,9 +936,12 @@ class JobRuntime:
             return
         processor = task.processor
         state = processor.state
-        kept = set() if everything else set(new.assignment.get(tid, ()))
         owner_of = _owners(new, task.op.name)
-        leaving = [g for g in state.owned() if g not in kept]
+        if everything:
+            leaving = list(state.owned())
+        else:  # what ``old`` gives it: an earlier stage's groups may still be on their way
+            kept, held = set(new.assignment.get(tid, ())), set(old.assignment.get(tid, ()))
+            leaving = [g for g in state.owned() if g in held and g not in kept]
         if p.fluid:  # records of these groups wait for them: the busiest go first
             counts = task.metrics.key_group_counts or []
             leaving.sort(key=lambda g: -counts[g] if g < len(counts) else 0)

@@ -24,6 +24,7 @@ __all__ = [
     "in_place_owners",
     "moved_key_groups",
     "split_task_id",
+    "stages_can_overlap",
     "sync_only_tasks",
 ]
 
@@ -299,4 +300,26 @@ def only_key_groups_move(old: Layout, new: Layout) -> bool:
         and old.weights == new.weights
         and old.logic == new.logic
         and old.assignment.keys() == new.assignment.keys()
+    )
+
+
+def _moving(prev: Layout, nxt: Layout) -> set[tuple[str, int]]:
+    """(operator, key group) for each key group whose owner changes from ``prev`` to
+    ``nxt`` (a key group is only ever owned by tasks of one operator)."""
+    return {
+        (split_task_id(t)[0], g)
+        for t in prev.assignment.keys() | nxt.assignment.keys()
+        for g in set(prev.assignment.get(t, ())) ^ set(nxt.assignment.get(t, ()))
+    }
+
+
+def stages_can_overlap(
+    graph: JobGraph, first: tuple[Layout, Layout], then: tuple[Layout, Layout]
+) -> bool:
+    """Whether a fluid stage ``then`` (its layouts before and after) may start while stage
+    ``first`` is under way: its barrier starts at the same tasks (so it follows the first
+    one's through every channel and each task does its parts in order) and it moves none
+    of the same key groups (none is shipped on before it has arrived)."""
+    return stage_entry(graph, *first) == stage_entry(graph, *then) and not (
+        _moving(*first) & _moving(*then)
     )

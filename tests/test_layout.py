@@ -8,7 +8,13 @@ import pickle
 import pytest
 
 from runtime.dataflow import load_job
-from runtime.layout import Layout, affected_tasks, in_place_owners, sync_only_tasks
+from runtime.layout import (
+    Layout,
+    affected_tasks,
+    in_place_owners,
+    stages_can_overlap,
+    sync_only_tasks,
+)
 
 GRAPH = load_job("examples.wordcount:build", {"records": 10, "parallelism": 2})
 BASE = Layout.initial(GRAPH, ["w1", "w2"])  # x-0 on w1, x-1 on w2 for every operator
@@ -106,3 +112,34 @@ def test_a_stage_barrier_starts_at_the_tasks_routing_to_the_moving_groups() -> N
     a = dict(base.assignment)
     a["count-0"], a["count-1"] = tuple(range(32)), tuple(range(32, 128))
     assert stage_entry(graph, base, base.replace(assignment=a)) is None
+
+    # Stages of two keyed operators in a row start at different tasks (the source, then the
+    # first operator's tasks): the later barrier could overtake the earlier one.
+    flow = Dataflow("twice")
+    (
+        flow.source("a", Generator(records=10, keys=2, seed=1))
+        .key_by(first)
+        .process("count", count, parallelism=2)
+        .key_by(first)
+        .process("recount", count, parallelism=2)
+    )
+    graph = flow.compile()
+    base = Layout.initial(graph, ["w1", "w2"])
+    a = dict(base.assignment)
+    a["count-0"], a["count-1"] = tuple(range(32)), tuple(range(32, 128))
+    one = base.replace(assignment=a)
+    a["recount-0"], a["recount-1"] = tuple(range(32)), tuple(range(32, 128))
+    two = base.replace(assignment=a)
+    assert stage_entry(graph, base, one) != stage_entry(graph, one, two)
+    assert not stages_can_overlap(graph, (base, one), (one, two))
+
+
+def test_stages_overlap_when_they_start_alike_and_move_different_key_groups() -> None:
+    """Word count: two batches of a rebalance (the split tasks route both) may be under way
+    at once; a batch moving a key group the one under way moves (on, or back) may not."""
+    half = with_groups(BASE, count_0=range(48), count_1=range(48, 128))  # 48..63 move
+    quarter = with_groups(BASE, count_0=range(32), count_1=range(32, 128))  # then 32..47
+    back = with_groups(BASE, count_0=range(56), count_1=range(56, 128))  # 48..55 return
+    assert stages_can_overlap(GRAPH, (BASE, half), (half, quarter))
+    assert not stages_can_overlap(GRAPH, (BASE, half), (half, back))
+    assert not stages_can_overlap(GRAPH, (BASE, half), (BASE, half))

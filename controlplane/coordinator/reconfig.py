@@ -51,7 +51,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from runtime import codeload
-from runtime.layout import Layout, affected_tasks, only_key_groups_move, stage_entry
+from runtime.layout import (
+    Layout,
+    affected_tasks,
+    only_key_groups_move,
+    stage_entry,
+    stages_can_overlap,
+)
 from runtime.records import BarrierKind
 
 if TYPE_CHECKING:
@@ -80,6 +86,9 @@ PRECOPY_BUDGET_S = 10.0
 SYNC_TIMEOUT_S = 10.0  # the barrier reaches every affected task within this, or we abort
 UPDATE_TIMEOUT_S = 60.0  # state moves and tasks resume within this (100 MB over loopback: ~1 s)
 ABORT_TIMEOUT_S = 5.0  # workers confirm an abort within this
+# Staged fluid changes: stages under way at once (the next one's barrier travels while
+# the state of the ones before is still moving; see _drive_stages).
+STAGE_WINDOW = 2
 
 ENDED = ("completed", "failed", "aborted", "cancelled")
 
@@ -541,7 +550,7 @@ async def _drive_stages(
     sync_timeout_s: float,
 ) -> None:
     """Step 3, staged (fluid): after the update has made the first stage, start each
-    later one once every worker is done with the one before.
+    later one; up to ``STAGE_WINDOW`` are under way at once.
 
     A stage only moves key groups between tasks that keep their place, so nothing pauses:
     its barrier starts at the tasks that route to the tasks whose key groups move
@@ -549,62 +558,134 @@ async def _drive_stages(
     it), each router swaps its owner table as it emits or aligns it, each task that gives
     key groups ships them once aligned and each that gains them has their records wait
     for them. A stage costs a message to the workers and the barrier's hop to the keyed
-    tasks, not a prepare, a sync and an update. A stage that does not go through within
-    the sync timeout is withdrawn when it can be (step 3b); once the plan is cancelled, the
-    stage under way is withdrawn the same way at once and no later one starts (step 3c).
+    tasks, not a prepare, a sync and an update.
+
+    Step 3a. The next stage starts while the ones before it are still moving state (so
+    that its barrier's hop overlaps their transfers) when it starts where they did (its
+    barrier then follows theirs through every channel: each task does its parts in
+    order) and moves none of the key groups they move. A stage is made once every worker
+    is done with it and with the ones before. Step 3b. A stage not made within the sync
+    timeout is withdrawn, with the stages after it, where their barriers have not started
+    (latest first); the change ends at the stage before the earliest one withdrawn (a
+    valid layout, every key group owned once), after the ones that had started are made.
+    Step 3c. Once the plan is cancelled no stage starts, and those under way are withdrawn
+    the same way at once.
     """
-    done_by = workers  # the workers the update went to report stage 0
-    await rec.stage_done(0, done_by)
+    await rec.stage_done(0, workers)
     rec.stages_made = 1
-    for k in range(1, len(rec.stages)):
+    under_way: dict[int, _Stage] = {}
+    k = 1  # the next stage to start
+    while k < len(rec.stages) or under_way:
         if rec._failure is not None:
             return
-        if rec.cancelled:  # Step 3c. No later stage starts: the change ends at this one.
+        # Step 3a. Start what may start.
+        while (
+            k < len(rec.stages)
+            and len(under_way) < STAGE_WINDOW
+            and not rec.cancelled
+            and all(s.allows(job, rec, k) for s in under_way.values())
+        ):
+            under_way[k] = _Stage.start(coordinator, job, rec, k, barriers[k - 1])
+            k += 1
+        if not under_way:  # Step 3c. No later stage starts: the change ends at this one.
             rec.cut_short = True
             rec.error = rec.cancelled
             _end_stages(coordinator, job, rec, workers, k - 1)
             return
-        prev, nxt = rec.stages[k - 1], rec.stages[k]
-        entry = stage_entry(job.graph, prev, nxt) or [
-            t for op in job.graph.sources() for t in prev.tasks_of(op.name)
-        ]
-        done_by = {prev.placement[t] for t in affected_tasks(job.graph, prev, nxt) | set(entry)}
-        msg = {"job_id": job.id, "rid": rec.id, "stage": k, "barrier_id": barriers[k - 1]}
-        _tell(coordinator, done_by, prev, entry, {"type": "stage", **msg})
-        t0 = time.perf_counter()
+        first = under_way[min(under_way)]
+        left = sync_timeout_s - (time.perf_counter() - first.started)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(rec.stage_done(k, done_by, or_cancelled=True), sync_timeout_s)
-        if rec.stage_is_done(k, done_by):
-            rec.stage_ms.append(_ms(t0, time.perf_counter()))
-            rec.stages_made = k + 1
+            await asyncio.wait_for(
+                rec.stage_done(first.k, first.done_by, or_cancelled=True), max(left, 0.0)
+            )
+        if rec.stage_is_done(first.k, first.done_by):
+            rec.stage_ms.append(_ms(first.started, time.perf_counter()))
+            rec.stages_made = first.k + 1
+            del under_way[first.k]
             continue
         if rec._failure is not None:
             return
-        # Step 3b. A stage that has not gone through in the sync timeout (or whose plan was
-        # cancelled meanwhile) is withdrawn if its barrier has not started anywhere: the
-        # change ends at the stage before (a valid layout, every key group owned once).
-        # Else it goes on.
+        # Step 3b. Withdraw the stages under way, latest first, while that is clean.
+        withdrawn = None
+        for stage in sorted(under_way.values(), key=lambda s: -s.k):
+            if not await stage.withdraw(coordinator, rec):
+                stage.tell(coordinator, "stage")  # it had started somewhere: it goes on
+                break
+            withdrawn = stage.k
+        going_on = sorted(s for s in under_way if withdrawn is None or s < withdrawn)
+        for j in going_on:  # (within the update's timeout)
+            await rec.stage_done(j, under_way[j].done_by)
+            rec.stage_ms.append(_ms(under_way[j].started, time.perf_counter()))
+            rec.stages_made = j + 1
+        if withdrawn is not None:
+            rec.cut_short = True
+            rec.error = rec.cancelled or (
+                f"sync timed out after {sync_timeout_s:g}s: the barrier of stage "
+                f"{first.k + 1} of {len(rec.stages)} did not get through tasks "
+                f"{sorted(first.entry)[:10]}"
+            )
+            _end_stages(coordinator, job, rec, workers, withdrawn - 1)
+            return
+        under_way.clear()
+
+
+@dataclass
+class _Stage:
+    """A stage of a staged change, started: where its barrier starts, which workers
+    report it done, and when it started."""
+
+    k: int
+    msg: dict[str, Any]
+    prev: Layout
+    nxt: Layout
+    entry: list[str]
+    done_by: set[str]
+    started: float
+
+    @classmethod
+    def start(
+        cls, coordinator: Coordinator, job: Job, rec: Reconfiguration, k: int, barrier: int
+    ) -> _Stage:
+        prev, nxt = rec.stages[k - 1], rec.stages[k]
+        entry = _stage_entry(job, prev, nxt)
+        done_by = {prev.placement[t] for t in affected_tasks(job.graph, prev, nxt) | set(entry)}
+        msg = {"job_id": job.id, "rid": rec.id, "stage": k, "barrier_id": barrier}
+        stage = cls(k, msg, prev, nxt, entry, done_by, time.perf_counter())
+        stage.tell(coordinator, "stage")
+        return stage
+
+    def allows(self, job: Job, rec: Reconfiguration, k: int) -> bool:
+        """Whether stage ``k`` may start while this one is under way."""
+        prev, nxt = rec.stages[k - 1], rec.stages[k]
+        return stages_can_overlap(job.graph, (self.prev, self.nxt), (prev, nxt))
+
+    def tell(self, coordinator: Coordinator, kind: str) -> None:
+        """Send this stage's ``kind`` message to its workers, each with the entry tasks it
+        hosts."""
+        for wid in sorted(self.done_by):
+            inject = [t for t in self.entry if self.prev.placement[t] == wid]
+            coordinator._send(wid, {"type": kind, **self.msg, "inject": inject})
+
+    async def withdraw(self, coordinator: Coordinator, rec: Reconfiguration) -> bool:
+        """Take this stage's barrier back where it has not started; True if it had
+        started nowhere (nothing of it happened, nor will)."""
         loop = asyncio.get_running_loop()
-        rec._withdrawals = {wid: loop.create_future() for wid in done_by}
-        _tell(coordinator, done_by, prev, entry, {"type": "stage_withdraw", **msg})
+        rec._withdrawals = {wid: loop.create_future() for wid in self.done_by}
+        self.tell(coordinator, "stage_withdraw")
         try:
             replies = await asyncio.wait_for(
                 asyncio.gather(*rec._withdrawals.values()), ABORT_TIMEOUT_S
             )
         except TimeoutError:
-            replies = [False]
-        if all(replies):
-            rec.cut_short = True
-            rec.error = rec.cancelled or (
-                f"sync timed out after {sync_timeout_s:g}s: the barrier of stage {k + 1} of "
-                f"{len(rec.stages)} did not get through tasks {sorted(entry)[:10]}"
-            )
-            _end_stages(coordinator, job, rec, workers, k - 1)
-            return
-        # It had started somewhere: it goes on (within the update's timeout).
-        _tell(coordinator, done_by, prev, entry, {"type": "stage", **msg})
-        await rec.stage_done(k, done_by)
-        rec.stages_made = k + 1
+            return False
+        return all(replies)
+
+
+def _stage_entry(job: Job, prev: Layout, nxt: Layout) -> list[str]:
+    """The tasks a stage's barrier starts at: the routers, else the sources."""
+    return stage_entry(job.graph, prev, nxt) or [
+        t for op in job.graph.sources() for t in prev.tasks_of(op.name)
+    ]
 
 
 def _end_stages(
@@ -623,15 +704,6 @@ def _driver_ended(rec: Reconfiguration, driver: asyncio.Future) -> None:
         exc = driver.exception()
         logger.error("reconfiguration %s: driving its stages failed", rec.id, exc_info=exc)
         rec.on_failed(f"driving the stages failed: {type(exc).__name__}: {exc}")
-
-
-def _tell(
-    coordinator: Coordinator, workers: set[str], layout: Layout, entry: list[str], msg: dict
-) -> None:
-    """Send ``msg`` about a stage to ``workers``, each with the entry tasks it hosts."""
-    for wid in sorted(workers):
-        inject = [t for t in entry if layout.placement[t] == wid]
-        coordinator._send(wid, {**msg, "inject": inject})
 
 
 async def _abort(

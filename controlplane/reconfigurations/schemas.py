@@ -189,7 +189,9 @@ class ReconfigurationRead(BaseModel):
         "run before them"
     )
     stage_ms: list[float] = Field(
-        description="fluid mode: how long each stage (a step run within the run before it) took"
+        description="fluid mode: how long each stage (a step run within the run before it) "
+        "took, from its start to every worker being done with it; two stages can be under way "
+        "at once, so these can add up to more than the update took"
     )
     created_at: datetime
     ended_at: datetime | None
