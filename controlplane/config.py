@@ -53,6 +53,16 @@ class Settings(BaseSettings):
             "when they come to at least this many bytes of state (none: never)"
         ),
     )
+    stage_window: int = Field(
+        1,
+        ge=1,
+        le=8,
+        description=(
+            "stages of a staged fluid change under way at once: 2 overlaps the next stage's "
+            "barrier with the state transfer of the one before (sooner done when workers have "
+            "CPU to spare, higher latency when they do not)"
+        ),
+    )
     migrate_on_start: bool = Field(True, description="upgrade the database schema at start-up")
     log_level: str = Field("INFO", description="log level of the control plane")
     worker_log_level: str = Field("WARNING", description="log level of local workers")

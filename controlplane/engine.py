@@ -109,7 +109,10 @@ class Engine:
             self._secret,
             host=settings.coordinator_host,
             port=settings.coordinator_port,
-            config=RuntimeConfig(precopy_min_bytes=settings.precopy_min_bytes),
+            config=RuntimeConfig(
+                precopy_min_bytes=settings.precopy_min_bytes,
+                stage_window=settings.stage_window,
+            ),
         )
         self.backend: WorkerBackend | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

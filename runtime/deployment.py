@@ -111,7 +111,7 @@ class _Pending:
     stage_of: dict[int, int] = field(default_factory=dict)  # barrier id -> stage
     involved: list[set[str]] = field(default_factory=list)
     last_stage: dict[str, int] = field(default_factory=dict)
-    stage: int = -1  # the last stage started here (those after the last reported are under way)
+    announced: set[int] = field(default_factory=set)  # later stages started here
     done: dict[int, set[str]] = field(default_factory=dict)  # stage -> tasks whose part began
     completed: dict[int, set[str]] = field(default_factory=dict)  # ... and ended
     reported: set[int] = field(default_factory=set)  # stages reported done from here
@@ -579,7 +579,6 @@ class JobRuntime:
         if p.precopy is not None:  # done by now: the worker replied prepared after it
             p.precopy_stop = True
             await asyncio.wait({p.precopy})
-        p.stage = 0
         p.t_update = time.perf_counter()
         old, new = self.layout, p.first
         involved = sorted(
@@ -619,7 +618,7 @@ class JobRuntime:
         start while earlier ones are under way here."""
         p = self.pending
         if p is not None and p.rid == rid and p.stages and k < len(p.stages):
-            p.stage = max(p.stage, k)
+            p.announced.add(k)
             p.done.setdefault(k, set())
             for tid in sorted(p.involved[k] & self.tasks.keys()):
                 task = self.tasks[tid]
@@ -633,7 +632,7 @@ class JobRuntime:
         if p is None or p.rid != rid or not p.stages:
             self.worker.send({"type": "stage_done", "job_id": self.job_id, "rid": rid, "stage": k})
         else:
-            self._stage_check(p, k)
+            self._stage_check(p)
 
     def withdraw_stage(self, rid: int, k: int, barrier_id: int, inject: list[str]) -> bool:
         """Stage ``k`` took too long: withdraw its barrier from the tasks here that were to
@@ -650,7 +649,7 @@ class JobRuntime:
             elif task is not None and task.status == "running":
                 clean = False  # a source: its barrier may be on its way
         if ours:  # no part of stage k starts now (later ones were withdrawn before it)
-            p.stage = min(p.stage, k - 1)  # type: ignore[union-attr]
+            p.announced = {j for j in p.announced if j < k}  # type: ignore[union-attr]
         return clean
 
     def end_stages(self, rid: int, last: int) -> None:
@@ -664,7 +663,6 @@ class JobRuntime:
             self.ended_early = None
             self.layout = p.stages[last]
             return
-        p.stage = last  # stage ``last + 1`` may have been announced here: take it back
         for tid in sorted(self.tasks):
             if p.last_stage.get(tid, 0) > last:
                 p.last_stage[tid] = last
@@ -681,7 +679,7 @@ class JobRuntime:
         p = self.pending
         if p is None or not p.stages:
             return
-        for k in range(max(p.reported, default=0) + 1, p.stage + 1):  # those under way
+        for k in sorted(p.announced - p.reported):  # those under way
             if task.task_id in p.involved[k] and task.task_id not in p.done.setdefault(k, set()):
                 self._stage_ended_task(p, k, task)
 
@@ -752,19 +750,18 @@ class JobRuntime:
         p.completed.setdefault(k, set()).add(tid)
         if p.last_stage.get(tid, 0) == k:
             self._report(p, tid, 0.0, p.t_update, last=True)
-        self._stage_check(p, k)
+        self._stage_check(p)
 
-    def _stage_check(self, p: _Pending, k: int) -> None:
-        """Stage ``k`` is done here once its message came, every task here with a part in
-        it has done that part and the stage before has been reported; then the stage
-        after it may be done too."""
-        while self.pending is p and 0 < k <= p.stage and k not in p.reported:
-            if k - 1 not in p.reported:
-                return
+    def _stage_check(self, p: _Pending) -> None:
+        """Report the stages started here that are done here, in order: a stage is done
+        once every task here with a part in it has done that part. A worker is told only
+        of the stages it has a part in (a later one can come before an earlier one it
+        was not told of is done elsewhere)."""
+        while self.pending is p and (under_way := sorted(p.announced - p.reported)):
+            k = under_way[0]
             if (p.involved[k] & self.tasks.keys()) - p.completed.get(k, set()):
                 return
             self._stage_finished(p, k)
-            k += 1
 
     def _stage_finished(self, p: _Pending, k: int) -> None:
         """Report stage ``k`` done here; after the last stage a task here has a part in,

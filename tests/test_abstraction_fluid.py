@@ -50,6 +50,20 @@ def busiest(before: Abstraction, after: Abstraction) -> int:
     return max(ends.values(), default=0)
 
 
+def moved_groups(before: Abstraction, after: Abstraction) -> set[tuple[str, int]]:
+    return {(o.operator, g) for o in diff(before, after).operators for g, _, _ in o.key_group_moves}
+
+
+def only_moves(before: Abstraction, after: Abstraction) -> bool:
+    """Whether only key groups change owner (a step the coordinator runs as a stage)."""
+    d = diff(before, after)
+    return all(
+        not (o.weight_changes or o.new_tasks or o.removed_tasks or o.moved_tasks)
+        and not o.logic_changes
+        for o in d.operators
+    )
+
+
 def run_steps(a: Abstraction, steps: list) -> list[Abstraction]:
     out = [a]
     for ops in steps:
@@ -98,6 +112,14 @@ def test_steps_reach_the_plans_result_in_small_valid_steps(
         if batch is not None:
             assert busiest(before, after) <= batch or crosses_no_worker(before, after)
         assert d.affected <= planned.affected | stand_ins
+    # Consecutive batches move different key groups, so the coordinator can run them as
+    # stages under way at once (runtime.layout.stages_can_overlap).
+    moves = [moved_groups(b, c) for b, c in itertools.pairwise(chain)]
+    for (b, c), (m1, m2) in zip(
+        itertools.pairwise(itertools.pairwise(chain)), itertools.pairwise(moves), strict=True
+    ):
+        if only_moves(*b) and only_moves(*c):
+            assert not m1 & m2
 
 
 def test_a_big_move_becomes_many_small_steps() -> None:

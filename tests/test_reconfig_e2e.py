@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -96,6 +97,18 @@ def start_held_job(
     return cluster.submit(load_job("tests.e2e_jobs:held_job", params)), hold, out
 
 
+@contextlib.contextmanager
+def stage_window(cluster: BackgroundCluster, stages: int):
+    """Run staged fluid changes with up to ``stages`` stages under way at once."""
+    co = cluster.coordinator
+    before = co.config
+    co.config = replace(before, stage_window=stages)
+    try:
+        yield
+    finally:
+        co.config = before
+
+
 def half_of_count_0(job, operator: str = "count") -> tuple:
     """A plan moving half of task 0's key groups to task 1 (of ``operator``: count by
     default), and those groups."""
@@ -138,13 +151,15 @@ def test_sync_that_cannot_complete_aborts_and_the_job_goes_on(
     release_and_check(cluster, job, hold, out, records)
 
 
+@pytest.mark.parametrize("window", [1, 2])
 def test_a_fluid_plan_cut_short_keeps_its_completed_steps_and_exact_results(
-    cluster: BackgroundCluster, tmp_path: Path
+    cluster: BackgroundCluster, tmp_path: Path, window: int
 ) -> None:
     """A fluid rebalance in steps of one key group, held busy mid-plan (the one task that
     routes to the count tasks turns slow), ends ``failed`` at the first stage whose
     barrier could not start within the sync timeout, saying which steps stay applied;
-    the job runs on that valid version and its results are exact."""
+    the job runs on that valid version and its results are exact. With two stages under
+    way at once, both are withdrawn, the later first."""
 
     from controlplane.abstraction import diff
 
@@ -166,7 +181,8 @@ def test_a_fluid_plan_cut_short_keeps_its_completed_steps_and_exact_results(
         hold.touch()  # from now on a stage's barrier cannot start in time
         return await run
 
-    rec = cluster.call(run_and_hold())
+    with stage_window(cluster, window):
+        rec = cluster.call(run_and_hold())
     assert rec.status == "failed", rec.error
     assert rec.runs == 1, rec.runs  # the steps ran as stages of one reconfiguration
     k = job.abstraction.version - a.version
@@ -185,59 +201,104 @@ def test_a_fluid_plan_cut_short_keeps_its_completed_steps_and_exact_results(
     release_and_check(cluster, job, hold, out, records)
 
 
+@pytest.mark.parametrize("window", [1, 2])
 def test_fluid_steps_run_as_stages_without_pausing(
-    cluster: BackgroundCluster, tmp_path: Path
+    cluster: BackgroundCluster, tmp_path: Path, window: int
 ) -> None:
     """A fluid plan in batches runs as few live reconfigurations as it can: the batches
     that only move key groups among the same tasks are stages of one, each started by a
     barrier from the task that routes to the count tasks, and only that task pauses, once
-    (stage 0). Per-key order and results hold."""
+    (stage 0). Per-key order and results hold, also with two stages under way at once."""
     from dataclasses import replace
 
     from controlplane.abstraction import AssignWorkload, Plan, migrate, scale
 
-    records = 60_000
-    out = tmp_path / "out"
-    params = {"records": records, "rate": 20_000, "output": str(out), "pad": 400_000}
-    job = cluster.submit(load_job("tests.e2e_jobs:ordered_job", params))
+    with stage_window(cluster, window):
+        records = 60_000
+        out = tmp_path / "out"
+        params = {"records": records, "rate": 20_000, "output": str(out), "pad": 400_000}
+        job = cluster.submit(load_job("tests.e2e_jobs:ordered_job", params))
+        time.sleep(0.3)
+        a = job.abstraction
+        tasks = a.operator("count").tasks
+        give = tasks[0].workload.key_groups[:24]
+        moved = {
+            tasks[0].id: [g for g in tasks[0].workload.key_groups if g not in give],
+            tasks[1].id: [*tasks[1].workload.key_groups, *give],
+        }
+        plan = Plan(a.version, (AssignWorkload("count", moved),), mode="fluid", batch_size=4)
+        rec = cluster.call(cluster.coordinator.apply_plan(job.id, plan))
+        assert rec.status == "completed", rec.error
+        assert (rec.steps, rec.runs) == (6, 1)
+        assert [v.version for v in job.versions] == list(range(1, 8))
+        assert all(rec.pause_ms[t] == 0.0 for t in rec.pause_ms if t.startswith("count-"))
+        assert rec.pause_ms["number-0"] > 0.0, rec.pause_ms
+        # A scale-out: the new task is made in stage 0, its key groups come in stages.
+        rec = cluster.call(
+            cluster.coordinator.apply_plan(
+                job.id, replace(scale(job.abstraction, "count", 3), mode="fluid", batch_size=8)
+            )
+        )
+        assert rec.status == "completed", rec.error
+        assert rec.runs == 1 and rec.steps > 2, (rec.runs, rec.steps)
+        # A migration through a stand-in: setup and batches in one run; the emptied task's move,
+        # its taking its key groups back and the stand-in's removal in a second.
+        a = job.abstraction
+        worker = a.task("count-0").resources.worker
+        other = next(w.id for w in a.workers if w.id != worker)
+        rec = cluster.call(
+            cluster.coordinator.apply_plan(
+                job.id, replace(migrate(a, "count-0", other), mode="fluid", batch_size=8)
+            )
+        )
+        assert rec.status == "completed", rec.error
+        assert rec.runs == 2 and rec.steps > 4, (rec.runs, rec.steps)
+        assert job.abstraction.task("count-0").resources.worker == other
+        assert cluster.wait(job, 60) == "finished", job.error
+        assert final_counts(out) == counting_reference(records)
+
+
+def test_a_worker_with_a_part_in_a_later_stage_only_reports_it(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    """Stages under way at once are reported in order by each worker, of those it was
+    told about: here count-2's worker has no part in stage 1 (count-0 gives groups to
+    count-1 beside it) and a part in stage 2, which starts while stage 1 is under way
+    (count-0 gives count-2 one group), and must report it without waiting for stage 1.
+    The plan completes, the results are exact."""
+    from controlplane.abstraction import AssignResource, AssignWorkload, Plan
+
+    params = {"records": 120_000, "rate": 20_000, "output": str(tmp_path), "parallelism": 3}
+    job = cluster.submit(load_job("examples.wordcount:build", params))
+    co = cluster.coordinator
     time.sleep(0.3)
+    lone, rest = sorted(co.workers)[:2]
     a = job.abstraction
-    tasks = a.operator("count").tasks
-    give = tasks[0].workload.key_groups[:24]
-    moved = {
-        tasks[0].id: [g for g in tasks[0].workload.key_groups if g not in give],
-        tasks[1].id: [*tasks[1].workload.key_groups, *give],
+    there = {"count-2", "sink-2"}
+    place = tuple(
+        AssignResource(op.name, t.id, lone if t.id in there else rest)
+        for op in a.operators
+        for t in op.tasks
+        if t.worker != (lone if t.id in there else rest)
+    )
+    rec = cluster.call(co.apply_plan(job.id, Plan(a.version, place)))
+    assert rec.status == "completed", rec.error
+    a = job.abstraction
+    owned = {t.id: list(t.workload.key_groups) for t in a.operator("count").tasks}
+    to_1, to_2 = owned["count-0"][:8], owned["count-0"][8]
+    workload = {
+        "count-0": owned["count-0"][9:],
+        "count-1": owned["count-1"] + to_1,
+        "count-2": [*owned["count-2"], to_2],
     }
-    plan = Plan(a.version, (AssignWorkload("count", moved),), mode="fluid", batch_size=4)
-    rec = cluster.call(cluster.coordinator.apply_plan(job.id, plan))
+    plan = Plan(a.version, (AssignWorkload("count", workload),), mode="fluid", batch_size=4)
+    with stage_window(cluster, 2):
+        rec = cluster.call(co.apply_plan(job.id, plan))
     assert rec.status == "completed", rec.error
-    assert (rec.steps, rec.runs) == (6, 1)
-    assert [v.version for v in job.versions] == list(range(1, 8))
-    assert all(rec.pause_ms[t] == 0.0 for t in rec.pause_ms if t.startswith("count-"))
-    assert rec.pause_ms["number-0"] > 0.0, rec.pause_ms
-    # A scale-out: the new task is made in stage 0, its key groups come in stages.
-    rec = cluster.call(
-        cluster.coordinator.apply_plan(
-            job.id, replace(scale(job.abstraction, "count", 3), mode="fluid", batch_size=8)
-        )
-    )
-    assert rec.status == "completed", rec.error
-    assert rec.runs == 1 and rec.steps > 2, (rec.runs, rec.steps)
-    # A migration through a stand-in: setup and batches in one run; the emptied task's move,
-    # its taking its key groups back and the stand-in's removal in a second.
-    a = job.abstraction
-    worker = a.task("count-0").resources.worker
-    other = next(w.id for w in a.workers if w.id != worker)
-    rec = cluster.call(
-        cluster.coordinator.apply_plan(
-            job.id, replace(migrate(a, "count-0", other), mode="fluid", batch_size=8)
-        )
-    )
-    assert rec.status == "completed", rec.error
-    assert rec.runs == 2 and rec.steps > 4, (rec.runs, rec.steps)
-    assert job.abstraction.task("count-0").resources.worker == other
+    assert (rec.steps, rec.runs) == (3, 1)  # 4 and 4 groups to count-1, then 1 to count-2
+    assert to_2 in job.abstraction.task("count-2").workload.key_groups
     assert cluster.wait(job, 60) == "finished", job.error
-    assert final_counts(out) == counting_reference(records)
+    assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
 
 
 def test_fluid_moves_key_groups_without_pausing_their_owners(

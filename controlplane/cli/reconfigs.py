@@ -49,7 +49,7 @@ def print_timings(rec: dict[str, Any]) -> None:
     )
     stages = rec.get("stage_ms") or []
     if rec.get("runs") is not None and (rec["runs"] > 1 or stages):
-        # Stages overlap (two can be under way at once): their times do not add up.
+        # Stages can overlap (a stage window above 1): their times need not add up.
         staged = f", then {len(stages)} stages of {fmt_ms(max(stages))} at most" if stages else ""
         console.print(f"live runs: {rec['runs']}{staged}", highlight=False)
     pauses, updates = rec["pause_ms"], rec.get("update_ms", {})

@@ -35,6 +35,10 @@ class RuntimeConfig:
     # A task whose key groups leave for another worker copies them ahead while it runs
     # when they come to at least this much state (runtime.precopy); None: never.
     precopy_min_bytes: int | None = 32 << 20
+    # Stages of a staged fluid change under way at once (coordinator.reconfig): 2 lets the
+    # next stage's barrier travel while the state of the one before still moves, which
+    # finishes sooner when the workers have CPU to spare and raises latency when not.
+    stage_window: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return {"batch_size": self.batch_size, "linger_s": self.linger_s, "credits": self.credits}

@@ -86,9 +86,6 @@ PRECOPY_BUDGET_S = 10.0
 SYNC_TIMEOUT_S = 10.0  # the barrier reaches every affected task within this, or we abort
 UPDATE_TIMEOUT_S = 60.0  # state moves and tasks resume within this (100 MB over loopback: ~1 s)
 ABORT_TIMEOUT_S = 5.0  # workers confirm an abort within this
-# Staged fluid changes: stages under way at once (the next one's barrier travels while
-# the state of the ones before is still moving; see _drive_stages).
-STAGE_WINDOW = 2
 
 ENDED = ("completed", "failed", "aborted", "cancelled")
 
@@ -550,7 +547,7 @@ async def _drive_stages(
     sync_timeout_s: float,
 ) -> None:
     """Step 3, staged (fluid): after the update has made the first stage, start each
-    later one; up to ``STAGE_WINDOW`` are under way at once.
+    later one; up to ``RuntimeConfig.stage_window`` are under way at once (default 1).
 
     A stage only moves key groups between tasks that keep their place, so nothing pauses:
     its barrier starts at the tasks that route to the tasks whose key groups move
@@ -564,12 +561,11 @@ async def _drive_stages(
     that its barrier's hop overlaps their transfers) when it starts where they did (its
     barrier then follows theirs through every channel: each task does its parts in
     order) and moves none of the key groups they move. A stage is made once every worker
-    is done with it and with the ones before. Step 3b. A stage not made within the sync
-    timeout is withdrawn, with the stages after it, where their barriers have not started
-    (latest first); the change ends at the stage before the earliest one withdrawn (a
-    valid layout, every key group owned once), after the ones that had started are made.
-    Step 3c. Once the plan is cancelled no stage starts, and those under way are withdrawn
-    the same way at once.
+    is done with it and with the ones before. Step 3b. When a stage is not made within the
+    sync timeout, the stages under way are withdrawn, latest first: if none of their
+    barriers had started anywhere, the change ends at the stage before them (a valid
+    layout, every key group owned once); else they all go on. Step 3c. Once the plan is
+    cancelled no stage starts, and those under way are withdrawn the same way at once.
     """
     await rec.stage_done(0, workers)
     rec.stages_made = 1
@@ -581,7 +577,7 @@ async def _drive_stages(
         # Step 3a. Start what may start.
         while (
             k < len(rec.stages)
-            and len(under_way) < STAGE_WINDOW
+            and len(under_way) < coordinator.config.stage_window
             and not rec.cancelled
             and all(s.allows(job, rec, k) for s in under_way.values())
         ):
@@ -606,26 +602,30 @@ async def _drive_stages(
         if rec._failure is not None:
             return
         # Step 3b. Withdraw the stages under way, latest first, while that is clean.
-        withdrawn = None
+        withdrawn: list[_Stage] = []
         for stage in sorted(under_way.values(), key=lambda s: -s.k):
             if not await stage.withdraw(coordinator, rec):
-                stage.tell(coordinator, "stage")  # it had started somewhere: it goes on
                 break
-            withdrawn = stage.k
-        going_on = sorted(s for s in under_way if withdrawn is None or s < withdrawn)
-        for j in going_on:  # (within the update's timeout)
-            await rec.stage_done(j, under_way[j].done_by)
-            rec.stage_ms.append(_ms(under_way[j].started, time.perf_counter()))
-            rec.stages_made = j + 1
-        if withdrawn is not None:
+            withdrawn.append(stage)
+        if len(withdrawn) == len(under_way):  # none had started anywhere
             rec.cut_short = True
             rec.error = rec.cancelled or (
                 f"sync timed out after {sync_timeout_s:g}s: the barrier of stage "
                 f"{first.k + 1} of {len(rec.stages)} did not get through tasks "
                 f"{sorted(first.entry)[:10]}"
             )
-            _end_stages(coordinator, job, rec, workers, withdrawn - 1)
+            _end_stages(coordinator, job, rec, workers, first.k - 1)
             return
+        # One had started somewhere: they all go on (told again, in order), within the
+        # update's timeout.
+        for stage in sorted(under_way.values(), key=lambda s: s.k)[-len(withdrawn) - 1 :]:
+            stage.tell(coordinator, "stage")
+        for stage in sorted(under_way.values(), key=lambda s: s.k):
+            await rec.stage_done(stage.k, stage.done_by)
+            if rec._failure is not None:
+                return
+            rec.stage_ms.append(_ms(stage.started, time.perf_counter()))
+            rec.stages_made = stage.k + 1
         under_way.clear()
 
 

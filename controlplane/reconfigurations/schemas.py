@@ -190,8 +190,8 @@ class ReconfigurationRead(BaseModel):
     )
     stage_ms: list[float] = Field(
         description="fluid mode: how long each stage (a step run within the run before it) "
-        "took, from its start to every worker being done with it; two stages can be under way "
-        "at once, so these can add up to more than the update took"
+        "took, from its start to every worker being done with it (with a stage window above 1 "
+        "stages overlap, and these can add up to more than the update took)"
     )
     created_at: datetime
     ended_at: datetime | None
