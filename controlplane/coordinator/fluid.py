@@ -142,7 +142,11 @@ async def run_fluid(
                 end("failed", str(exc))
                 raise
             return end("failed", f"step {n} of {len(steps)} could not start: {exc}{applied}")
-        made = step.stages_made if step.cut_short else len(targets)
+        # The steps this run made: all of them, or (cut short, or failed in its update) the
+        # stages made before it ended; none if it ended before its update.
+        made = (
+            len(targets) if step.status == "completed" and not step.cut_short else step.stages_made
+        )
         i += made
         done_before = i
         outer.steps = i
@@ -171,7 +175,7 @@ async def run_fluid(
             )
         if step.status != "completed":
             if step.stages_made:  # a staged run failed in its update: the job failed with it
-                applied = f"; the job failed after {done_before + step.stages_made} steps"
+                applied = f"; the job failed after {i} steps"
             error = f"step {n} of {len(steps)} {step.status}: {step.error}{applied}"
             return end(step.status if n == 1 else "failed", error)
         job.abstraction = targets[made - 1]

@@ -562,10 +562,11 @@ async def _drive_stages(
     barrier then follows theirs through every channel: each task does its parts in
     order) and moves none of the key groups they move. A stage is made once every worker
     is done with it and with the ones before. Step 3b. When a stage is not made within the
-    sync timeout, the stages under way are withdrawn, latest first: if none of their
-    barriers had started anywhere, the change ends at the stage before them (a valid
-    layout, every key group owned once); else they all go on. Step 3c. Once the plan is
-    cancelled no stage starts, and those under way are withdrawn the same way at once.
+    sync timeout, the stages under way are withdrawn, latest first, as long as their
+    barriers have started nowhere; those that had started go on. If one was withdrawn, the
+    change ends at the stage before it (a valid layout, every key group owned once) once
+    the ones before it are made; else it goes on. Step 3c. Once the plan is cancelled no
+    stage starts, and those under way are withdrawn the same way at once.
     """
     await rec.stage_done(0, workers)
     rec.stages_made = 1
@@ -601,31 +602,29 @@ async def _drive_stages(
             continue
         if rec._failure is not None:
             return
-        # Step 3b. Withdraw the stages under way, latest first, while that is clean.
-        withdrawn: list[_Stage] = []
+        # Step 3b. Withdraw the stages under way, latest first, while that is clean; those
+        # that had started go on (within the update's timeout).
+        withdrawn: _Stage | None = None
         for stage in sorted(under_way.values(), key=lambda s: -s.k):
             if not await stage.withdraw(coordinator, rec):
+                stage.tell(coordinator, "stage")  # told again: it goes on
                 break
-            withdrawn.append(stage)
-        if len(withdrawn) == len(under_way):  # none had started anywhere
+            withdrawn = stage
+        for j in sorted(j for j in under_way if withdrawn is None or j < withdrawn.k):
+            await rec.stage_done(j, under_way[j].done_by)
+            if rec._failure is not None:
+                return
+            rec.stage_ms.append(_ms(under_way[j].started, time.perf_counter()))
+            rec.stages_made = j + 1
+        if withdrawn is not None:  # the change ends before it
             rec.cut_short = True
             rec.error = rec.cancelled or (
                 f"sync timed out after {sync_timeout_s:g}s: the barrier of stage "
-                f"{first.k + 1} of {len(rec.stages)} did not get through tasks "
-                f"{sorted(first.entry)[:10]}"
+                f"{withdrawn.k + 1} of {len(rec.stages)} did not get through tasks "
+                f"{sorted(withdrawn.entry)[:10]}"
             )
-            _end_stages(coordinator, job, rec, workers, first.k - 1)
+            _end_stages(coordinator, job, rec, workers, withdrawn.k - 1)
             return
-        # One had started somewhere: they all go on (told again, in order), within the
-        # update's timeout.
-        for stage in sorted(under_way.values(), key=lambda s: s.k)[-len(withdrawn) - 1 :]:
-            stage.tell(coordinator, "stage")
-        for stage in sorted(under_way.values(), key=lambda s: s.k):
-            await rec.stage_done(stage.k, stage.done_by)
-            if rec._failure is not None:
-                return
-            rec.stage_ms.append(_ms(stage.started, time.perf_counter()))
-            rec.stages_made = stage.k + 1
         under_way.clear()
 
 
