@@ -614,8 +614,8 @@ class JobRuntime:
         it when it aligns the barrier: a router swaps its owner table, a task that gives
         key groups ships them, one that gains them has their records wait for them. A task
         that has ended does its part at once. The worker reports ``stage_done`` when its
-        tasks are done with the stage and it has reported the stage before. Stage ``k`` may
-        start while earlier ones are under way here."""
+        tasks are done with the stage and it has reported the earlier stages it was told
+        of. Stage ``k`` may start while earlier ones are under way here."""
         p = self.pending
         if p is not None and p.rid == rid and p.stages and k < len(p.stages):
             p.announced.add(k)

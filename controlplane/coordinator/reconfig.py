@@ -557,10 +557,10 @@ async def _drive_stages(
     for them. A stage costs a message to the workers and the barrier's hop to the keyed
     tasks, not a prepare, a sync and an update.
 
-    Step 3a. The next stage starts while the ones before it are still moving state (so
-    that its barrier's hop overlaps their transfers) when it starts where they did (its
-    barrier then follows theirs through every channel: each task does its parts in
-    order) and moves none of the key groups they move. A stage is made once every worker
+    Step 3a. With a window above 1, the next stage starts while the ones before it are
+    still moving state (so that its barrier's hop overlaps their transfers) when it starts
+    where they did (its barrier then follows theirs through every channel: each task does
+    its parts in order) and moves none of the key groups they move. A stage is made once every worker
     is done with it and with the ones before. Step 3b. When a stage is not made within the
     sync timeout, the stages under way are withdrawn, latest first, as long as their
     barriers have started nowhere; those that had started go on. If one was withdrawn, the
