@@ -560,8 +560,8 @@ async def _drive_stages(
     Step 3a. With a window above 1, the next stage starts while the ones before it are
     still moving state (so that its barrier's hop overlaps their transfers) when it starts
     where they did (its barrier then follows theirs through every channel: each task does
-    its parts in order) and moves none of the key groups they move. A stage is made once every worker
-    is done with it and with the ones before. Step 3b. When a stage is not made within the
+    its parts in order) and moves none of the key groups they move. A stage is made once
+    every worker is done with it and with the ones before. Step 3b. When a stage is not made within the
     sync timeout, the stages under way are withdrawn, latest first, as long as their
     barriers have started nowhere; those that had started go on. If one was withdrawn, the
     change ends at the stage before it (a valid layout, every key group owned once) once
@@ -571,6 +571,12 @@ async def _drive_stages(
     await rec.stage_done(0, workers)
     rec.stages_made = 1
     under_way: dict[int, _Stage] = {}
+
+    def made(stage: _Stage) -> None:
+        rec.stage_ms.append(_ms(stage.started, time.perf_counter()))
+        rec.stages_made = stage.k + 1
+        del under_way[stage.k]
+
     k = 1  # the next stage to start
     while k < len(rec.stages) or under_way:
         if rec._failure is not None:
@@ -596,9 +602,7 @@ async def _drive_stages(
                 rec.stage_done(first.k, first.done_by, or_cancelled=True), max(left, 0.0)
             )
         if rec.stage_is_done(first.k, first.done_by):
-            rec.stage_ms.append(_ms(first.started, time.perf_counter()))
-            rec.stages_made = first.k + 1
-            del under_way[first.k]
+            made(first)
             continue
         if rec._failure is not None:
             return
@@ -614,8 +618,7 @@ async def _drive_stages(
             await rec.stage_done(j, under_way[j].done_by)
             if rec._failure is not None:
                 return
-            rec.stage_ms.append(_ms(under_way[j].started, time.perf_counter()))
-            rec.stages_made = j + 1
+            made(under_way[j])
         if withdrawn is not None:  # the change ends before it
             rec.cut_short = True
             rec.error = rec.cancelled or (
@@ -625,7 +628,6 @@ async def _drive_stages(
             )
             _end_stages(coordinator, job, rec, workers, withdrawn.k - 1)
             return
-        under_way.clear()
 
 
 @dataclass
