@@ -48,6 +48,9 @@ logger = logging.getLogger(__name__)
 
 DRAIN_ABOVE = 1 << 20  # bytes queued in a transport before a sender awaits drain()
 BYTES_SAMPLE_EVERY = 32  # local channels estimate bytes/record from one batch in this many
+LINK_FINISH_TIMEOUT_S = (
+    5.0  # a link no longer needed is closed once its peer read it, or after this
+)
 
 
 class ChannelError(ConnectionError):
@@ -373,6 +376,18 @@ class PeerLink:
                 logger.debug("data link to worker %s reset once unused: %s", self.peer, exc)
             elif self.on_error is not None:
                 self.on_error(exc)
+
+    async def finish(self, timeout_s: float = LINK_FINISH_TIMEOUT_S) -> None:
+        """Close the link once the peer has read all of it: end our side of the stream,
+        read what the peer still sends (credits) until it closes its side, then close.
+        Closing with the peer's bytes unread would reset the connection, and a reset can
+        throw away what the peer had not yet read; waiting at most ``timeout_s``."""
+        transport = self.writer.transport
+        if not transport.is_closing() and self.writer.can_write_eof():
+            self.writer.write_eof()
+            if self._reader_task is not None:
+                await asyncio.wait({self._reader_task}, timeout=timeout_s)
+        await self.close()
 
     async def close(self) -> None:
         if self._reader_task is not None:

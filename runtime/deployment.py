@@ -603,6 +603,8 @@ class JobRuntime:
             p.finished.set()
         if errors:
             raise ReconfigError("; ".join(errors))
+        if not p.stages:
+            self._settle()
 
     # -- fluid stages ------------------------------------------------------------------------
 
@@ -672,6 +674,7 @@ class JobRuntime:
         self.layout = p.layout
         self.pending = None
         p.finished.set()
+        self._settle()
 
     def task_ended(self, task: BaseTask) -> None:
         """A task here ended; if a stage under way still expects its part, it does it now
@@ -774,6 +777,19 @@ class JobRuntime:
             self.pending = None
             self.ended_early = p if k < len(p.stages) - 1 else None
             p.finished.set()
+            self._settle()
+
+    def _settle(self) -> None:
+        """A change is over here: let go of what the job no longer needs here. The links to
+        workers that host none of its tasks now (they carried channels to tasks that left
+        those workers, or state) close once their peers have read them; if none of the
+        job's tasks is left here, all of its links do and the worker forgets the job."""
+        hosts = set(self.layout.workers_used()) if self.tasks else set()
+        for links in (self.links, self.state_links):
+            for wid in [w for w, link in links.items() if w not in hosts and not link.in_use()]:
+                self.worker.background(links.pop(wid).finish())
+        if not self.tasks:
+            self.worker.forget(self)
 
     def _staged(self, rid: int) -> _Pending | None:
         """The staged change ``rid``, pending here or done here before it ended."""

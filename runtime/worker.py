@@ -27,6 +27,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 import psutil
@@ -320,9 +321,7 @@ class Worker:
                 job = self.jobs.get(msg["job_id"])
                 if job is not None:  # before a later prepare of this job can be read
                     job.update_received(int(msg["rid"]))
-                t = asyncio.create_task(self._update(msg))
-                self._updates.add(t)
-                t.add_done_callback(self._updates.discard)
+                self.background(self._update(msg))
             elif kind == "abort":
                 job = self.jobs.get(msg["job_id"])
                 if job is not None:
@@ -401,9 +400,7 @@ class Worker:
             return
         # Replied once the state is copied ahead; the control loop goes on meanwhile (an
         # abort can come).
-        t = asyncio.create_task(self._prepared_after(copying, reply))
-        self._updates.add(t)
-        t.add_done_callback(self._updates.discard)
+        self.background(self._prepared_after(copying, reply))
 
     async def _prepared_after(self, copying: asyncio.Task, reply: dict[str, Any]) -> None:
         try:
@@ -438,6 +435,20 @@ class Worker:
                     "error": f"worker {self.worker_id}: {type(exc).__name__}: {exc}",
                 }
             )
+
+    def background(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run ``work`` beside the control loop; it is cancelled if the worker shuts down."""
+        t = asyncio.create_task(work)
+        self._updates.add(t)
+        t.add_done_callback(self._updates.discard)
+
+    def forget(self, job: JobRuntime) -> None:
+        """None of ``job``'s tasks is left here after a change: drop the job and let go of
+        what it still holds. The coordinator sends the job again with a later change that
+        places tasks here."""
+        if self.jobs.get(job.job_id) is job:
+            del self.jobs[job.job_id]
+            self.background(job.stop())
 
     async def _drop_job(self, job_id: str) -> None:
         """Forget job ``job_id`` here, stopping what its runtime still runs or holds open."""

@@ -91,7 +91,7 @@ def test_builtin_dry_run(api: Api, job: int) -> None:
         "a dry-run decision",
     )
     d = ok_json(cli(api, "controller", "decisions", c["id"], "--json"))["items"][0]
-    assert (d["status"], d["applied"]) == ("dry_run", False)
+    assert (d["status"], d["applied"]) == ("dry_run", False), d.get("error")
     ok(cli(api, "controller", "stop", c["id"]))
 
 

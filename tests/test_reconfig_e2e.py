@@ -707,34 +707,52 @@ def links_to(pid: int, port: int) -> list:
     ]
 
 
-def test_a_stopped_job_leaves_no_link_open_on_a_worker_its_tasks_left(
-    no_leftover_processes: None,
+async def until_no_links(pid: int, port: int, what: str) -> None:
+    """Wait (5 s at most) until process ``pid`` holds no connection to ``port``."""
+    for _ in range(50):
+        if not links_to(pid, port):
+            return
+        await asyncio.sleep(0.1)
+    pytest.fail(f"{what}: still {links_to(pid, port)} after 5 s")
+
+
+def test_a_worker_its_tasks_left_lets_go_of_the_job_and_can_take_tasks_again(
+    tmp_path: Path, no_leftover_processes: None
 ) -> None:
-    """w2 hosts count-1 for a while and sends its state back to w1: it holds a connection to
-    w1 for the job. Stopping the job closes it, though w2 hosts none of its tasks by then."""
+    """count-1 goes to w2 and back, twice, while the job runs. Each time it is back, w2
+    hosts none of the job's tasks: w2 closes its connections to w1 (the state it sent back
+    went on one) and w1 closes its own to w2 (it fed count-1 there), without waiting for
+    the job to stop. w2, having forgotten the job, takes count-1 again as a worker joining
+    it, and the job ends exact."""
     from controlplane.abstraction import migrate
     from controlplane.runner import LocalCluster
+
+    params = {"records": 150_000, "rate": 15_000, "parallelism": 2, "output": str(tmp_path)}
 
     async def scenario() -> None:
         async with LocalCluster(2) as c:
             co = c.coordinator
             w1, w2 = co.alive_workers()
-            params = {"records": 0, "rate": 5_000, "parallelism": 2}
             job = await co.submit(load_job("examples.wordcount:build", params), [w1.id])
             await asyncio.sleep(0.5)
-            for target in (w2.id, w1.id):
-                plan = migrate(job.abstraction, "count-1", target, with_forward=True)
-                rec = await co.apply_plan(job.id, plan)
-                assert rec.status == "completed", rec.error
-            assert links_to(w2.pid, w1.data_port), "w2 opened no connection to w1"
-            await co.stop_job(job.id)
-            for _ in range(50):
-                if not links_to(w2.pid, w1.data_port):
-                    return
+            for _ in range(2):
+                for target in (w2.id, w1.id):
+                    plan = migrate(job.abstraction, "count-1", target, with_forward=True)
+                    rec = await co.apply_plan(job.id, plan)
+                    assert rec.status == "completed", rec.error
+                    if target == w2.id:
+                        assert links_to(w1.pid, w2.data_port), "w1 feeds count-1 on w2"
+                assert not job.done, "the job ended before the last move: give it more records"
+                await until_no_links(w2.pid, w1.data_port, "w2's connections to w1")
+                await until_no_links(w1.pid, w2.data_port, "w1's connections to w2")
+            for _ in range(600):
+                if job.done:
+                    break
                 await asyncio.sleep(0.1)
-            pytest.fail(f"w2 still holds {links_to(w2.pid, w1.data_port)} 5 s after the stop")
+            assert job.status == "finished", job.error
 
     asyncio.run(scenario())
+    assert wordcount.read_results(str(tmp_path)) == wordcount.reference(params)
 
 
 @pytest.mark.parametrize("end", ["retired", "killed"])

@@ -347,8 +347,8 @@ class Coordinator:
             self._stop_everywhere(job)
 
     def _stop_everywhere(self, job: Job) -> None:
-        """Tell every worker to stop ``job``: also those its tasks have left, which keep what
-        they set up for it (their links to its other workers) until it stops or returns."""
+        """Tell every worker to stop ``job``: also those its tasks are leaving in a change
+        under way (a worker forgets a job once none of its tasks is left there)."""
         for conn in list(self._conns.values()):
             conn.send({"type": "stop", "job_id": job.id})
 
