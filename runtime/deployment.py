@@ -179,8 +179,10 @@ class JobRuntime:
         return ch
 
     def _unregister_input(self, key: str) -> None:
-        self.inputs.pop(key, None)
-        if self.worker.inputs.get(key) is not None:
+        """Forget input channel ``key``, here and in the worker's registry if it is ours
+        there (a runtime of the job made after this one was forgotten has its own)."""
+        ch = self.inputs.pop(key, None)
+        if ch is not None and self.worker.inputs.get(key) is ch:
             del self.worker.inputs[key]
 
     def _input_keys(self, task: str, layout: Layout) -> list[tuple[str, str, Callable | None]]:
