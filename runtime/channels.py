@@ -48,9 +48,8 @@ logger = logging.getLogger(__name__)
 
 DRAIN_ABOVE = 1 << 20  # bytes queued in a transport before a sender awaits drain()
 BYTES_SAMPLE_EVERY = 32  # local channels estimate bytes/record from one batch in this many
-LINK_FINISH_TIMEOUT_S = (
-    5.0  # a link no longer needed is closed once its peer read it, or after this
-)
+# A link no longer needed is closed once its peer has read it, or after this.
+LINK_FINISH_TIMEOUT_S = 5.0
 
 
 class ChannelError(ConnectionError):

@@ -95,7 +95,7 @@ class Worker:
             changing=self.changing,
             pool=pool,
         )
-        self._updates: set[asyncio.Task] = set()
+        self._background: set[asyncio.Task] = set()  # see background()
         self._writer: asyncio.StreamWriter | None = None
         self._process = psutil.Process()
 
@@ -234,7 +234,7 @@ class Worker:
             beat_stop.set()
             reporter.cancel()
             reader_of_copies.cancel()
-            for t in list(self._updates):
+            for t in list(self._background):
                 t.cancel()
             for job in list(self.jobs.values()):
                 await job.stop()
@@ -439,8 +439,8 @@ class Worker:
     def background(self, work: Coroutine[Any, Any, Any]) -> None:
         """Run ``work`` beside the control loop; it is cancelled if the worker shuts down."""
         t = asyncio.create_task(work)
-        self._updates.add(t)
-        t.add_done_callback(self._updates.discard)
+        self._background.add(t)
+        t.add_done_callback(self._background.discard)
 
     def forget(self, job: JobRuntime) -> None:
         """None of ``job``'s tasks is left here after a change: drop the job and let go of
