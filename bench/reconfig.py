@@ -70,6 +70,8 @@ RECOVER_S = 20.0  # at most this long to wait for latency to come back to steady
 MAX_RATE_S = 6.0  # seconds of unthrottled running to measure the padded job's maximum
 FLUID_BATCH = 4  # key groups each task gives or gains per step in fluid mode (of 128)
 PRECOPY_MIN_BYTES = RuntimeConfig().precopy_min_bytes  # the default: 32 MB per task
+PRECOPY_PAUSE_MS = RuntimeConfig().precopy_pause_ms  # the default
+COPYING_AHEAD = ("live", "fluid_all")  # the modes that copy state ahead
 
 
 def window(job: Job, start: float, end: float) -> dict:
@@ -99,6 +101,19 @@ def halves(job: Job) -> Plan:
     ids = [t.id for t in tasks]
     new = {tid: keep[tid] + give[ids[i - 1]] for i, tid in enumerate(ids)}
     return Plan(a.version, (AssignWorkload("count", new),))
+
+
+def pause_variants(rounds: list[tuple], pauses: list[float]) -> list[tuple]:
+    """Each (change, how, builder) of ``rounds`` with the copy-ahead pause budget it runs
+    with: with more than one budget, a mode that copies ahead runs once per budget, in turn,
+    as ``how@<budget>ms``, so that the budgets are compared in the same job."""
+    out = []
+    for name, how, build in rounds:
+        if how in COPYING_AHEAD and len(pauses) > 1:
+            out += [(name, f"{how}@{p:g}ms", build, p) for p in pauses]
+        else:
+            out.append((name, how, build, pauses[0]))
+    return out
 
 
 def steps(co: Coordinator) -> list[tuple[str, str, object]]:
@@ -212,6 +227,7 @@ async def run_state_size(
     only: list[str] | None = None,
     repeat: int = 1,
     with_steps: bool = False,
+    pauses: list[float] | None = None,
 ) -> dict:
     pad = int(state_mb * 2**20 / (KEYS / 2))  # two count tasks share the 10,000 words
     params = {
@@ -236,7 +252,8 @@ async def run_state_size(
         await asyncio.sleep(WARMUP_S)
         steady_p99 = window(job, time.time() - 3.0, time.time())["latency"]["p99_ms"]
         samples: dict[tuple[str, str], list[dict]] = {}
-        for name, how, build in [step for _ in range(repeat) for step in steps(co)]:
+        rounds = [step for _ in range(repeat) for step in steps(co)]
+        for name, how, build, pause_ms in pause_variants(rounds, pauses or [PRECOPY_PAUSE_MS]):
             if only and not any(o in f"{name} / {how}" for o in only):
                 continue
             if how == "fluid_steps" and not with_steps:
@@ -246,7 +263,9 @@ async def run_state_size(
             t0 = time.time()
             fluid_mode.JOIN_STAGES = how != "fluid_steps"  # each step its own run, to compare
             co.config = replace(
-                config, precopy_min_bytes=None if how == "live_nocopy" else PRECOPY_MIN_BYTES
+                config,
+                precopy_min_bytes=None if how == "live_nocopy" else PRECOPY_MIN_BYTES,
+                precopy_pause_ms=pause_ms,
             )
             rec = await co.apply_plan(
                 job.id,
@@ -269,6 +288,7 @@ async def run_state_size(
                     "runs": rec.runs,
                     "stage_ms": rec.stage_ms,
                     "precopied_bytes": sum(c["bytes"] for c in rec.precopied.values()),
+                    "precopy_pause_ms": pause_ms,
                     "precopied": rec.precopied,
                     "affected_tasks": len(rec.affected),
                     "latency_before_ms": before["latency"],
@@ -443,12 +463,26 @@ async def main() -> None:
         action="store_true",
         help="also run each batched fluid change with a live reconfiguration per step",
     )
+    parser.add_argument(
+        "--precopy-pause-ms",
+        type=float,
+        nargs="+",
+        default=[PRECOPY_PAUSE_MS],
+        help=(
+            "copy-ahead pause budget (RuntimeConfig.precopy_pause_ms); with several, each mode "
+            "that copies ahead runs once per budget in every round, as how@<budget>ms"
+        ),
+    )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "reconfig.json"))
     args = parser.parse_args()
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     sizes = []
     for mb in args.state_mb:
-        sizes.append(await run_state_size(mb, args.rate, args.only, args.repeat, args.with_steps))
+        sizes.append(
+            await run_state_size(
+                mb, args.rate, args.only, args.repeat, args.with_steps, args.precopy_pause_ms
+            )
+        )
     sync = await sync_vs_upstream(args.upstream)
     write_report(
         args.out, "reconfig", started, linger_ms=5.0, state_sizes=sizes, sync_vs_upstream=sync

@@ -53,6 +53,15 @@ class Settings(BaseSettings):
             "when they come to at least this many bytes of state (none: never)"
         ),
     )
+    precopy_pause_ms: float = Field(
+        0.0,
+        ge=0,
+        le=10_000,
+        description=(
+            "the copying ahead stops once what is left would ship within this many ms of "
+            "pause, at the rate measured while copying (0: copy everything ahead)"
+        ),
+    )
     stage_window: int = Field(
         1,
         ge=1,

@@ -111,6 +111,7 @@ class Engine:
             port=settings.coordinator_port,
             config=RuntimeConfig(
                 precopy_min_bytes=settings.precopy_min_bytes,
+                precopy_pause_ms=settings.precopy_pause_ms,
                 stage_window=settings.stage_window,
             ),
         )

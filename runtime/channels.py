@@ -87,8 +87,11 @@ class InputChannel:
 class InputGate:
     """All input channels of one task; :meth:`next` returns the next item to process."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_dry: Callable[[], None] | None = None) -> None:
         self.channels: dict[str, InputChannel] = {}
+        # Called each time the task has nothing left to process and starts waiting (see
+        # Worker.caught_up: background work runs when every task here has run dry).
+        self.on_dry = on_dry
         self._ready: deque[InputChannel] = deque()
         self._in_ready: set[str] = set()
         self._blocked: set[str] = set()
@@ -179,6 +182,8 @@ class InputGate:
                     if timer is None:
                         timer = loop.call_at(deadline, self._wakeup.set)
                 self._wakeup.clear()
+                if self.on_dry is not None:
+                    self.on_dry()
                 await self._wakeup.wait()
         finally:
             if timer is not None:

@@ -83,6 +83,10 @@ __all__ = ["JobRuntime", "ReconfigError"]
 
 logger = logging.getLogger(__name__)
 
+# The copy ahead stops early for a pause budget (see JobRuntime._precopy) only once this
+# much has gone, so that the rate it estimates the rest's shipping time from is measured.
+PRECOPY_RATE_MIN_BYTES = 4 << 20
+
 
 class ReconfigError(RuntimeError):
     """A reconfiguration step that cannot be carried out on this worker."""
@@ -282,7 +286,7 @@ class JobRuntime:
         local = sorted(self.local_task_ids(self.layout))
         gates: dict[str, InputGate] = {}
         for tid in local:
-            gate = InputGate()
+            gate = InputGate(on_dry=self.worker.task_ran_dry)
             for _key, u, key_fn in self._input_keys(tid, self.layout):
                 gate.add(self._register_input(u, tid, key_fn))
             gates[tid] = gate
@@ -386,6 +390,7 @@ class JobRuntime:
         stage_barriers: list[int] | None = None,
         precopy_min_bytes: int | None = None,
         precopy_budget_s: float = 0.0,
+        precopy_pause_s: float = 0.0,
     ) -> None:
         """Step 1: get ready for ``layout`` without changing anything that runs.
 
@@ -394,7 +399,8 @@ class JobRuntime:
         its barrier (``stage_barriers``, one per later stage, see :meth:`stage`).
         ``precopy_min_bytes``: start copying ahead the key groups that leave a task here for
         another worker in the update when they come to at least that much state (None:
-        never), for at most ``precopy_budget_s``; :meth:`precopying` gives the copying."""
+        never), for at most ``precopy_budget_s`` and until what is left would ship within
+        ``precopy_pause_s`` (see :meth:`_precopy`); :meth:`precopying` gives the copying."""
         if self.pending is not None and self.pending.updating:
             # The previous update's last task has reported; let its bookkeeping finish.
             await self.pending.finished.wait()
@@ -438,7 +444,7 @@ class JobRuntime:
             for tid in self.local_task_ids(layout):
                 if tid in self.tasks:
                     continue
-                gate = InputGate()
+                gate = InputGate(on_dry=self.worker.task_ran_dry)
                 for key, _u, _k in self._input_keys(tid, layout):
                     gate.add(self.inputs[key])
                 # Made for the first stage: a task new in a staged change owns no key group
@@ -458,7 +464,9 @@ class JobRuntime:
         if precopy_min_bytes is not None:
             moves = self._precopy_moves(p, precopy_min_bytes)
             if moves:
-                p.precopy = asyncio.ensure_future(self._precopy(p, moves, precopy_budget_s))
+                p.precopy = asyncio.ensure_future(
+                    self._precopy(p, moves, precopy_budget_s, precopy_pause_s)
+                )
 
     def precopying(self, rid: int) -> asyncio.Task | None:
         """The copying ahead that prepared reconfiguration ``rid`` started here, if any; it
@@ -466,12 +474,12 @@ class JobRuntime:
         p = self.pending
         return p.precopy if p is not None and p.rid == rid else None
 
-    def _precopy_moves(self, p: _Pending, min_bytes: int) -> list[tuple[str, int, str, str]]:
-        """(task, key group, new owner, its worker) for each key group that a running task
-        here gives to a task on another worker in the update, for the tasks whose leaving
-        state comes to at least ``min_bytes`` (as last measured); coldest groups first,
-        since keys touched after their copy are sent again."""
-        moves: list[tuple[str, int, str, str]] = []
+    def _precopy_moves(self, p: _Pending, min_bytes: int) -> list[tuple[str, int, str, str, int]]:
+        """(task, key group, new owner, its worker, its size as last measured) for each key
+        group that a running task here gives to a task on another worker in the update,
+        for the tasks whose leaving state comes to at least ``min_bytes``; coldest groups
+        first, since keys touched after their copy are sent again."""
+        moves: list[tuple[str, int, str, str, int]] = []
         for tid in sorted(p.affected & self.tasks.keys()):
             task = self.tasks[tid]
             processor = _keyed(task)
@@ -492,37 +500,60 @@ class JobRuntime:
                 continue
             counts = task.metrics.key_group_counts or []
             away.sort(key=lambda m: counts[m[0]] if m[0] < len(counts) else 0)
-            moves += [(tid, g, dest, p.first.placement[dest]) for g, dest in away]
+            moves += [(tid, g, dest, p.first.placement[dest], sizes.get(g, 0)) for g, dest in away]
         return moves
 
     async def _precopy(
-        self, p: _Pending, moves: list[tuple[str, int, str, str]], budget_s: float
+        self,
+        p: _Pending,
+        moves: list[tuple[str, int, str, str, int]],
+        budget_s: float,
+        pause_s: float = 0.0,
     ) -> dict[str, Any]:
         """Copy each of ``moves`` ahead, in order, to its new owner's worker while the tasks
-        run, until all are copied, the copying is stopped (an abort) or ``budget_s`` has
-        passed; what is not copied by then goes whole in the update. It goes at idle
+        run, until all are copied, the copying is stopped (an abort), ``budget_s`` has
+        passed, or what is left would ship within ``pause_s`` at the rate the copies went
+        so far (the stop-and-copy point of a virtual machine's live migration, QEMU's
+        downtime limit); what is not copied goes whole in the update. It goes at idle
         priority: each group once the tasks here have caught up with their input
         (:meth:`Worker.caught_up`), so that a record waits at most for one group's copy
         (about a millisecond per 1.5 MB here); the receiver reads the copies the same way
         (:meth:`StateInbox.read_copies`)."""
         t0 = time.perf_counter()
         sent = 0
-        for tid, g, dest, dest_worker in moves:
+        sending_s = 0.0  # spent pickling and writing the copies, idle waits left out
+        left = sum(size for *_, size in moves)
+        waited = 0.0  # for the tasks here to catch up with their input
+        for tid, g, dest, dest_worker, size in moves:
+            t_wait = time.perf_counter()
             await self.worker.caught_up()
+            waited += time.perf_counter() - t_wait
             if p.precopy_stop or time.perf_counter() - t0 > budget_s:
                 break
+            if sent >= PRECOPY_RATE_MIN_BYTES and left * sending_s <= pause_s * sent:
+                break  # the rest ships within the pause: copying on only delays the change
             processor = _keyed(self.tasks.get(tid))
+            left -= size
             if processor is None or not processor.state.owns(g):
                 continue
+            t1 = time.perf_counter()
             data, memo = precopy.export_base(processor.state.group(g))
             processor.track(g)  # no await since the copy: no touched key is missed
             p.precopied[(tid, g)] = memo
             sent += len(data)
             link = await self._link(dest_worker, state=True)
             await send_state(link, p.rid, dest, precopy.part_name("base", g), data, raw=True)
+            sending_s += time.perf_counter() - t1
             await asyncio.sleep(0)  # the tasks see the input that came meanwhile
         ms = round((time.perf_counter() - t0) * 1000, 3)
-        return {"ms": ms, "bytes": sent, "groups": len(p.precopied)}
+        return {
+            "ms": ms,
+            "bytes": sent,
+            "groups": len(p.precopied),
+            "left_bytes": max(0, left),
+            "waited_ms": round(waited * 1000, 3),
+            "sending_ms": round(sending_s * 1000, 3),
+        }
 
     def behind(self) -> bool:
         """True while a running task here has input waiting for it."""

@@ -47,9 +47,8 @@ logger = logging.getLogger(__name__)
 METRICS_INTERVAL_S = 1.0  # how often tasks' metrics are reported to the coordinator
 HEARTBEAT_INTERVAL_S = 1.0  # heartbeats come from a thread: a long UDF call does not stop them
 REGISTER_TIMEOUT_S = 10.0  # the coordinator must answer a registration within this time
-# Background work waits for the tasks to catch up with their input, checking this often,
-# but never longer than IDLE_WAIT_S per piece (so that it moves on under a steady load).
-IDLE_POLL_S = 0.001
+# Background work waits for the tasks to catch up with their input, but never longer
+# than this per piece (so that it moves on under a steady load).
 IDLE_WAIT_S = 0.05
 
 EXIT_REFUSED = 2
@@ -96,6 +95,8 @@ class Worker:
             pool=pool,
         )
         self._background: set[asyncio.Task] = set()  # see background()
+        self._dry = asyncio.Event()  # see caught_up()
+        self._dry_waiters = 0
         self._writer: asyncio.StreamWriter | None = None
         self._process = psutil.Process()
 
@@ -108,10 +109,25 @@ class Worker:
     async def caught_up(self, most_s: float = IDLE_WAIT_S) -> None:
         """Wait until no running task here has input waiting (each has caught up with its
         records), but at most ``most_s``: work in the background (state copied ahead, sent
-        or received) goes at idle priority and still moves on under a steady load."""
+        or received) goes at idle priority and still moves on under a steady load. The
+        task that runs dry last wakes the waiters (:meth:`task_ran_dry`): idle moments
+        between batches last a millisecond or two, and polling for them missed most."""
         end = time.perf_counter() + most_s
-        while time.perf_counter() < end and self.behind():
-            await asyncio.sleep(IDLE_POLL_S)
+        self._dry_waiters += 1
+        try:
+            while self.behind() and (left := end - time.perf_counter()) > 0:
+                self._dry.clear()
+                try:
+                    await asyncio.wait_for(self._dry.wait(), left)
+                except TimeoutError:
+                    return
+        finally:
+            self._dry_waiters -= 1
+
+    def task_ran_dry(self) -> None:
+        """A task here has processed all its input (:attr:`InputGate.on_dry`)."""
+        if self._dry_waiters and not self.behind():
+            self._dry.set()
 
     def send(self, msg: dict[str, Any]) -> None:
         if self._writer is not None and not self._writer.is_closing():
@@ -389,6 +405,7 @@ class Worker:
                 stage_barriers=[int(b) for b in msg.get("stage_barriers") or ()],
                 precopy_min_bytes=msg.get("precopy_min_bytes"),
                 precopy_budget_s=float(msg.get("precopy_s", 0.0)),
+                precopy_pause_s=float(msg.get("precopy_pause_s", 0.0)),
             )
         except Exception as exc:
             logger.debug("prepare failed", exc_info=True)

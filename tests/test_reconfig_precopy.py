@@ -17,6 +17,7 @@ from controlplane.coordinator import RuntimeConfig
 from controlplane.testing import BackgroundCluster
 from examples import wordcount
 from runtime.dataflow import load_job
+from runtime.deployment import PRECOPY_RATE_MIN_BYTES
 from tests.test_reconfig_e2e import (
     fire_random_plans,
     half_of_count_0,
@@ -76,8 +77,29 @@ def test_a_migration_copies_its_state_ahead_and_the_counts_stay_exact(
     copying_cluster: BackgroundCluster, tmp_path: Path
 ) -> None:
     job, params = submit_padded(copying_cluster, tmp_path)
-    assert_copied_ahead(migrate_count_0(copying_cluster, job), 4 << 20)
+    rec = migrate_count_0(copying_cluster, job)
+    assert_copied_ahead(rec, 4 << 20)
+    # No pause budget (the default): everything is copied ahead, nothing left for the update.
+    assert [c["left_bytes"] for c in rec.precopied.values()] == [0], rec.precopied
     assert_finishes_exact(copying_cluster, job, tmp_path, params)
+
+
+def test_a_pause_budget_stops_the_copy_ahead_once_the_rest_fits_in_it(tmp_path: Path) -> None:
+    """With a pause budget that all of count-0's 12 MB would ship within, the copy ahead
+    stops as soon as it has measured its rate (after 4 MB): the rest goes whole in the
+    update, and the counts stay exact."""
+    config = RuntimeConfig(precopy_min_bytes=0, precopy_pause_ms=60_000)
+    cluster = BackgroundCluster(workers=2, config=config)
+    try:
+        job, params = submit_padded(cluster, tmp_path)
+        rec = migrate_count_0(cluster, job)
+        assert_copied_ahead(rec, PRECOPY_RATE_MIN_BYTES)
+        (copied,) = rec.precopied.values()
+        assert copied["bytes"] < PRECOPY_RATE_MIN_BYTES + (1 << 20), copied  # a group more
+        assert copied["left_bytes"] > 4 << 20, copied  # the update shipped the rest
+        assert_finishes_exact(cluster, job, tmp_path, params)
+    finally:
+        cluster.close()
 
 
 def test_state_under_the_threshold_is_not_copied_ahead(

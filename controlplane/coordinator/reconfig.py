@@ -414,6 +414,7 @@ async def _run(
         "fluid": fluid,
         "precopy_min_bytes": coordinator.config.precopy_min_bytes,
         "precopy_s": PRECOPY_BUDGET_S,
+        "precopy_pause_s": coordinator.config.precopy_pause_ms / 1000,
     }
     stage_barriers = [coordinator._next_barrier_id() for _ in rec.stages[1:]]
     if rec.stages:
