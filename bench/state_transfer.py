@@ -72,10 +72,10 @@ async def receive(port_file: str, pooled: bool) -> dict:
     first: list[float] = []
     cpu0 = _cpu()
 
-    def on_state(frame: tuple, chunk: bytearray) -> None:
+    def on_state(frame: tuple, chunk: bytearray, read) -> None:
         if not first:
             first.append(time.perf_counter())
-        inbox.put_frame(frame, chunk)
+        inbox.put_frame(frame, chunk, read)
         if len(inbox._unread) + len(inbox._bases) == GROUPS:
             got.set()
 

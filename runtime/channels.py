@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -337,6 +338,10 @@ class PeerLink:
         self._reader_task: asyncio.Task | None = None
         self.on_error: Callable[[BaseException], None] | None = None
         self.in_use: Callable[[], bool] = lambda: bool(self.channels)
+        # Copies made ahead sent here that the peer has not read yet, by reconfiguration
+        # (see copy_room): the receiver reads them at its idle moments and says so.
+        self.copies_unread: dict[int, int] = {}
+        self._copy_read = asyncio.Event()
 
     @classmethod
     async def connect(
@@ -358,6 +363,36 @@ class PeerLink:
             )
         return protocol.write_frame(self.writer, frame)
 
+    def copy_sent(self, rid: int) -> None:
+        """A copy made ahead for reconfiguration ``rid`` went on this link."""
+        self.copies_unread[rid] = self.copies_unread.get(rid, 0) + 1
+
+    async def copy_room(self, rid: int, window: int, most_s: float) -> bool:
+        """Wait until fewer than ``window`` copies ahead of ``rid`` sent here are unread by
+        the peer, but at most ``most_s``; False if they still are. The copying ahead goes
+        at the receiver's idle pace too: copies it has no time to read would otherwise
+        pile up in its memory, and taking them in off the socket costs it time its tasks
+        need."""
+        end = time.perf_counter() + most_s
+        while self.copies_unread.get(rid, 0) >= window:
+            left = end - time.perf_counter()
+            if left <= 0:
+                return False
+            self._copy_read.clear()
+            try:
+                await asyncio.wait_for(self._copy_read.wait(), left)
+            except TimeoutError:
+                return False
+        return True
+
+    def _copies_read(self, rid: int, n: int) -> None:
+        left = self.copies_unread.get(rid, 0) - n
+        if left > 0:
+            self.copies_unread[rid] = left
+        else:
+            self.copies_unread.pop(rid, None)
+        self._copy_read.set()
+
     async def drain_if_needed(self) -> None:
         transport = self.writer.transport
         if transport.get_write_buffer_size() > DRAIN_ABOVE:
@@ -370,6 +405,9 @@ class PeerLink:
                 if frame[0] != protocol.CREDIT:
                     raise ChannelError(f"worker {self.peer} sent frame {frame[0]} on a data link")
                 for key, n in frame[1]:
+                    if type(key) is int:  # copies ahead of reconfiguration ``key`` read
+                        self._copies_read(key, n)
+                        continue
                     ch = self.channels.get(key)
                     if ch is not None:
                         ch.grant(n)
@@ -435,7 +473,9 @@ class DataServer:
     or a disconnect while channels of that peer are still open fails the reading tasks
     through their gates, naming the peer. Connections are read in place
     (:class:`_DataConnection`): frames are parsed from the receive buffer, and key-group
-    state is received straight into its own buffer (from ``pool``, reused once read).
+    state is received straight into its own buffer (from ``pool``, reused once read), and
+    handed to ``on_state(frame, payload, read)``: ``read(1)`` tells the sender that a copy
+    made ahead has been read (:meth:`PeerLink.copy_room`).
 
     ``on_error(error, jobs)`` is told the jobs a broken connection carried (None: it never
     said). State frames name a reconfiguration, not a job: ``changing(rids)`` gives the
@@ -448,7 +488,8 @@ class DataServer:
         secret: str,
         inputs: dict[str, InputChannel],
         on_error: Callable[[str, set[str] | None], None] | None = None,
-        on_state: Callable[[tuple, bytearray | memoryview], None] | None = None,
+        on_state: Callable[[tuple, bytearray | memoryview, Callable[[int], None]], None]
+        | None = None,
         has_job: Callable[[str], bool] | None = None,
         changing: Callable[[set[int]], set[str]] | None = None,
         pool: protocol.PayloadPool | None = None,
@@ -596,7 +637,8 @@ class _DataConnection(asyncio.BufferedProtocol):
             if server.on_state is None or payload is None:
                 raise ChannelError(f"{self.peer} sent state, which this worker cannot take")
             self.state_rids.add(frame[1])
-            server.on_state(frame, payload)
+            assert self.credits is not None
+            server.on_state(frame, payload, self.credits.for_channel(frame[1]))
             return
         if tag == protocol.DETACH:  # its sender moved: the channel goes on without us
             self.seen.pop(key, None)

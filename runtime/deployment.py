@@ -86,6 +86,11 @@ logger = logging.getLogger(__name__)
 # The copy ahead stops early for a pause budget (see JobRuntime._precopy) only once this
 # much has gone, so that the rate it estimates the rest's shipping time from is measured.
 PRECOPY_RATE_MIN_BYTES = 4 << 20
+# Copies ahead one receiving worker may have unread before the next waits (it reads them
+# at its idle moments), and for how long at most: the receiver reads at least one copy in
+# that time (Worker.caught_up waits as long), so a longer wait means it has dropped them.
+PRECOPY_WINDOW = 2
+PRECOPY_ROOM_WAIT_S = 0.05
 
 
 class ReconfigError(RuntimeError):
@@ -518,14 +523,23 @@ class JobRuntime:
         priority: each group once the tasks here have caught up with their input
         (:meth:`Worker.caught_up`), so that a record waits at most for one group's copy
         (about a millisecond per 1.5 MB here); the receiver reads the copies the same way
-        (:meth:`StateInbox.read_copies`)."""
+        (:meth:`StateInbox.read_copies`), and paces the copying: at most
+        ``PRECOPY_WINDOW`` copies go to a worker that has not read them
+        (:meth:`PeerLink.copy_room`)."""
         t0 = time.perf_counter()
         sent = 0
         sending_s = 0.0  # spent pickling and writing the copies, idle waits left out
         left = sum(size for *_, size in moves)
         waited = 0.0  # for the tasks here to catch up with their input
+        room = 0.0  # for the receiver to read the copies it has
+        links: set[PeerLink] = set()
         for tid, g, dest, dest_worker, size in moves:
+            link = await self._link(dest_worker, state=True)
+            links.add(link)
+            t_room = time.perf_counter()
+            await link.copy_room(p.rid, PRECOPY_WINDOW, PRECOPY_ROOM_WAIT_S)
             t_wait = time.perf_counter()
+            room += t_wait - t_room
             await self.worker.caught_up()
             waited += time.perf_counter() - t_wait
             if p.precopy_stop or time.perf_counter() - t0 > budget_s:
@@ -541,10 +555,12 @@ class JobRuntime:
             processor.track(g)  # no await since the copy: no touched key is missed
             p.precopied[(tid, g)] = memo
             sent += len(data)
-            link = await self._link(dest_worker, state=True)
             await send_state(link, p.rid, dest, precopy.part_name("base", g), data, raw=True)
+            link.copy_sent(p.rid)
             sending_s += time.perf_counter() - t1
             await asyncio.sleep(0)  # the tasks see the input that came meanwhile
+        for link in links:  # the update reads what is still unread
+            link.copies_unread.pop(p.rid, None)
         ms = round((time.perf_counter() - t0) * 1000, 3)
         return {
             "ms": ms,
@@ -552,6 +568,7 @@ class JobRuntime:
             "groups": len(p.precopied),
             "left_bytes": max(0, left),
             "waited_ms": round(waited * 1000, 3),
+            "room_ms": round(room * 1000, 3),
             "sending_ms": round(sending_s * 1000, 3),
         }
 

@@ -54,6 +54,11 @@ async def send_state(link: PeerLink, rid: int, dest: str, part: Any, data: Any, 
         await link.writer.drain()
 
 
+def _is_copy(part: Any) -> bool:
+    """Whether handover ``part`` is a copy made ahead (see :func:`precopy.part_name`)."""
+    return isinstance(part, str) and part.startswith("base:")
+
+
 class StateInbox:
     """Key-group state (and source positions) arriving for tasks on this worker.
 
@@ -75,27 +80,50 @@ class StateInbox:
         # Copies ahead, by (rid, task, group): as they came, then read (store, memo).
         self._unread: dict[tuple[int, str, int], Any] = {}
         self._bases: dict[tuple[int, str, int], tuple[dict, Any]] = {}
+        # Who to tell that an unread copy was read (its sender paces its copying by it).
+        self._on_read: dict[tuple[int, str, int], Callable[[int], None]] = {}
         self._copy_came = asyncio.Event()
         self._dropped: set[int] = set()  # reconfigurations aborted here: late parts go
         self._changed = asyncio.Event()
 
-    def put(self, rid: int, task: str, part: Any, data: Any) -> None:
+    def put(
+        self,
+        rid: int,
+        task: str,
+        part: Any,
+        data: Any,
+        on_read: Callable[[int], None] | None = None,
+    ) -> None:
+        """A part of ``task``'s state for reconfiguration ``rid``; ``on_read(1)`` is called
+        once a copy made ahead has been read (or dropped)."""
         if rid in self._dropped:
+            if on_read is not None and _is_copy(part):
+                on_read(1)
             return
         if isinstance(part, str) and ":" in part:  # a copy ahead, or a delta to it
             kind, group = part.split(":", 1)
-            part, data = self._precopied(rid, task, kind, int(group), data)
+            part, data = self._precopied(rid, task, kind, int(group), data, on_read)
             if part is None:
                 return
         self._parts.setdefault((rid, task), {})[part] = data
         self._changed.set()
 
-    def _precopied(self, rid: int, task: str, kind: str, group: int, data: Any) -> tuple:
+    def _precopied(
+        self,
+        rid: int,
+        task: str,
+        kind: str,
+        group: int,
+        data: Any,
+        on_read: Callable[[int], None] | None,
+    ) -> tuple:
         """Keep a copy ahead aside (nothing to take yet); apply a delta to its copy, giving
         the group's state (or the error a task's update raises when it takes it)."""
         key = (rid, task, group)
         if kind == "base":
             self._unread[key] = data
+            if on_read is not None:
+                self._on_read[key] = on_read
             if self._idle is not None and self._idle():
                 self._read(key)
             else:
@@ -124,6 +152,12 @@ class StateInbox:
             logger.exception("the copy ahead of key group %s of %s is unreadable", key[2], key[1])
         finally:
             self.recycle(data)
+            self._told_read(key)
+
+    def _told_read(self, key: tuple[int, str, int]) -> None:
+        on_read = self._on_read.pop(key, None)
+        if on_read is not None:
+            on_read(1)
 
     def recycle(self, data: Any) -> None:
         """``data`` (a part taken from here) has been read and is referred to no more: the
@@ -143,11 +177,18 @@ class StateInbox:
                     self._read(next(iter(self._unread)))
                     await asyncio.sleep(0)  # the tasks see the input that came meanwhile
 
-    def put_frame(self, frame: tuple, chunk: bytes | bytearray | memoryview) -> None:
+    def put_frame(
+        self,
+        frame: tuple,
+        chunk: bytes | bytearray | memoryview,
+        on_read: Callable[[int], None] | None = None,
+    ) -> None:
         """A ``[STATE, rid, task, part, seq, total, raw, nbytes]`` frame from a peer and the
-        ``chunk`` of payload that followed it."""
+        ``chunk`` of payload that followed it; ``on_read`` as for :meth:`put`."""
         _, rid, task, part, seq, total, raw, _nbytes = frame
         if rid in self._dropped:
+            if on_read is not None and seq == total - 1 and _is_copy(part):
+                on_read(1)
             return
         key = (rid, task, part)
         chunks = self._chunks.setdefault(key, [None] * total)
@@ -162,7 +203,7 @@ class StateInbox:
                 decoded = unpackb(data)
                 self.recycle(data)
                 data = decoded
-            self.put(rid, task, part, data)
+            self.put(rid, task, part, data, on_read)
 
     async def take(self, rid: int, task: str, parts: set[Any]) -> dict[Any, Any]:
         """Wait until every part in ``parts`` arrived for ``task``; remove and return them."""
@@ -197,3 +238,4 @@ class StateInbox:
             del self._bases[key]
         for key in [k for k in self._unread if k[0] == rid]:
             del self._unread[key]
+            self._told_read(key)

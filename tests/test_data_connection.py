@@ -134,7 +134,7 @@ def reset_state_link(caplog: pytest.LogCaptureFixture, pending: dict[int, str]) 
             caplog,
             [frame],
             b"x" * 100,
-            on_state=lambda frame, chunk: None,
+            on_state=lambda frame, chunk, read: None,
             has_job=lambda job: job in pending.values(),
             changing=lambda rids: {job for rid, job in pending.items() if rid in rids},
         )

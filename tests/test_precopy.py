@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import time
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime import precopy, protocol
-from runtime.handover import StateInbox
+from runtime.channels import DataServer, PeerLink
+from runtime.handover import StateInbox, send_state
 
 keys = st.one_of(st.integers(-50, 50), st.text(max_size=8), st.binary(min_size=300, max_size=400))
 leaves = st.one_of(
@@ -184,3 +186,45 @@ def test_a_copy_that_comes_while_the_tasks_are_idle_is_read_at_once_and_its_buff
             received(pool, delta + bytes(70_000))[: len(delta)],
         )
     assert inbox._parts[(5, "count-1")] == stores
+
+
+def test_a_sender_has_room_for_copies_ahead_as_the_receiver_reads_them() -> None:
+    """Over a real loopback link: copies a busy receiver has not read hold the next one
+    back (for at most the wait given), each copy read, or dropped with its aborted
+    reconfiguration, makes room again, and one that comes after the abort is let go at once."""
+
+    async def main() -> None:
+        inbox = StateInbox(idle=lambda: False)  # the receiver's tasks are busy
+        server = DataServer("secret", {}, on_state=inbox.put_frame)
+        host, port = await server.start("127.0.0.1")
+        link = await PeerLink.connect("w2", host, port, "w1", "secret")
+        permits: asyncio.Queue[None] = asyncio.Queue()  # one idle moment each
+        reader = asyncio.create_task(inbox.read_copies(permits.get))
+
+        async def send_copy(rid: int, g: int) -> None:
+            data, _memo = precopy.export_base({f"k{g}": (g, b"x" * 2000)})
+            await send_state(link, rid, "count-1", precopy.part_name("base", g), data, raw=True)
+            link.copy_sent(rid)
+
+        try:
+            for g in (1, 2):
+                await send_copy(7, g)
+            t0 = time.perf_counter()
+            assert await link.copy_room(7, 2, 0.2) is False
+            assert time.perf_counter() - t0 >= 0.2 and link.copies_unread == {7: 2}
+            assert len(inbox._unread) == 2
+            assert await link.copy_room(8, 2, 0.2) is True  # another change's copies
+            permits.put_nowait(None)  # one idle moment: one copy read, room for one
+            assert await link.copy_room(7, 2, 5.0) is True
+            assert link.copies_unread == {7: 1} and len(inbox._unread) == 1
+            inbox.drop(7)  # aborted: the copy left unread makes room too
+            assert await link.copy_room(7, 1, 5.0) is True and link.copies_unread == {}
+            await send_copy(7, 3)  # late: dropped as it comes, and said so
+            assert await link.copy_room(7, 1, 5.0) is True and link.copies_unread == {}
+            assert not inbox._unread and not inbox._bases
+        finally:
+            reader.cancel()
+            await link.close()
+            await server.close()
+
+    asyncio.run(main())
