@@ -57,6 +57,22 @@ class ChannelError(ConnectionError):
     """A peer that disconnected mid-stream, sent data for an unknown channel, or lied."""
 
 
+async def wait_while(holds: Callable[[], bool], changed: asyncio.Event, most_s: float) -> bool:
+    """Wait while ``holds()``, checking it again each time ``changed`` is set, but at most
+    ``most_s``; True once it no longer holds, False if it still does by then."""
+    end = time.perf_counter() + most_s
+    while holds():
+        left = end - time.perf_counter()
+        if left <= 0:
+            return False
+        changed.clear()
+        try:
+            await asyncio.wait_for(changed.wait(), left)
+        except TimeoutError:
+            return not holds()
+    return True
+
+
 class InputChannel:
     """The receiving end of one channel: a bounded FIFO of items read by one task."""
 
@@ -373,17 +389,9 @@ class PeerLink:
         at the receiver's idle pace too: copies it has no time to read would otherwise
         pile up in its memory, and taking them in off the socket costs it time its tasks
         need."""
-        end = time.perf_counter() + most_s
-        while self.copies_unread.get(rid, 0) >= window:
-            left = end - time.perf_counter()
-            if left <= 0:
-                return False
-            self._copy_read.clear()
-            try:
-                await asyncio.wait_for(self._copy_read.wait(), left)
-            except TimeoutError:
-                return False
-        return True
+        return await wait_while(
+            lambda: self.copies_unread.get(rid, 0) >= window, self._copy_read, most_s
+        )
 
     def _copies_read(self, rid: int, n: int) -> None:
         left = self.copies_unread.get(rid, 0) - n

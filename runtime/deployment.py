@@ -532,10 +532,8 @@ class JobRuntime:
         left = sum(size for *_, size in moves)
         waited = 0.0  # for the tasks here to catch up with their input
         room = 0.0  # for the receiver to read the copies it has
-        links: set[PeerLink] = set()
         for tid, g, dest, dest_worker, size in moves:
             link = await self._link(dest_worker, state=True)
-            links.add(link)
             t_room = time.perf_counter()
             await link.copy_room(p.rid, PRECOPY_WINDOW, PRECOPY_ROOM_WAIT_S)
             t_wait = time.perf_counter()
@@ -559,7 +557,7 @@ class JobRuntime:
             link.copy_sent(p.rid)
             sending_s += time.perf_counter() - t1
             await asyncio.sleep(0)  # the tasks see the input that came meanwhile
-        for link in links:  # the update reads what is still unread
+        for link in self.state_links.values():  # the update reads what is still unread
             link.copies_unread.pop(p.rid, None)
         ms = round((time.perf_counter() - t0) * 1000, 3)
         return {

@@ -56,7 +56,7 @@ async def send_state(link: PeerLink, rid: int, dest: str, part: Any, data: Any, 
 
 def _is_copy(part: Any) -> bool:
     """Whether handover ``part`` is a copy made ahead (see :func:`precopy.part_name`)."""
-    return isinstance(part, str) and part.startswith("base:")
+    return isinstance(part, str) and part.partition(":")[0] == "base"
 
 
 class StateInbox:

@@ -33,7 +33,7 @@ from typing import Any
 import psutil
 
 from . import codeload, protocol
-from .channels import DataServer, InputChannel
+from .channels import DataServer, InputChannel, wait_while
 from .deployment import JobRuntime
 from .handover import StateInbox
 from .layout import Layout
@@ -112,15 +112,9 @@ class Worker:
         or received) goes at idle priority and still moves on under a steady load. The
         task that runs dry last wakes the waiters (:meth:`task_ran_dry`): idle moments
         between batches last a millisecond or two, and polling for them missed most."""
-        end = time.perf_counter() + most_s
         self._dry_waiters += 1
         try:
-            while self.behind() and (left := end - time.perf_counter()) > 0:
-                self._dry.clear()
-                try:
-                    await asyncio.wait_for(self._dry.wait(), left)
-                except TimeoutError:
-                    return
+            await wait_while(self.behind, self._dry, most_s)
         finally:
             self._dry_waiters -= 1
 
