@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -12,10 +12,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The console's browser test drives Debian's chromium (Playwright downloads no browser):
+# installed here when missing and this is root; otherwise that test says what to install.
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] \
+		&& (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium) \
+		|| echo "chromium is missing: the console's browser test needs Debian's chromium"; }
+
 demo: $(STAMP)
 	$(BIN)/streampilot demo
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 

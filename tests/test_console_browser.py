@@ -21,7 +21,7 @@ import pytest
 from api_support import ADMIN_TOKEN, Api, wait_until
 from playwright.sync_api import Browser, ConsoleMessage, Page, Request, expect, sync_playwright
 
-CHROMIUM = "/usr/bin/chromium"  # Debian's; `.ci/run` installs it (never `playwright install`)
+CHROMIUM = "/usr/bin/chromium"  # Debian's; `make test` installs it (never `playwright install`)
 CHROMIUM_ARGS = [
     "--no-sandbox",  # CI runs as root
     "--disable-gpu",
@@ -52,7 +52,7 @@ def browser() -> Iterator[Browser]:
     if not os.access(CHROMIUM, os.X_OK):
         pytest.fail(
             f"{CHROMIUM} is missing: apt-get install -y --no-install-recommends chromium "
-            "(.ci/run does it)",
+            "(make test does it as root)",
             pytrace=False,
         )
     with sync_playwright() as playwright:
