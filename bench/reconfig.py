@@ -290,7 +290,6 @@ async def run_state_size(
                     "precopied_bytes": sum(c["bytes"] for c in rec.precopied.values()),
                     "precopy_pause_ms": pause_ms,
                     "precopied": rec.precopied,
-                    "reserved_bytes": rec.reserved,
                     "affected_tasks": len(rec.affected),
                     "latency_before_ms": before["latency"],
                     "latency_after_ms": after["latency"],

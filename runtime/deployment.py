@@ -67,7 +67,6 @@ from .channels import (
 )
 from .dataflow import JobGraph, OperatorSpec
 from .handover import send_state
-from .heap import Reservation
 from .keygroups import key_group_fn
 from .layout import Layout, affected_tasks, in_place_owners, split_task_id, sync_only_tasks
 from .metrics import TaskMetrics
@@ -169,9 +168,6 @@ class JobRuntime:
         self.restore: dict[str, dict] = dict(msg.get("restore") or {})
         self._stage_work: set[asyncio.Future] = set()  # key groups moving in a fluid stage
         self._connecting: dict[tuple[str, bool], asyncio.Future[PeerLink]] = {}
-        # Memory faulted in for the state the pending change brings here (runtime.heap),
-        # given back once the change is over here.
-        self._reservation: Reservation | None = None
 
     @property
     def me(self) -> str:
@@ -346,7 +342,6 @@ class JobRuntime:
                 task.inject(barrier)
 
     async def stop(self) -> None:
-        self._release_memory()
         for work in [*self._stage_work, *self._connecting.values()]:
             work.cancel()
         pending = self.pending
@@ -401,7 +396,6 @@ class JobRuntime:
         precopy_min_bytes: int | None = None,
         precopy_budget_s: float = 0.0,
         precopy_pause_s: float = 0.0,
-        incoming_bytes: int = 0,
     ) -> None:
         """Step 1: get ready for ``layout`` without changing anything that runs.
 
@@ -411,10 +405,7 @@ class JobRuntime:
         ``precopy_min_bytes``: start copying ahead the key groups that leave a task here for
         another worker in the update when they come to at least that much state (None:
         never), for at most ``precopy_budget_s`` and until what is left would ship within
-        ``precopy_pause_s`` (see :meth:`_precopy`); :meth:`precopying` gives the copying.
-        ``incoming_bytes``: about how much key-group state comes here from other workers;
-        that much memory is faulted in ahead (:class:`runtime.heap.Heap`) and given back
-        once the change is over here."""
+        ``precopy_pause_s`` (see :meth:`_precopy`); :meth:`precopying` gives the copying."""
         if self.pending is not None and self.pending.updating:
             # The previous update's last task has reported; let its bookkeeping finish.
             await self.pending.finished.wait()
@@ -429,8 +420,6 @@ class JobRuntime:
             if task is not None and task.status != "running":
                 raise ReconfigError(f"task {tid} is {task.status}; only running tasks can change")
         self.peers.update(peers)
-        self._release_memory()
-        self._reservation = self.worker.heap.reserve(incoming_bytes)
         p = _Pending(rid, barrier_id, layout, set(affected), fluid=fluid)
         if stages and len(stages) > 1:
             if stages[-1] != layout or len(stage_barriers or ()) != len(stages) - 1:
@@ -474,7 +463,6 @@ class JobRuntime:
                 self._unregister_input(key)
             for task in p.new_tasks.values():
                 task.close()
-            self._release_memory()
             raise
         self.pending = p
         self.ended_early = None  # the change before has ended everywhere
@@ -595,7 +583,6 @@ class JobRuntime:
         if p is None or p.rid != rid:
             return
         self.pending = None
-        self._release_memory()
         p.precopy_stop = True  # the copying ahead stops after the group it is sending
         for tid, g in p.precopied:
             processor = _keyed(self.tasks.get(tid))
@@ -844,24 +831,13 @@ class JobRuntime:
         """A change is over here: let go of what the job no longer needs here. The links to
         workers that host none of its tasks now (they carried channels to tasks that left
         those workers, or state) close once their peers have read them; if none of the
-        job's tasks is left here, all of its links do and the worker forgets the job.
-        Memory reserved for the change's state and not taken is given back."""
-        self._release_memory()
+        job's tasks is left here, all of its links do and the worker forgets the job."""
         hosts = set(self.layout.workers_used()) if self.tasks else set()
         for links in (self.links, self.state_links):
             for wid in [w for w, link in links.items() if w not in hosts and not link.in_use()]:
                 self.worker.background(links.pop(wid).finish())
         if not self.tasks:
             self.worker.forget(self)
-
-    def reserved_bytes(self) -> int:
-        """Memory reserved here for the state the pending change brings (0: none)."""
-        return self._reservation.nbytes if self._reservation is not None else 0
-
-    def _release_memory(self) -> None:
-        if self._reservation is not None:
-            self._reservation.release()
-            self._reservation = None
 
     def _staged(self, rid: int) -> _Pending | None:
         """The staged change ``rid``, pending here or done here before it ended."""

@@ -22,7 +22,6 @@ __all__ = [
     "Layout",
     "affected_tasks",
     "in_place_owners",
-    "incoming_state",
     "moved_key_groups",
     "split_task_id",
     "stages_can_overlap",
@@ -156,26 +155,6 @@ def moved_key_groups(old: Layout, new: Layout, tasks: Iterable[str]) -> list[tup
     return sorted(
         (g, before[g], after[g]) for g in before.keys() & after.keys() if before[g] != after[g]
     )
-
-
-def incoming_state(
-    old: Layout, new: Layout, sizes: Mapping[str, Mapping[int, float]]
-) -> dict[str, int]:
-    """Bytes of keyed state each worker receives from other workers in going from ``old``
-    to ``new``: every key group whose owner ends on another worker, at its size in
-    ``sizes`` (task -> {key group: bytes}, as its old owner last measured it; a group not
-    measured counts as nothing). Workers that receive nothing are left out."""
-    owner_after = {
-        (split_task_id(t)[0], g): t for t, groups in new.assignment.items() for g in groups
-    }
-    coming: dict[str, int] = {}
-    for t, groups in old.assignment.items():
-        op, known, src = split_task_id(t)[0], sizes.get(t, {}), old.placement.get(t)
-        for g in groups:
-            dst = new.placement.get(owner_after.get((op, g), ""))
-            if dst is not None and dst != src:
-                coming[dst] = coming.get(dst, 0) + int(known.get(g, 0))
-    return {w: n for w, n in coming.items() if n > 0}
 
 
 def affected_tasks(graph: JobGraph, old: Layout, new: Layout) -> set[str]:

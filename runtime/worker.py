@@ -36,7 +36,6 @@ from . import codeload, protocol
 from .channels import DataServer, InputChannel, wait_while
 from .deployment import JobRuntime
 from .handover import StateInbox
-from .heap import Heap
 from .layout import Layout
 from .records import Barrier, BarrierKind
 from .task import BaseTask
@@ -95,7 +94,6 @@ class Worker:
             changing=self.changing,
             pool=pool,
         )
-        self.heap = Heap()  # memory faulted in ahead for state coming here (runtime.heap)
         self._background: set[asyncio.Task] = set()  # see background()
         self._dry = asyncio.Event()  # see caught_up()
         self._dry_waiters = 0
@@ -402,14 +400,11 @@ class Worker:
                 precopy_min_bytes=msg.get("precopy_min_bytes"),
                 precopy_budget_s=float(msg.get("precopy_s", 0.0)),
                 precopy_pause_s=float(msg.get("precopy_pause_s", 0.0)),
-                incoming_bytes=int(dict(msg.get("incoming_bytes") or {}).get(self.worker_id, 0)),
             )
         except Exception as exc:
             logger.debug("prepare failed", exc_info=True)
             self._prepare_failed(reply, exc)
             return
-        if job.reserved_bytes():
-            reply["reserved"] = job.reserved_bytes()  # memory faulted in for state coming
         copying = job.precopying(int(msg["rid"]))
         if copying is None:
             self.send({"type": "prepared", **reply})

@@ -6,15 +6,12 @@ from __future__ import annotations
 import pickle
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from runtime.dataflow import load_job
 from runtime.layout import (
     Layout,
     affected_tasks,
     in_place_owners,
-    incoming_state,
     stages_can_overlap,
     sync_only_tasks,
 )
@@ -146,46 +143,3 @@ def test_stages_overlap_when_they_start_alike_and_move_different_key_groups() ->
     assert stages_can_overlap(GRAPH, (BASE, half), (half, quarter))
     assert not stages_can_overlap(GRAPH, (BASE, half), (half, back))
     assert not stages_can_overlap(GRAPH, (BASE, half), (BASE, half))
-
-
-SIZES = {"count-0": {g: 1000 + g for g in range(64)}, "count-1": {g: 5 for g in range(64, 128)}}
-
-
-def test_incoming_state_counts_the_groups_that_change_worker() -> None:
-    # count-0 with its groups moves to w3: all of its measured state comes to w3.
-    migrated = BASE.replace(placement={**BASE.placement, "count-0": "w3"})
-    assert incoming_state(BASE, migrated, SIZES) == {"w3": sum(SIZES["count-0"].values())}
-    # Groups 0-31 stay with count-0 on w1; 32-63 go to count-1 on w2. The rest is not
-    # measured (count-1 never reported 0-63) or stays.
-    assert incoming_state(BASE, REBALANCED, SIZES) == {"w2": sum(1000 + g for g in range(32, 64))}
-    # count-2, new on w1, takes 48-63 from count-0 beside it (nothing crosses) and
-    # 112-127 from count-1 on w2.
-    assert incoming_state(BASE, scaled_out(), SIZES) == {"w1": 5 * 16}
-    assert incoming_state(BASE, BASE, SIZES) == {}
-    assert incoming_state(BASE, migrated, {}) == {}  # nothing measured: nothing told
-
-
-@given(
-    st.lists(st.sampled_from(["w1", "w2", "w3"]), min_size=4, max_size=4),
-    st.lists(st.integers(0, 3), min_size=128, max_size=128),
-    st.lists(st.integers(0, 3), min_size=128, max_size=128),
-)
-def test_incoming_state_adds_up_to_what_crosses_workers(
-    workers: list[str], before: list[int], after: list[int]
-) -> None:
-    tasks = [f"count-{i}" for i in range(4)]
-
-    def layout(owner: list[int], placement: list[str]) -> Layout:
-        groups = {t: tuple(g for g in range(128) if owner[g] == i) for i, t in enumerate(tasks)}
-        return BASE.replace(
-            placement={**BASE.placement, **dict(zip(tasks, placement, strict=True))},
-            assignment={**BASE.assignment, **groups},
-        )
-
-    old, new = layout(before, ["w1", "w2", "w1", "w2"]), layout(after, workers)
-    sizes = {t: {g: g + 1 for g in range(128)} for t in tasks}
-    coming = incoming_state(old, new, sizes)
-    crossing = [g for g in range(128) if old.placement[tasks[before[g]]] != workers[after[g]]]
-    assert sum(coming.values()) == sum(g + 1 for g in crossing)
-    for w, n in coming.items():
-        assert n == sum(g + 1 for g in crossing if workers[after[g]] == w)

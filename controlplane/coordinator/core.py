@@ -592,7 +592,7 @@ class Coordinator:
             if rec is None or rec.id != msg.get("rid"):
                 return
             if kind == "prepared":
-                rec.on_prepared(info.id, None, msg.get("precopy"), int(msg.get("reserved", 0)))
+                rec.on_prepared(info.id, None, msg.get("precopy"))
             elif kind == "prepare_failed":
                 rec.on_prepared(info.id, msg["error"])
             elif kind == "paused":

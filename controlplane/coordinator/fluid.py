@@ -164,8 +164,6 @@ async def run_fluid(
             mine = outer.precopied.setdefault(wid, dict.fromkeys(copied, 0.0))
             for k, v in copied.items():
                 mine[k] = mine.get(k, 0.0) + v
-        for wid, n in step.reserved.items():
-            outer.reserved[wid] = max(n, outer.reserved.get(wid, 0))
         for task, ms in step.pause_ms.items():
             outer.pause_ms[task] = max(ms, outer.pause_ms.get(task, 0.0))
         for task, ms in step.update_ms.items():

@@ -41,19 +41,6 @@ class JobMetrics:
         while self.samples and self.samples[0][0] < now - WINDOW_S:
             self.samples.popleft()
 
-    def group_bytes(self, max_age_s: float, now: float | None = None) -> dict[str, dict[int, int]]:
-        """task -> {key group: estimated bytes of state}, from each keyed task's latest
-        report of the last ``max_age_s`` that measured its state's size."""
-        now = time.time() if now is None else now
-        found: dict[str, dict[int, int]] = {}
-        for t, task, snap in reversed(self.samples):
-            if t < now - max_age_s:
-                break
-            state = snap.get("state")
-            if task not in found and state and state.get("groups"):
-                found[task] = {int(g): int(n) for g, n in dict(state["groups"]).items()}
-        return found
-
     def add_worker(self, worker: str, cpu_percent: float, rss_mb: float) -> None:
         self.workers[worker] = {"cpu_percent": cpu_percent, "rss_mb": rss_mb}
 

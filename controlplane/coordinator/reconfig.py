@@ -8,10 +8,8 @@ Protocol (the worker's side is :mod:`runtime.deployment`):
    logic. A task whose key groups leave for another worker, with at least
    ``RuntimeConfig.precopy_min_bytes`` of state, copies them ahead while it runs
    (:mod:`runtime.precopy`, for at most ``PRECOPY_BUDGET_S``); its worker replies once
-   that is done, and the update then ships only what changed since. A worker that is to
-   receive key-group state is told about how much (from the givers' latest size reports)
-   and faults that much memory in ahead (:mod:`runtime.heap`). Any failure, or silence
-   past ``PREPARE_TIMEOUT_S``, aborts: nothing changed.
+   that is done, and the update then ships only what changed since. Any failure, or
+   silence past ``PREPARE_TIMEOUT_S``, aborts: nothing changed.
 2. **Sync.** Inject a reconfiguration barrier at the sources. Every task forwards it once
    aligned; affected tasks then pause and ack ``paused`` (those that change nothing
    themselves, and in fluid mode keyed tasks that only give or gain key groups, ack
@@ -56,7 +54,6 @@ from runtime import codeload
 from runtime.layout import (
     Layout,
     affected_tasks,
-    incoming_state,
     only_key_groups_move,
     stage_entry,
     stages_can_overlap,
@@ -89,9 +86,6 @@ PRECOPY_BUDGET_S = 10.0
 SYNC_TIMEOUT_S = 10.0  # the barrier reaches every affected task within this, or we abort
 UPDATE_TIMEOUT_S = 60.0  # state moves and tasks resume within this (100 MB over loopback: ~1 s)
 ABORT_TIMEOUT_S = 5.0  # workers confirm an abort within this
-# State sizes older than this are not used to tell a worker how much state is coming
-# (tasks report theirs every second).
-STATE_SIZES_MAX_AGE_S = 5.0
 
 ENDED = ("completed", "failed", "aborted", "cancelled")
 
@@ -145,7 +139,6 @@ class Reconfiguration:
     stages: list[Layout] = field(default_factory=list, repr=False)  # staged fluid: see _run
     worker_map: dict[str, str] = field(default_factory=dict)  # old -> new worker (a restart)
     precopied: dict[str, dict[str, float]] = field(default_factory=dict)  # worker -> copied ahead
-    reserved: dict[str, int] = field(default_factory=dict)  # worker -> memory faulted in ahead
     listener: Callable[[Reconfiguration], None] | None = field(default=None, repr=False)
     # Protocol state (filled by the coordinator's message handler).
     _prepared: dict[str, asyncio.Future] = field(default_factory=dict, repr=False)
@@ -184,16 +177,10 @@ class Reconfiguration:
     # -- messages from workers -------------------------------------------------------------
 
     def on_prepared(
-        self,
-        worker: str,
-        error: str | None,
-        precopied: dict[str, float] | None = None,
-        reserved: int = 0,
+        self, worker: str, error: str | None, precopied: dict[str, float] | None = None
     ) -> None:
         if precopied:
             self.precopied[worker] = precopied
-        if reserved:
-            self.reserved[worker] = reserved
         fut = self._prepared.get(worker)
         if fut is not None and not fut.done():
             fut.set_result(error)
@@ -428,9 +415,6 @@ async def _run(
         "precopy_min_bytes": coordinator.config.precopy_min_bytes,
         "precopy_s": PRECOPY_BUDGET_S,
         "precopy_pause_s": coordinator.config.precopy_pause_ms / 1000,
-        "incoming_bytes": incoming_state(
-            rec.old, rec.new, job.metrics.group_bytes(STATE_SIZES_MAX_AGE_S)
-        ),
     }
     stage_barriers = [coordinator._next_barrier_id() for _ in rec.stages[1:]]
     if rec.stages:
