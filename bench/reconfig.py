@@ -49,6 +49,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.throughput import write_report
@@ -68,6 +70,7 @@ AFTER_S = 3.0  # the "after" window: the seconds following a change
 BEFORE_S = 4.0  # the "before" window: steady seconds right before a change
 RECOVER_S = 20.0  # at most this long to wait for latency to come back to steady state
 MAX_RATE_S = 6.0  # seconds of unthrottled running to measure the padded job's maximum
+CPU_S = 3  # seconds of steady running over which the processes' CPU is measured
 FLUID_BATCH = 4  # key groups each task gives or gains per step in fluid mode (of 128)
 PRECOPY_MIN_BYTES = RuntimeConfig().precopy_min_bytes  # the default: 32 MB per task
 PRECOPY_PAUSE_MS = RuntimeConfig().precopy_pause_ms  # the default
@@ -209,6 +212,23 @@ async def spare_worker(co: Coordinator, job: Job) -> None:
         await start_workers(co, 1, "the benchmark keeps a spare worker")
 
 
+async def steady_cpu(co: Coordinator, seconds: int = CPU_S) -> dict[str, float]:
+    """Percent of one core each worker used (as it reports every second), averaged over
+    ``seconds`` of the running job, and this process's (the coordinator and the
+    benchmark's driver) over the same seconds: what the job leaves of the machine's
+    cores for moving state."""
+    me = psutil.Process()
+    me.cpu_percent()
+    seen: dict[str, list[float]] = {}
+    for _ in range(seconds):
+        await asyncio.sleep(1.0)
+        for w in co.alive_workers():
+            seen.setdefault(w.id, []).append(w.cpu_percent)
+    used = {w: round(statistics.mean(v), 1) for w, v in sorted(seen.items())}
+    used["control_plane"] = round(me.cpu_percent(), 1)
+    return used
+
+
 async def max_rate(co, params: dict, workers: list[str]) -> float:
     """Words/s the job sustains unthrottled: the median of per-second sink rates over
     MAX_RATE_S seconds after a warm-up (the job is stopped after)."""
@@ -251,6 +271,8 @@ async def run_state_size(
         job = await co.submit(load_job("examples.wordcount:build", params), workers)
         await asyncio.sleep(WARMUP_S)
         steady_p99 = window(job, time.time() - 3.0, time.time())["latency"]["p99_ms"]
+        cpu = await steady_cpu(co)
+        print(f"  {state_mb:>5} MB  steady CPU (% of one core): {cpu}", flush=True)
         samples: dict[tuple[str, str], list[dict]] = {}
         rounds = [step for _ in range(repeat) for step in steps(co)]
         for name, how, build, pause_ms in pause_variants(rounds, pauses or [PRECOPY_PAUSE_MS]):
@@ -332,6 +354,8 @@ async def run_state_size(
         "rate_words_per_s": rate_words,
         "max_words_per_s": max_words,
         "steady_p99_ms": steady_p99,
+        "steady_cpu_percent": cpu,
+        "cpu_count": psutil.cpu_count(),
         "changes": list(entries.values()),
         "job": summary,
     }

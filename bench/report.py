@@ -136,6 +136,12 @@ def reconfig_section(d: dict) -> list[str]:
                 if size.get("steady_p99_ms")
                 else ""
             )
+            + (
+                f", the processes using {fmt(round(sum(size['steady_cpu_percent'].values())))}%"
+                f" of {size['cpu_count']} cores' {size['cpu_count'] * 100}% at steady state"
+                if size.get("steady_cpu_percent")
+                else ""
+            )
             + ")",
             "",
             "| change | how | status | total ms (prepare / sync / update) | longest pause ms | p99 before -> after ms | max after ms | throughput | restart / live (pause; pause, no copy ahead; fluid, 1 step): completion, peak latency |",
