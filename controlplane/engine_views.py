@@ -80,6 +80,7 @@ class Progress:
     update_ms: Mapping[str, float] = field(default_factory=dict)
     runs: int | None = None
     stage_ms: tuple[float, ...] = ()
+    precopied: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     runtime_id: int | None = None
     version: int | None = None
     abstractions: tuple[dict[str, Any], ...] = ()
@@ -100,6 +101,7 @@ class Progress:
             update_ms=dict(sorted(rec.update_ms.items())),
             runs=rec.runs,
             stage_ms=tuple(rec.stage_ms),
+            precopied={w: dict(c) for w, c in sorted(rec.precopied.items())},
             runtime_id=rec.id,
         )
 

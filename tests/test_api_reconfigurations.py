@@ -14,6 +14,8 @@ import httpx
 import pytest
 from api_support import Api, wait_until
 
+from tests.test_cli_rest import cli, ok
+
 WORDCOUNT = {
     "name": "wordcount-live",
     "job": "examples.wordcount:build",
@@ -416,6 +418,45 @@ def test_fluid_steps_sized_in_bytes_of_state(api: Api) -> None:
                 f"/api/v1/jobs/{job}/scale", json={"operator": "count", "parallelism": 2, **body}
             )
             assert r.status_code == 422 and fragment in r.text, r.text
+
+
+def test_a_record_says_what_each_worker_copied_ahead(api: Api) -> None:
+    """A migration of a task holding more than the 32 MB from which leaving key groups are
+    copied ahead: its record (REST and ``reconfig show``) says what the giving worker
+    copied and where that time went; a change that copies nothing says nothing."""
+    # 300 words of 250 kB: about 37 MB per count task once every word is seen.
+    padded = {**PADDED, "params": {**PADDED["params"], "state_bytes": 250_000}}
+    with api.running_job({"name": "wordcount-copied", **padded}) as job, api.client() as http:
+        wait_until(lambda: counted_state(http, job), 20.0, "every word counted", every=0.5)
+        a = current(http, job)
+        giver = tasks_of(a, "count")["count-0"]["resources"]["worker"]
+        r = http.post(
+            f"/api/v1/jobs/{job}/migrate",
+            json={"task": "count-0", "worker": elsewhere(a, "count", "count-0")},
+        )
+        assert r.status_code == 202, r.text
+        rec = api.wait_reconfiguration(http, job, r.json()["id"])
+        assert rec["status"] == "completed", rec
+        assert list(rec["precopied"]) == [giver], rec["precopied"]
+        copied = rec["precopied"][giver]
+        assert copied["bytes"] > 32_000_000 and 0 < copied["groups"] <= 64, copied
+        assert copied["left_bytes"] == 0, copied  # no pause budget: everything went ahead
+        assert (
+            copied["ms"] <= rec["timings_ms"]["precopy"] + 1.0 <= rec["timings_ms"]["prepare"] + 1.0
+        )
+        parts = copied["waited_ms"] + copied["room_ms"] + copied["sending_ms"]
+        assert 0 < parts <= copied["ms"] + 1.0, copied
+        shown = ok(cli(api, "reconfig", "show", job, rec["id"]))
+        assert "copied ahead in the prepare" in shown and giver in shown, shown
+        # A logic swap ships no state.
+        r = http.post(
+            f"/api/v1/jobs/{job}/logic",
+            json={"operator": "count", "logic": "examples.wordcount:count_word_v2"},
+        )
+        assert r.status_code == 202, r.text
+        rec = api.wait_reconfiguration(http, job, r.json()["id"])
+        assert rec["status"] == "completed" and rec["precopied"] == {}, rec
+        assert "copied ahead" not in ok(cli(api, "reconfig", "show", job, rec["id"]))
 
 
 def test_cancel_a_reconfiguration_under_way(api: Api, tmp_path: Path) -> None:

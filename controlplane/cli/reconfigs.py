@@ -56,6 +56,23 @@ def print_timings(rec: dict[str, Any]) -> None:
     rows = [(t, fmt_ms(pauses.get(t)), fmt_ms(updates.get(t))) for t in sorted({*pauses, *updates})]
     if rows:
         console.print(table("per task", ("task", "pause", "update"), rows))
+    copied = rec.get("precopied") or {}
+    if copied:
+        rows = [
+            (
+                w,
+                fmt_bytes(c["bytes"]),
+                f"{c['groups']:g}",
+                fmt_ms(c["ms"]),
+                fmt_ms(c.get("waited_ms")),
+                fmt_ms(c.get("room_ms")),
+                fmt_ms(c.get("sending_ms")),
+                fmt_bytes(c.get("left_bytes")),
+            )
+            for w, c in sorted(copied.items())
+        ]
+        head = ("worker", "copied", "groups", "took", "idle wait", "receiver", "sending", "left")
+        console.print(table("copied ahead in the prepare", head, rows))
 
 
 def _print_ops(doc: dict[str, Any]) -> None:

@@ -29,8 +29,8 @@ class Reconfiguration(Base):
     """One reconfiguration of a job: the plan (``base_version``, ops, mode), where it
     came from (``origin``: plan, scale, rebalance, migrate, logic), how it went (status,
     error, affected tasks, phase timings, per-task pauses and update times in
-    milliseconds; in fluid mode how many live runs it took and each stage's time) and the
-    version it made current (``result_version``, once completed).
+    milliseconds; in fluid mode how many live runs it took and each stage's time; per
+    worker, what it copied ahead and where that time went) and the version it made current (``result_version``, once completed).
     ``runtime_id`` is the coordinator's id of the record, once it has one."""
 
     __tablename__ = "reconfigurations"
@@ -47,6 +47,7 @@ class Reconfiguration(Base):
     update_ms: Mapped[dict[str, Any]] = mapped_column(default=dict, server_default=text("'{}'"))
     runs: Mapped[int | None]
     stage_ms: Mapped[list[float]] = mapped_column(JSON, default=list, server_default=text("'[]'"))
+    precopied: Mapped[dict[str, Any]] = mapped_column(default=dict, server_default=text("'{}'"))
     base_version: Mapped[int]
     result_version: Mapped[int | None]
     runtime_id: Mapped[int | None]

@@ -16,6 +16,7 @@ __all__ = [
     "AssignLogicOp",
     "AssignResourceOp",
     "AssignWorkloadOp",
+    "CopiedAhead",
     "LogicRequest",
     "MigrateRequest",
     "OpBody",
@@ -162,6 +163,30 @@ class Timings(BaseModel):
     total: float | None = None
 
 
+class CopiedAhead(BaseModel):
+    """What one worker copied ahead in the prepare (pre-copy: key groups leaving for
+    another worker, copied while their tasks run, so the update ships only what changed
+    since), and where that time went. Summed over the steps of a fluid plan."""
+
+    ms: float = Field(description="from the start of the copying to its end")
+    bytes: int = Field(description="state copied ahead")
+    groups: int = Field(description="key groups copied ahead")
+    left_bytes: int | None = Field(
+        None,
+        description="state of leaving key groups not copied ahead (a pause budget, the "
+        "copying budget), shipped whole in the update",
+    )
+    waited_ms: float | None = Field(
+        None,
+        description="waiting for this worker's tasks to catch up with their input: the "
+        "copying goes at idle priority",
+    )
+    room_ms: float | None = Field(
+        None, description="waiting for the receiving workers to read the copies sent"
+    )
+    sending_ms: float | None = Field(None, description="pickling and writing the copies")
+
+
 class ReconfigurationRead(BaseModel):
     id: int
     job_id: int
@@ -193,6 +218,10 @@ class ReconfigurationRead(BaseModel):
         "took, from its start to every worker being done with it (with a stage window above 1 "
         "stages overlap, and these can add up to more than the update took)"
     )
+    precopied: dict[str, CopiedAhead] = Field(
+        description="per worker that copied key groups ahead in the prepare (see "
+        "timings_ms.precopy), what it copied and where that time went"
+    )
     created_at: datetime
     ended_at: datetime | None
 
@@ -215,6 +244,7 @@ class ReconfigurationRead(BaseModel):
             update_ms=rec.update_ms,
             runs=rec.runs,
             stage_ms=rec.stage_ms,
+            precopied=rec.precopied,
             created_at=rec.created_at,
             ended_at=rec.ended_at,
         )

@@ -247,6 +247,7 @@ def request_reconfiguration(
         update_ms={},
         runs=None,
         stage_ms=[],
+        precopied={},
         base_version=plan.base_version,
         result_version=None,
         runtime_id=None,
@@ -335,6 +336,7 @@ def record_progress(*, session: Session, reconfiguration_id: int, progress: Prog
     rec.update_ms = dict(progress.update_ms)
     rec.runs = progress.runs
     rec.stage_ms = list(progress.stage_ms)
+    rec.precopied = {w: dict(c) for w, c in progress.precopied.items()}
     rec.runtime_id = progress.runtime_id if progress.runtime_id is not None else rec.runtime_id
     if progress.done:
         rec.ended_at = db.utcnow()

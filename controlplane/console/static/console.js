@@ -246,6 +246,17 @@ function runsText(rec) {
   return stages ? `${runs} + ${stages} stage${stages === 1 ? "" : "s"}` : runs;
 }
 
+function precopyTitle(rec) {
+  const t = rec.timings_ms;
+  if (t.precopy == null) return "";
+  const workers = Object.entries(rec.precopied).map(
+    ([w, c]) =>
+      `${w}: ${bytes(c.bytes)} in ${number(c.ms)} ms (waiting for idle moments ${number(c.waited_ms)}, ` +
+      `for the receiver ${number(c.room_ms)}, sending ${number(c.sending_ms)})`,
+  );
+  return [`of which ${number(t.precopy)} ms copying state ahead`, ...workers].join("\n");
+}
+
 function renderReconfigurations(page) {
   const rows = page.items.map((rec) => {
     const t = rec.timings_ms;
@@ -272,7 +283,7 @@ function renderReconfigurations(page) {
         {
           class: "num",
           "data-testid": "timing-prepare",
-          title: t.precopy == null ? "" : `of which ${number(t.precopy)} ms copying state ahead`,
+          title: precopyTitle(rec),
         },
         number(t.prepare),
       ),
