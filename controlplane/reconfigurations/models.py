@@ -30,7 +30,8 @@ class Reconfiguration(Base):
     came from (``origin``: plan, scale, rebalance, migrate, logic), how it went (status,
     error, affected tasks, phase timings, per-task pauses and update times in
     milliseconds; in fluid mode how many live runs it took and each stage's time; per
-    worker, what it copied ahead and where that time went) and the version it made current (``result_version``, once completed).
+    worker, what it copied ahead and where that time went) and the version it made
+    current (``result_version``, once completed).
     ``runtime_id`` is the coordinator's id of the record, once it has one."""
 
     __tablename__ = "reconfigurations"
