@@ -56,7 +56,8 @@ async def send_state(link: PeerLink, rid: int, dest: str, part: Any, data: Any, 
 
 def _is_copy(part: Any) -> bool:
     """Whether handover ``part`` is a copy made ahead (see :func:`precopy.part_name`)."""
-    return isinstance(part, str) and part.partition(":")[0] == "base"
+    named = precopy.parse_part(part)
+    return named is not None and named[0] == "base"
 
 
 class StateInbox:
@@ -100,9 +101,9 @@ class StateInbox:
             if on_read is not None and _is_copy(part):
                 on_read(1)
             return
-        if isinstance(part, str) and ":" in part:  # a copy ahead, or a delta to it
-            kind, group = part.split(":", 1)
-            part, data = self._precopied(rid, task, kind, int(group), data, on_read)
+        named = precopy.parse_part(part)
+        if named is not None:  # a copy ahead, or a delta to it
+            part, data = self._precopied(rid, task, *named, data, on_read)
             if part is None:
                 return
         self._parts.setdefault((rid, task), {})[part] = data

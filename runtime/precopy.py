@@ -47,6 +47,7 @@ __all__ = [
     "export_base",
     "export_delta",
     "load_base",
+    "parse_part",
     "part_name",
 ]
 
@@ -61,6 +62,14 @@ _SHAREABLE = (bytes, str)
 def part_name(kind: str, group: int) -> str:
     """The handover part a copy ahead (``base``) or a delta (``delta``) travels as."""
     return f"{kind}:{group}"
+
+
+def parse_part(part: Any) -> tuple[str, int] | None:
+    """(kind, key group) of a part named by :func:`part_name`; None for any other part."""
+    if not isinstance(part, str) or ":" not in part:
+        return None
+    kind, group = part.split(":", 1)
+    return kind, int(group)
 
 
 def _shareable(obj: Any) -> bool:
