@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/reconfig.py
 	$(BIN)/python bench/state_transfer.py --no-pool
+	$(BIN)/python bench/fork_copy.py
 	$(BIN)/python bench/spark.py
 	$(BIN)/python bench/controllers.py
 	$(BIN)/python bench/report.py
