@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import time
@@ -71,6 +72,7 @@ BEFORE_S = 4.0  # the "before" window: steady seconds right before a change
 RECOVER_S = 20.0  # at most this long to wait for latency to come back to steady state
 MAX_RATE_S = 6.0  # seconds of unthrottled running to measure the padded job's maximum
 CPU_S = 3  # seconds of steady running over which the processes' CPU is measured
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # /proc's unit
 FLUID_BATCH = 4  # key groups each task gives or gains per step in fluid mode (of 128)
 PRECOPY_MIN_BYTES = RuntimeConfig().precopy_min_bytes  # the default: 32 MB per task
 PRECOPY_PAUSE_MS = RuntimeConfig().precopy_pause_ms  # the default
@@ -229,6 +231,37 @@ async def steady_cpu(co: Coordinator, seconds: int = CPU_S) -> dict[str, float]:
     return used
 
 
+def process_usage(co: Coordinator) -> dict[str, tuple[float, int]]:
+    """(CPU seconds, minor page faults) each live worker process has used so far, read
+    from ``/proc`` (Linux; empty elsewhere), and this process's (``control_plane``)."""
+    pids = {w.id: w.pid for w in co.alive_workers()}
+    pids["control_plane"] = psutil.Process().pid
+    usage = {}
+    for name, pid in pids.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        # After the command: state is field 3, minflt 10, utime 14 and stime 15 (ticks).
+        ticks = int(fields[11]) + int(fields[12])
+        usage[name] = (ticks / CLOCK_TICKS, int(fields[7]))
+    return usage
+
+
+def usage_since(before: dict[str, tuple[float, int]], co: Coordinator) -> dict[str, dict]:
+    """Each process's CPU (ms, at the kernel's tick granularity) and minor page faults
+    since ``before`` (from :func:`process_usage`)."""
+    now = process_usage(co)
+    return {
+        name: {
+            "cpu_ms": round((now[name][0] - cpu) * 1000, 1),
+            "page_faults": now[name][1] - faults,
+        }
+        for name, (cpu, faults) in before.items()
+        if name in now
+    }
+
+
 async def max_rate(co, params: dict, workers: list[str]) -> float:
     """Words/s the job sustains unthrottled: the median of per-second sink rates over
     MAX_RATE_S seconds after a warm-up (the job is stopped after)."""
@@ -282,6 +315,7 @@ async def run_state_size(
                 continue
             await spare_worker(co, job)
             before = window(job, time.time() - BEFORE_S, time.time())
+            usage0 = process_usage(co)
             t0 = time.time()
             fluid_mode.JOIN_STAGES = how != "fluid_steps"  # each step its own run, to compare
             co.config = replace(
@@ -296,6 +330,7 @@ async def run_state_size(
                 new_workers=(how == "restart_new"),
             )
             t1 = time.time()  # the change is complete: the window runs AFTER_S past it
+            usage = usage_since(usage0, co)
             await asyncio.sleep(AFTER_S + 1.1)
             after = window(job, t0, t1 + AFTER_S)
             recovered = await recover(job, steady_p99)
@@ -313,6 +348,8 @@ async def run_state_size(
                     "precopy_pause_ms": pause_ms,
                     "precopied": rec.precopied,
                     "affected_tasks": len(rec.affected),
+                    # What each process spent from the plan's submission to its end.
+                    "usage_during_change": usage,
                     "latency_before_ms": before["latency"],
                     "latency_after_ms": after["latency"],
                     "p99_ratio": _ratio(after["latency"]["p99_ms"], before["latency"]["p99_ms"]),
