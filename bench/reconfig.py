@@ -235,7 +235,7 @@ def process_usage(co: Coordinator) -> dict[str, tuple[float, int]]:
     """(CPU seconds, minor page faults) each live worker process has used so far, read
     from ``/proc`` (Linux; empty elsewhere), and this process's (``control_plane``)."""
     pids = {w.id: w.pid for w in co.alive_workers()}
-    pids["control_plane"] = psutil.Process().pid
+    pids["control_plane"] = os.getpid()
     usage = {}
     for name, pid in pids.items():
         try:
@@ -250,7 +250,8 @@ def process_usage(co: Coordinator) -> dict[str, tuple[float, int]]:
 
 def usage_since(before: dict[str, tuple[float, int]], co: Coordinator) -> dict[str, dict]:
     """Each process's CPU (ms, at the kernel's tick granularity) and minor page faults
-    since ``before`` (from :func:`process_usage`)."""
+    since ``before`` (from :func:`process_usage`), for the processes alive at both ends
+    (a restart's new workers are left out)."""
     now = process_usage(co)
     return {
         name: {
