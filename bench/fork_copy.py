@@ -85,9 +85,10 @@ class Sink:
 
 
 def _send_group(sock: socket.socket, store: dict) -> None:
-    data, _memo = precopy.export_base(store)
-    sock.sendall(len(data).to_bytes(8, "big"))
-    sock.sendall(data)
+    pieces, _memo = precopy.export_base(store)
+    sock.sendall(sum(map(len, pieces)).to_bytes(8, "big"))
+    for piece in pieces:
+        sock.sendall(piece)
 
 
 def one_round(variant: str, groups: list[dict], updates: int, sink: Sink, seed: int) -> dict:

@@ -108,7 +108,7 @@ async def send(port: int, mb: float) -> dict:
     sent = 0
     for g, store in enumerate(groups):
         data, _memo = precopy.export_base(store)
-        sent += len(data)
+        sent += sum(map(len, data))
         await send_state(link, 1, "count-1", precopy.part_name("base", g), data, raw=True)
         await asyncio.sleep(0)
     cpu, wall = _cpu_since(cpu0), time.perf_counter() - t0

@@ -552,7 +552,7 @@ class JobRuntime:
             data, memo = precopy.export_base(processor.state.group(g))
             processor.track(g)  # no await since the copy: no touched key is missed
             p.precopied[(tid, g)] = memo
-            sent += len(data)
+            sent += sum(map(len, data))
             await send_state(link, p.rid, dest, precopy.part_name("base", g), data, raw=True)
             link.copy_sent(p.rid)
             sending_s += time.perf_counter() - t1

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from . import precopy, protocol
@@ -43,15 +43,39 @@ STATE_CHUNK_BYTES = 4 << 20
 
 
 async def send_state(link: PeerLink, rid: int, dest: str, part: Any, data: Any, raw: bool) -> None:
-    """Send ``data`` for task ``dest`` in chunks; ``raw`` bytes go as they are, anything
-    else msgpack-encoded (decoded on arrival)."""
-    payload = memoryview(data if raw else packb(data))
-    total = max(1, -(-len(payload) // STATE_CHUNK_BYTES))
+    """Send ``data`` for task ``dest`` in chunks; ``raw`` bytes go as they are (a list of
+    bytes-like pieces goes as one payload, their concatenation, without joining them),
+    anything else msgpack-encoded (decoded on arrival)."""
+    if raw and isinstance(data, list):
+        pieces = [memoryview(piece).cast("B") for piece in data]
+    else:
+        pieces = [memoryview(data if raw else packb(data)).cast("B")]
+    size = sum(len(piece) for piece in pieces)
+    total = max(1, -(-size // STATE_CHUNK_BYTES))
+    chunks = _chunks(pieces, STATE_CHUNK_BYTES)
     for seq in range(total):
-        chunk = payload[seq * STATE_CHUNK_BYTES : (seq + 1) * STATE_CHUNK_BYTES]
-        link.send([protocol.STATE, rid, dest, part, seq, total, raw, len(chunk)])
-        link.writer.write(chunk)
+        chunk = next(chunks, [])
+        link.send([protocol.STATE, rid, dest, part, seq, total, raw, sum(map(len, chunk))])
+        link.writer.writelines(chunk)
         await link.writer.drain()
+
+
+def _chunks(pieces: list[memoryview], most: int) -> Iterator[list[memoryview]]:
+    """``pieces`` regrouped into runs of ``most`` bytes (the last may be shorter), each
+    a list of views of them."""
+    run: list[memoryview] = []
+    room = most
+    for piece in pieces:
+        while len(piece) > 0:
+            take = piece[:room]
+            run.append(take)
+            piece = piece[len(take) :]
+            room -= len(take)
+            if room == 0:
+                yield run
+                run, room = [], most
+    if run:
+        yield run
 
 
 def _is_copy(part: Any) -> bool:

@@ -76,12 +76,25 @@ def _shareable(obj: Any) -> bool:
     return type(obj) in _SHAREABLE and len(obj) >= SHARE_MIN_BYTES
 
 
-def export_base(store: dict) -> tuple[memoryview, dict | None]:
-    """``store`` pickled (as :meth:`runtime.state.KeyedState.export_group` does) and the
+class _Pieces(list):
+    """A binary file that keeps what is written to it as the pieces it came in (the
+    pickler writes a frame of about 64 KB at a time), to go out as they are
+    (``handover.send_state`` takes a list). Growing one buffer instead copied it at each
+    growth and left it in memory the process had just given back: on a busy sending
+    worker at 100 MB (``bench/reconfig.py``, migrate a task, 6 rounds each way) the
+    copy's time on the worker's loop went from 107-137 ms to 86-102 ms, and its page
+    faults from a median of about 3,800 to 1,800."""
+
+    write = list.append
+
+
+def export_base(store: dict) -> tuple[list[bytes], dict | None]:
+    """``store`` pickled (as :meth:`runtime.state.KeyedState.export_group` does), as
+    pieces whose concatenation is the pickle (:func:`load_base` reads either), and the
     memo :func:`export_delta` needs later (None: nothing to share). Call it and start
     noting touched keys with no ``await`` in between, so that nothing is missed."""
-    buf = io.BytesIO()
-    pickler = pickle.Pickler(buf, protocol=5)
+    pieces = _Pieces()
+    pickler = pickle.Pickler(pieces, protocol=5)
     pickler.dump(store)
     entries = pickler.memo.copy()  # id -> (number, object)
     memo: dict | None = None
@@ -90,7 +103,7 @@ def export_base(store: dict) -> tuple[memoryview, dict | None]:
         for n, obj in entries.values():
             kept = obj if _shareable(obj) else object()  # a stand-in keeps the number taken
             memo[id(kept)] = (n, kept)
-    return buf.getbuffer(), memo
+    return list(pieces), memo
 
 
 class _ViewReader:
@@ -117,8 +130,11 @@ class _ViewReader:
         return view[start : self._at].tobytes()
 
 
-def load_base(data: bytes | bytearray | memoryview) -> tuple[dict, Any]:
-    """The store a copy ahead holds, and what :func:`apply_delta` needs to read its delta."""
+def load_base(data: bytes | bytearray | memoryview | list[bytes]) -> tuple[dict, Any]:
+    """The store a copy ahead holds (as it came, or the pieces :func:`export_base` gave),
+    and what :func:`apply_delta` needs to read its delta."""
+    if isinstance(data, list):
+        data = b"".join(data)
     unpickler = pickle.Unpickler(_ViewReader(data))
     store = unpickler.load()
     if not isinstance(store, dict):

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from runtime import precopy, protocol
 from runtime.channels import DataServer, PeerLink
-from runtime.handover import StateInbox, send_state
+from runtime.handover import STATE_CHUNK_BYTES, StateInbox, send_state
 
 keys = st.one_of(st.integers(-50, 50), st.text(max_size=8), st.binary(min_size=300, max_size=400))
 leaves = st.one_of(
@@ -61,7 +61,7 @@ def test_a_copy_ahead_and_its_delta_give_the_state_as_it_is_at_the_delta(
     store = pickle.loads(pickle.dumps(initial))
     apply_edits(store, before)  # as it ran before the copy
     data, memo = precopy.export_base(store)
-    base = bytes(data)
+    base = b"".join(data)
     touched = apply_edits(store, after)  # as it ran between the copy and the update
     delta = precopy.export_delta(store, touched, memo)
     got, their_memo = precopy.load_base(base)
@@ -73,11 +73,11 @@ def test_an_unchanged_large_object_is_not_sent_again() -> None:
     object: the delta refers to the payload the copy already holds."""
     store = {f"word{i}": (i, bytes(20_000)) for i in range(50)}
     data, memo = precopy.export_base(store)
-    got, their_memo = precopy.load_base(bytes(data))
+    got, their_memo = precopy.load_base(b"".join(data))
     for i in range(50):
         store[f"word{i}"] = (i + 1, store[f"word{i}"][1])
     delta = precopy.export_delta(store, set(store), memo)
-    assert len(delta) < 2_000 < len(data) // 100
+    assert len(delta) < 2_000 < len(b"".join(data)) // 100
     after = precopy.apply_delta(got, their_memo, delta)
     assert after == store
     assert after["word7"][1] is got["word7"][1]  # the object that came with the copy
@@ -86,7 +86,7 @@ def test_an_unchanged_large_object_is_not_sent_again() -> None:
 def test_a_changed_mutable_value_is_sent_whole_even_when_it_is_the_same_object() -> None:
     store = {"k": ["x" * 1000]}
     data, memo = precopy.export_base(store)
-    got, their_memo = precopy.load_base(bytes(data))
+    got, their_memo = precopy.load_base(b"".join(data))
     store["k"].append("y" * 1000)
     after = precopy.apply_delta(got, their_memo, precopy.export_delta(store, {"k"}, memo))
     assert after == {"k": ["x" * 1000, "y" * 1000]}
@@ -96,7 +96,7 @@ def test_the_inbox_puts_a_copy_and_its_delta_together_and_drops_them_on_abort() 
     inbox = StateInbox()
     store = {"a": (1, b"p" * 1000), "b": (2, b"q" * 1000)}
     data, memo = precopy.export_base(store)
-    inbox.put(7, "count-1", precopy.part_name("base", 3), bytes(data))
+    inbox.put(7, "count-1", precopy.part_name("base", 3), b"".join(data))
     store["a"] = (5, store["a"][1])
     del store["b"]
     inbox.put(
@@ -108,7 +108,7 @@ def test_the_inbox_puts_a_copy_and_its_delta_together_and_drops_them_on_abort() 
     error = inbox._parts[(7, "count-1")][4]
     assert isinstance(error, ValueError) and "key group 4" in str(error)
     # Aborted: what came is dropped, and so is what comes later.
-    inbox.put(8, "count-1", precopy.part_name("base", 3), bytes(data))
+    inbox.put(8, "count-1", precopy.part_name("base", 3), b"".join(data))
     inbox.drop(8)
     inbox.put(8, "count-1", precopy.part_name("delta", 3), b"")
     assert not any(k[0] == 8 for k in inbox._parts) and not inbox._bases and not inbox._unread
@@ -130,7 +130,7 @@ def test_copies_ahead_are_read_only_once_the_tasks_have_caught_up() -> None:
         try:
             for g in (1, 2):
                 data, memo = precopy.export_base({"k": g})
-                inbox.put(3, "count-0", precopy.part_name("base", g), bytes(data))
+                inbox.put(3, "count-0", precopy.part_name("base", g), b"".join(data))
             await asyncio.sleep(0.01)
             assert len(inbox._unread) == 2 and not inbox._bases  # the tasks are busy
             delta = precopy.export_delta({"k": 20}, {"k"}, memo)
@@ -163,7 +163,7 @@ def test_a_copy_that_comes_while_the_tasks_are_idle_is_read_at_once_and_its_buff
     memos = {}
     for g in (1, 2):
         data, memos[g] = precopy.export_base(stores[g])
-        chunk = received(pool, data)
+        chunk = received(pool, b"".join(data))
         buffer = chunk.obj
         inbox.put(5, "count-1", precopy.part_name("base", g), chunk)
         assert not inbox._unread  # read at once: the tasks had nothing waiting
@@ -173,9 +173,9 @@ def test_a_copy_that_comes_while_the_tasks_are_idle_is_read_at_once_and_its_buff
     # Busy: the third waits for the tasks to catch up (read_copies), its buffer held.
     idle[0] = False
     data, memos[3] = precopy.export_base(stores[3])
-    inbox.put(5, "count-1", precopy.part_name("base", 3), received(pool, data))
+    inbox.put(5, "count-1", precopy.part_name("base", 3), received(pool, b"".join(data)))
     assert list(inbox._unread) == [(5, "count-1", 3)]
-    assert pool.take(len(data)).obj is not first  # in use: not handed out again
+    assert pool.take(len(b"".join(data))).obj is not first  # in use: not handed out again
     for g in (1, 2, 3):
         stores[g][f"w{g}-0"] = (100, stores[g][f"w{g}-0"][1])
         delta = precopy.export_delta(stores[g], {f"w{g}-0"}, memos[g])
@@ -228,3 +228,37 @@ def test_a_sender_has_room_for_copies_ahead_as_the_receiver_reads_them() -> None
             await server.close()
 
     asyncio.run(main())
+
+
+@settings(max_examples=15, deadline=None)
+@given(sizes=st.lists(st.integers(0, 3 * STATE_CHUNK_BYTES // 2), min_size=1, max_size=5))
+def test_a_payload_in_pieces_arrives_as_their_concatenation(sizes: list[int]) -> None:
+    """``send_state`` takes a list of pieces (as :func:`precopy.export_base` gives them)
+    and sends them as one payload in chunks of at most ``STATE_CHUNK_BYTES``, over a real
+    loopback link, whatever the pieces' sizes against the chunks'."""
+    pieces = [bytes([i + 1]) * n for i, n in enumerate(sizes)]
+
+    async def main() -> bytes:
+        got: list[tuple[tuple, bytes]] = []
+        done = asyncio.Event()
+
+        def on_state(frame: tuple, payload: bytearray | memoryview, read) -> None:
+            got.append((frame, bytes(payload)))
+            if frame[4] == frame[5] - 1:
+                done.set()
+
+        server = DataServer("secret", {}, on_state=on_state)
+        host, port = await server.start("127.0.0.1")
+        link = await PeerLink.connect("w2", host, port, "w1", "secret")
+        try:
+            await send_state(link, 3, "count-1", "base:1", pieces, raw=True)
+            await asyncio.wait_for(done.wait(), 10)
+        finally:
+            await link.close()
+            await server.close()
+        assert [f[4] for f, _ in got] == list(range(len(got)))  # in order, none missing
+        assert all(len(p) <= STATE_CHUNK_BYTES for _, p in got)
+        assert all(len(p) == STATE_CHUNK_BYTES for _, p in got[:-1])
+        return b"".join(p for _, p in got)
+
+    assert asyncio.run(main()) == b"".join(pieces)
