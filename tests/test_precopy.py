@@ -262,3 +262,18 @@ def test_a_payload_in_pieces_arrives_as_their_concatenation(sizes: list[int]) ->
         return b"".join(p for _, p in got)
 
     assert asyncio.run(main()) == b"".join(pieces)
+
+
+def test_a_large_mutable_value_is_copied_so_that_its_task_may_resize_it_while_it_is_sent() -> None:
+    """The pickler hands a large ``bytearray`` over as itself: the copy must not hold the
+    task's object, or resizing it while the copy is sent would fail in the task."""
+    value = bytearray(b"a" * 200_000)
+    big = b"b" * 200_000
+    pieces, _memo = precopy.export_base({"k": value, "s": (1, big)})
+    views = [memoryview(piece) for piece in pieces]  # as send_state holds them
+    value.extend(b"c" * 1_000)  # would raise BufferError if a piece were ``value``
+    value[:3] = b"xyz"
+    del views
+    got, _their_memo = precopy.load_base(pieces)
+    assert got == {"k": bytearray(b"a" * 200_000), "s": (1, big)}
+    assert any(piece is big for piece in pieces)  # an immutable value goes without a copy
