@@ -53,8 +53,7 @@ def throughput_section(d: dict) -> list[str]:
         "p99 around 230 ms; Spark Structured Streaming 200,000 to 870,000 records/s with p99 of "
         "1.8 to 3.4 s. Those were not re-measured here.",
         "",
-        *(f"- {note}" for note in d.get("notes", [])),
-        *([""] if d.get("notes") else []),
+        *_notes(d),
     ]
 
 
@@ -66,6 +65,12 @@ def _run_of(d: dict) -> str:
     """Where and how a result was obtained: date, machine, the command to re-run it."""
     m = d["machine"]
     return f"Run {d['date']} on {m['cpu']} ({m['cores']} cores); `{d['command'].strip()}`"
+
+
+def _notes(d: dict) -> list[str]:
+    """A result's notes as a bulleted list, then a blank line (nothing when it has none)."""
+    notes = d.get("notes", [])
+    return [*(f"- {note}" for note in notes), *([""] if notes else [])]
 
 
 def _runs(n: int) -> str:
@@ -116,7 +121,7 @@ def reconfig_section(d: dict) -> list[str]:
         "or a Flink per-job cluster; Python processes, no JVM start, so still optimistic).",
         "",
     ]
-    out += [*(f"- {note}" for note in d.get("notes", [])), *([""] if d.get("notes") else [])]
+    out += _notes(d)
     for size in d["state_sizes"]:
         rounds = max(
             (
@@ -232,7 +237,7 @@ def state_transfer_section(d: dict) -> list[str]:
             f"| {fmt(v['receiver_cpu_ms'])} ({fmt(v['receiver_sys_ms'])}) "
             f"| {fmt(v['receiver_page_faults'])} | {fmt(v['wall_ms'])} |"
         )
-    out += ["", *(f"- {note}" for note in d.get("notes", [])), *([""] if d.get("notes") else [])]
+    out += ["", *_notes(d)]
     return out
 
 
@@ -255,7 +260,7 @@ def fork_copy_section(d: dict) -> list[str]:
             f"| {name} | {fmt(v['parent_cpu_ms'])} | {fmt(v['copy_cpu_ms_on_parent'])} "
             f"| {fmt(v['parent_page_faults'])} | {fmt(v['fork_ms'])} | {fmt(v['wall_ms'])} |"
         )
-    out += ["", *(f"- {note}" for note in d.get("notes", [])), *([""] if d.get("notes") else [])]
+    out += ["", *_notes(d)]
     return out
 
 
@@ -357,8 +362,7 @@ def _table(
         "",
         closing,
         "",
-        *(f"- {note}" for note in d.get("notes", [])),
-        *([""] if d.get("notes") else []),
+        *_notes(d),
     ]
 
 
