@@ -275,6 +275,13 @@ async def max_rate(co, params: dict, workers: list[str]) -> float:
     return statistics.median(rates)
 
 
+def _way_back(only: list[str]) -> list[str]:
+    """The changes that undo those ``only`` selects, which run with them so that each
+    round starts from the same job (a scale out without its scale in would be no change
+    the second time)."""
+    return [o.replace("scale out 2 -> 4", "scale in 4 -> 2") for o in only if "scale out" in o]
+
+
 async def run_state_size(
     state_mb: float,
     rate_words: float | None,
@@ -310,7 +317,7 @@ async def run_state_size(
         samples: dict[tuple[str, str], list[dict]] = {}
         rounds = [step for _ in range(repeat) for step in steps(co)]
         for name, how, build, pause_ms in pause_variants(rounds, pauses or [PRECOPY_PAUSE_MS]):
-            if only and not any(o in f"{name} / {how}" for o in only):
+            if only and not any(o in f"{name} / {how}" for o in only + _way_back(only)):
                 continue
             if how == "fluid_steps" and not with_steps:
                 continue

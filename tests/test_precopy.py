@@ -7,6 +7,7 @@ import asyncio
 import pickle
 import time
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -277,3 +278,53 @@ def test_a_large_mutable_value_is_copied_so_that_its_task_may_resize_it_while_it
     got, _their_memo = precopy.load_base(pieces)
     assert got == {"k": bytearray(b"a" * 200_000), "s": (1, big)}
     assert any(piece is big for piece in pieces)  # an immutable value goes without a copy
+
+
+def test_payloads_go_out_of_band_as_they_are_and_the_delta_refers_to_them() -> None:
+    """A group whose values hold large objects is copied with them after the pickle as
+    they are (``bytes`` not copied, ``str`` encoded), whatever their size against the
+    pickler's frames; the delta names them, a ``str`` included, by their place."""
+    payloads = [bytes([i]) * 21_000 for i in range(30)]
+    text = "é" * 300  # non-ASCII: its out-of-band bytes are its UTF-8
+    store = {f"w{i}": (i, p) for i, p in enumerate(payloads)} | {"t": (0, text)}
+    pieces, shared = precopy.export_base(store)
+    assert pieces[0][:1] == b"O" and shared is not None
+    assert all(any(piece is p for piece in pieces) for p in payloads)
+    got, objects = precopy.load_base(b"".join(pieces))
+    assert got == store and got["t"][1] == text
+    came = {k: got[k][1] for k in ("w3", "t")}  # the objects the copy brought
+    store["w3"] = (99, store["w3"][1])
+    store["t"] = (1, text)
+    store["new"] = (1, b"n" * 1_000)  # not in the copy: goes in the delta whole
+    delta = precopy.export_delta(store, {"w3", "t", "new"}, shared)
+    assert len(delta) < 1_000 + 200
+    after = precopy.apply_delta(got, objects, delta)
+    assert after == store
+    assert after["w3"][1] is came["w3"] and after["t"][1] is came["t"]
+
+
+def test_a_group_of_small_values_is_copied_plainly() -> None:
+    """Referring would cost a call per object for nothing to share: copy and delta are
+    plain pickles."""
+    store = {i: (i, "x" * 10) for i in range(1_000)}
+    pieces, shared = precopy.export_base(store)
+    assert pieces[0] == b"P" and shared is None
+    got, objects = precopy.load_base(pieces)
+    store[5] = (6, "y")
+    delta = precopy.export_delta(store, {5}, shared)
+    assert delta[:1] == b"P"
+    assert precopy.apply_delta(got, objects, delta) == store
+
+
+@pytest.mark.parametrize(
+    "mangle, says",
+    [
+        (lambda b: b[: len(b) - 30_000], "shorter than the objects it lists"),
+        (lambda b: b"X" + b[1:], "starts with b'X'"),
+    ],
+)
+def test_a_damaged_copy_is_refused_with_a_reason(mangle, says: str) -> None:
+    store = {f"w{i}": (i, bytes(10_000)) for i in range(5)}
+    pieces, _shared = precopy.export_base(store)
+    with pytest.raises(ValueError, match=says):
+        precopy.load_base(mangle(b"".join(pieces)))
