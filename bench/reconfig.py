@@ -289,6 +289,7 @@ async def run_state_size(
     repeat: int = 1,
     with_steps: bool = False,
     pauses: list[float] | None = None,
+    reserve_mb: int = 0,
 ) -> dict:
     pad = int(state_mb * 2**20 / (KEYS / 2))  # two count tasks share the 10,000 words
     params = {
@@ -299,7 +300,7 @@ async def run_state_size(
         "state_bytes": pad,
     }
     entries: dict[str, dict] = {}
-    async with LocalCluster(3) as cluster:
+    async with LocalCluster(3, worker_reserve_mb=reserve_mb) as cluster:
         co = cluster.coordinator
         config = co.config
         workers = [w.id for w in co.alive_workers()][:2]  # the third is a spare
@@ -396,6 +397,7 @@ async def run_state_size(
     return {
         "state_mb_per_task": state_mb,
         "pad_bytes_per_word": pad,
+        "worker_reserve_mb": reserve_mb,
         "rate_words_per_s": rate_words,
         "max_words_per_s": max_words,
         "steady_p99_ms": steady_p99,
@@ -542,6 +544,13 @@ async def main() -> None:
             "that copies ahead runs once per budget in every round, as how@<budget>ms"
         ),
     )
+    parser.add_argument(
+        "--reserve-mb",
+        type=int,
+        default=0,
+        help="each worker's memory reserve (--reserve-mb of runtime.worker; see runtime.heap), "
+        "the restart's new workers' too",
+    )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "reconfig.json"))
     args = parser.parse_args()
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -549,7 +558,13 @@ async def main() -> None:
     for mb in args.state_mb:
         sizes.append(
             await run_state_size(
-                mb, args.rate, args.only, args.repeat, args.with_steps, args.precopy_pause_ms
+                mb,
+                args.rate,
+                args.only,
+                args.repeat,
+                args.with_steps,
+                args.precopy_pause_ms,
+                args.reserve_mb,
             )
         )
     sync = await sync_vs_upstream(args.upstream)

@@ -75,6 +75,16 @@ class Settings(BaseSettings):
     migrate_on_start: bool = Field(True, description="upgrade the database schema at start-up")
     log_level: str = Field("INFO", description="log level of the control plane")
     worker_log_level: str = Field("WARNING", description="log level of local workers")
+    worker_reserve_mb: int = Field(
+        0,
+        ge=0,
+        le=1 << 20,
+        description=(
+            "heap memory (MiB) each worker faults in at start and keeps for state that comes "
+            "later (a standby worker takes a task's state without faulting in its pages; "
+            "costs that much resident memory per worker; glibc only)"
+        ),
+    )
     controller_memory_mb: int = Field(
         1024, ge=64, description="address-space limit of each controller's process"
     )

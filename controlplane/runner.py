@@ -37,7 +37,8 @@ class LocalCluster:
     """A coordinator and ``workers`` worker processes, as an async context manager.
 
     ``backend`` ``"spark"`` starts them as Spark tasks of this process's SparkSession (the
-    running one, else a new one on :data:`SPARK_MASTER`), which the cluster does not stop."""
+    running one, else a new one on :data:`SPARK_MASTER`), which the cluster does not stop.
+    ``worker_reserve_mb``: each worker's memory reserve (see :mod:`runtime.heap`)."""
 
     def __init__(
         self,
@@ -45,6 +46,7 @@ class LocalCluster:
         config: RuntimeConfig | None = None,
         log_level: str = "WARNING",
         backend: Literal["local", "spark"] = "local",
+        worker_reserve_mb: int = 0,
         **coordinator_options: Any,
     ) -> None:
         self.n = workers
@@ -53,6 +55,7 @@ class LocalCluster:
         self.backend: WorkerBackend | None = None
         self.backend_name = backend
         self.log_level = log_level
+        self.reserve_mb = worker_reserve_mb
 
     async def __aenter__(self) -> LocalCluster:
         address = await self.coordinator.start()
@@ -61,10 +64,16 @@ class LocalCluster:
 
             session = await asyncio.to_thread(spark_session, SPARK_MASTER)
             self.backend = SparkBackend(
-                self.coordinator, self.secret, session, log_level=self.log_level
+                self.coordinator,
+                self.secret,
+                session,
+                log_level=self.log_level,
+                reserve_mb=self.reserve_mb,
             )
         else:
-            self.backend = LocalBackend(address, self.secret, log_level=self.log_level)
+            self.backend = LocalBackend(
+                address, self.secret, log_level=self.log_level, reserve_mb=self.reserve_mb
+            )
         self.coordinator.backend = self.backend
         try:
             await self.backend.start_workers(self.n)

@@ -32,7 +32,7 @@ from typing import Any
 
 import psutil
 
-from . import codeload, protocol
+from . import codeload, heap, protocol
 from .channels import DataServer, InputChannel, wait_while
 from .deployment import JobRuntime
 from .handover import StateInbox
@@ -523,6 +523,12 @@ def _parse_address(text: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
+def _non_negative(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number of MiB, 0 or more, got {text!r}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m runtime.worker", description=__doc__.splitlines()[0]
@@ -534,6 +540,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="address peers reach this worker at")
     parser.add_argument("--cpus", type=float, default=1.0)
     parser.add_argument("--memory-mb", type=int, default=None)
+    parser.add_argument(
+        "--reserve-mb",
+        type=_non_negative,
+        default=0,
+        help="heap memory (MiB) faulted in at start and kept for state that comes later",
+    )
     parser.add_argument("--name", default=None)
     parser.add_argument("--executor-id", default=None, help="the Spark executor hosting it")
     parser.add_argument("--log-level", default="WARNING")
@@ -542,6 +554,7 @@ def main(argv: list[str] | None = None) -> int:
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s worker %(name)s: %(message)s",
     )
+    heap.reserve(args.reserve_mb)  # before the worker allocates: see runtime.heap
     worker = Worker(
         args.coordinator,
         args.secret,

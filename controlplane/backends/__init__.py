@@ -39,5 +39,11 @@ async def make_backend(settings: Settings, coordinator: Coordinator, secret: str
             log_level=settings.worker_log_level,
             register_timeout_s=settings.workers_timeout_s,
             owns_session=owned,
+            reserve_mb=settings.worker_reserve_mb,
         )
-    return LocalBackend(coordinator.address, secret, log_level=settings.worker_log_level)
+    return LocalBackend(
+        coordinator.address,
+        secret,
+        log_level=settings.worker_log_level,
+        reserve_mb=settings.worker_reserve_mb,
+    )

@@ -42,12 +42,15 @@ class LocalBackend(WorkerBackend):
         log_level: str = "WARNING",
         python: str = sys.executable,
         extra_args: list[str] | None = None,
+        reserve_mb: int = 0,
     ) -> None:
         self.coordinator = coordinator
         self.secret = secret
         self.log_level = log_level
         self.python = python
-        self.extra_args = extra_args or []
+        self.extra_args = (extra_args or []) + (
+            ["--reserve-mb", str(reserve_mb)] if reserve_mb else []
+        )
         self.procs: dict[int, asyncio.subprocess.Process] = {}
 
     async def start_workers(self, n: int) -> list[int]:

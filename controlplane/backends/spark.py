@@ -214,6 +214,7 @@ class SparkBackend(WorkerBackend):
         python: str | None = None,
         register_timeout_s: float = REGISTER_TIMEOUT_S,
         owns_session: bool = False,
+        reserve_mb: int = 0,
     ) -> None:
         self.coordinator = coordinator
         self.secret = secret
@@ -222,6 +223,7 @@ class SparkBackend(WorkerBackend):
         self.python = python
         self.register_timeout_s = register_timeout_s
         self.owns_session = owns_session
+        self.reserve_mb = reserve_mb
         self.handles: dict[str, _Handle] = {}  # by name, while the job runs
         self._token = secrets.token_hex(4)
         self._ids = itertools.count(1)
@@ -270,6 +272,7 @@ class SparkBackend(WorkerBackend):
             "secret": self.secret,
             "name": name,
             "log_level": self.log_level,
+            "reserve_mb": self.reserve_mb,
             "python": self.python,
             "env": self._env,
         }
@@ -415,6 +418,8 @@ def _worker_task(specs: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         spec["name"],
         "--log-level",
         spec["log_level"],
+        "--reserve-mb",
+        str(spec["reserve_mb"]),
     ]
     env = {k: v for k, v in os.environ.items() if k not in _SPARK_PRIVATE} | spec["env"]
     with tempfile.TemporaryFile() as stderr:
