@@ -22,7 +22,7 @@ How sharing works: a copy of a group whose values hold such objects (judged from
 first :data:`SAMPLE_VALUES` values) is pickled with each of them *out of band*: the
 pickle refers to it by a number (a persistent id, negative for a ``str``), and the
 object itself follows the pickle as it is, without being copied into the pickle's
-frames (a ``str`` is encoded). For word-count state of 100 MB (5,000 payloads of 21 KB)
+frames (a ``str`` is encoded, lone surrogates and all). For word-count state of 100 MB (5,000 payloads of 21 KB)
 that took pickling from 25-110 ms of CPU (the most when the pickle's memory was fresh)
 to 4-7 ms, and the sending process's CPU for the whole copy (``bench/state_transfer.py``)
 from a median of 57 to 31 ms. The delta is pickled
@@ -76,6 +76,7 @@ SHARE_MAX_KEYS = 65_536
 
 _SHAREABLE = (bytes, str)
 _COUNT = struct.Struct("<I")
+_SURROGATES = "surrogatepass"  # a str may hold lone surrogates (as pickle lets it)
 
 
 def part_name(kind: str, group: int) -> str:
@@ -183,7 +184,7 @@ def export_base(store: dict) -> tuple[list[bytes], Shared | None]:
         return list(pieces), None
     shared = Shared()
     _OutOfBand(pieces, shared).dump(store)
-    out = [o if type(o) is bytes else o.encode() for o in shared.objects]
+    out = [o if type(o) is bytes else o.encode("utf-8", _SURROGATES) for o in shared.objects]
     sizes = _little(array("Q", map(len, out)))
     return [b"O" + _COUNT.pack(len(sizes)) + sizes.tobytes(), *pieces, *out], shared
 
@@ -247,7 +248,7 @@ class _CopyReading(_Reading):
         if obj is None:
             n = pid if pid >= 0 else ~pid
             raw = self.copy[self.ends[n] : self.ends[n + 1]]
-            obj = self.objects[n] = raw.tobytes() if pid >= 0 else str(raw, "utf-8")
+            obj = self.objects[n] = raw.tobytes() if pid >= 0 else str(raw, "utf-8", _SURROGATES)
         return obj
 
 

@@ -285,7 +285,7 @@ def test_payloads_go_out_of_band_as_they_are_and_the_delta_refers_to_them() -> N
     they are (``bytes`` not copied, ``str`` encoded), whatever their size against the
     pickler's frames; the delta names them, a ``str`` included, by their place."""
     payloads = [bytes([i]) * 21_000 for i in range(30)]
-    text = "é" * 300  # non-ASCII: its out-of-band bytes are its UTF-8
+    text = "é" * 300 + "\udcff"  # its out-of-band bytes are its UTF-8, a lone surrogate too
     store = {f"w{i}": (i, p) for i, p in enumerate(payloads)} | {"t": (0, text)}
     pieces, shared = precopy.export_base(store)
     assert pieces[0][:1] == b"O" and shared is not None
