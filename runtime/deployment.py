@@ -91,6 +91,14 @@ PRECOPY_RATE_MIN_BYTES = 4 << 20
 # that time (Worker.caught_up waits as long), so a longer wait means it has dropped them.
 PRECOPY_WINDOW = 2
 PRECOPY_ROOM_WAIT_S = 0.05
+# The copy ahead waits for the sender's idle moments at most this long in all: a worker
+# that has none (saturated, or catching up; often the one a migration is to relieve) held
+# each key group for the whole Worker.caught_up wait, 3.4 s for 64 groups of 12 MB in a
+# test. Past it the groups go one per turn of the loop. At half load the waits came to
+# 24-602 ms per copy ahead of 100 MB (bench/reconfig.py, session 20). Not a wait that ends
+# early when the worker is found busy: copying at once then kept the worker busy, and at
+# half load p99 after a change went from 15 to 86 ms (a throwaway A/B, session 20).
+PRECOPY_IDLE_BUDGET_S = 1.0
 
 
 class ReconfigError(RuntimeError):
@@ -522,7 +530,8 @@ class JobRuntime:
         downtime limit); what is not copied goes whole in the update. It goes at idle
         priority: each group once the tasks here have caught up with their input
         (:meth:`Worker.caught_up`), so that a record waits at most for one group's copy
-        (about a millisecond per 1.5 MB here); the receiver reads the copies the same way
+        (about a millisecond per 1.5 MB here), and for ``PRECOPY_IDLE_BUDGET_S`` in all;
+        the receiver reads the copies the same way
         (:meth:`StateInbox.read_copies`), and paces the copying: at most
         ``PRECOPY_WINDOW`` copies go to a worker that has not read them
         (:meth:`PeerLink.copy_room`)."""
@@ -538,7 +547,8 @@ class JobRuntime:
             await link.copy_room(p.rid, PRECOPY_WINDOW, PRECOPY_ROOM_WAIT_S)
             t_wait = time.perf_counter()
             room += t_wait - t_room
-            await self.worker.caught_up()
+            if waited < PRECOPY_IDLE_BUDGET_S:  # the last wait may end one wait past it
+                await self.worker.caught_up()
             waited += time.perf_counter() - t_wait
             if p.precopy_stop or time.perf_counter() - t0 > budget_s:
                 break

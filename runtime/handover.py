@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
@@ -33,13 +34,19 @@ from . import precopy, protocol
 from .channels import PeerLink
 from .codec import packb, unpackb
 
-__all__ = ["STATE_CHUNK_BYTES", "StateInbox", "send_state"]
+__all__ = ["READ_IDLE_BUDGET_S", "STATE_CHUNK_BYTES", "StateInbox", "send_state"]
 
 logger = logging.getLogger(__name__)
 
 # Key-group state travels in chunks of at most this size: the receiver puts a part
 # together from whole chunks, and most key groups are one chunk.
 STATE_CHUNK_BYTES = 4 << 20
+# A worker reads the copies made ahead of one reconfiguration at its idle moments, but
+# waits for them at most this long in all: one with none (saturated) would hold each copy
+# for the whole Worker.caught_up wait, and the sender, which sends no more than two copies
+# the receiver has not read, with it (2.3 s for 64 groups of 12 MB in a test). The
+# sender's own waits have the same bound (deployment.PRECOPY_IDLE_BUDGET_S).
+READ_IDLE_BUDGET_S = 1.0
 
 
 async def send_state(link: PeerLink, rid: int, dest: str, part: Any, data: Any, raw: bool) -> None:
@@ -108,6 +115,7 @@ class StateInbox:
         # Who to tell that an unread copy was read (its sender paces its copying by it).
         self._on_read: dict[tuple[int, str, int], Callable[[int], None]] = {}
         self._copy_came = asyncio.Event()
+        self._waited = (0, 0.0)  # (reconfiguration, s) its copies waited for idle moments
         self._dropped: set[int] = set()  # reconfigurations aborted here: late parts go
         self._changed = asyncio.Event()
 
@@ -192,12 +200,18 @@ class StateInbox:
     async def read_copies(self, caught_up: Callable[[], Awaitable[None]]) -> None:
         """Read the copies made ahead as they come, one at a time, each once ``caught_up``
         returns (the worker's tasks have no input waiting): receiving state ahead goes at
-        idle priority, as sending it does. Runs until cancelled."""
+        idle priority, as sending it does, for ``READ_IDLE_BUDGET_S`` of waits per
+        reconfiguration (the last may end one wait past it). Runs until cancelled."""
         while True:
             await self._copy_came.wait()
             self._copy_came.clear()
             while self._unread:
-                await caught_up()
+                rid = next(iter(self._unread))[0]
+                waited = self._waited[1] if self._waited[0] == rid else 0.0
+                if waited < READ_IDLE_BUDGET_S:
+                    start = time.perf_counter()
+                    await caught_up()
+                    self._waited = (rid, waited + time.perf_counter() - start)
                 if self._unread:
                     self._read(next(iter(self._unread)))
                     await asyncio.sleep(0)  # the tasks see the input that came meanwhile

@@ -113,6 +113,26 @@ def test_state_under_the_threshold_is_not_copied_ahead(
     assert_finishes_exact(cluster, job, tmp_path, params)
 
 
+def test_a_saturated_worker_copies_ahead_without_waiting_for_idle_moments_it_never_has(
+    copying_cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    """The job runs as fast as it can, so the tasks of both workers always have input
+    waiting: the copy ahead waits for idle moments a second in all on each end
+    (``PRECOPY_IDLE_BUDGET_S``, ``READ_IDLE_BUDGET_S``), then goes on without (before, each
+    of count-0's 64 key groups waited 50 ms for them: 3.4 s), and the counts stay exact."""
+    cluster = copying_cluster
+    params = {**PADDED, "records": 1_000_000, "rate": 0, "output": str(tmp_path)}
+    job = cluster.submit(load_job("examples.wordcount:build", params))
+    time.sleep(1.0)
+    rec = migrate_count_0(cluster, job)
+    assert_copied_ahead(rec, 4 << 20)
+    (copied,) = rec.precopied.values()
+    assert copied["groups"] >= 32, copied
+    assert copied["waited_ms"] < 32 * 50, copied  # the 50 ms wait, for half the groups
+    assert copied["room_ms"] < 32 * 50, copied  # the receiver's, as long
+    assert_finishes_exact(cluster, job, tmp_path, params)
+
+
 @pytest.mark.parametrize("mode", ["pause", "fluid"])
 def test_a_rebalance_across_workers_copies_ahead_in_either_mode(
     copying_cluster: BackgroundCluster, tmp_path: Path, mode: str
