@@ -78,11 +78,11 @@ class Settings(BaseSettings):
     worker_reserve_mb: int = Field(
         0,
         ge=0,
-        le=1 << 20,
+        le=2016,  # what glibc can be told to keep (an int of bytes) less its mmap threshold
         description=(
             "heap memory (MiB) each worker faults in at start and keeps for state that comes "
             "later (a standby worker takes a task's state without faulting in its pages; "
-            "costs that much resident memory per worker; glibc only)"
+            "costs that much resident memory per worker; glibc only; at most 2016)"
         ),
     )
     controller_memory_mb: int = Field(

@@ -38,7 +38,9 @@ _BLOCK = 64 << 10  # reserve blocks, well under the mmap threshold: they come fr
 
 def reserve(mb: int) -> bool:
     """Fault in ``mb`` MiB of C heap and keep it for later allocations; False (and a
-    warning) where the C library is not glibc. Call it once, early."""
+    warning) where the C library is not glibc. Call it once, early. glibc keeps at most
+    2 GiB less :data:`MMAP_THRESHOLD` of freed heap (its setting is an int): a larger
+    reserve is faulted in but partly given back."""
     if mb <= 0:
         return True
     try:
