@@ -66,7 +66,7 @@ from .channels import (
     RemoteOutputChannel,
 )
 from .dataflow import JobGraph, OperatorSpec
-from .handover import send_state
+from .handover import PRECOPY_IDLE_BUDGET_S, send_state
 from .keygroups import key_group_fn
 from .layout import Layout, affected_tasks, in_place_owners, split_task_id, sync_only_tasks
 from .metrics import TaskMetrics
@@ -91,14 +91,6 @@ PRECOPY_RATE_MIN_BYTES = 4 << 20
 # that time (Worker.caught_up waits as long), so a longer wait means it has dropped them.
 PRECOPY_WINDOW = 2
 PRECOPY_ROOM_WAIT_S = 0.05
-# The copy ahead waits for the sender's idle moments at most this long in all: a worker
-# that has none (saturated, or catching up; often the one a migration is to relieve) held
-# each key group for the whole Worker.caught_up wait, 3.4 s for 64 groups of 12 MB in a
-# test. Past it the groups go one per turn of the loop. At half load the waits came to
-# 24-602 ms per copy ahead of 100 MB (bench/reconfig.py, session 20). Not a wait that ends
-# early when the worker is found busy: copying at once then kept the worker busy, and at
-# half load p99 after a change went from 15 to 86 ms (a throwaway A/B, session 20).
-PRECOPY_IDLE_BUDGET_S = 1.0
 
 
 class ReconfigError(RuntimeError):

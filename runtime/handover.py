@@ -34,19 +34,23 @@ from . import precopy, protocol
 from .channels import PeerLink
 from .codec import packb, unpackb
 
-__all__ = ["READ_IDLE_BUDGET_S", "STATE_CHUNK_BYTES", "StateInbox", "send_state"]
+__all__ = ["PRECOPY_IDLE_BUDGET_S", "STATE_CHUNK_BYTES", "StateInbox", "send_state"]
 
 logger = logging.getLogger(__name__)
 
 # Key-group state travels in chunks of at most this size: the receiver puts a part
 # together from whole chunks, and most key groups are one chunk.
 STATE_CHUNK_BYTES = 4 << 20
-# A worker reads the copies made ahead of one reconfiguration at its idle moments, but
-# waits for them at most this long in all: one with none (saturated) would hold each copy
-# for the whole Worker.caught_up wait, and the sender, which sends no more than two copies
-# the receiver has not read, with it (2.3 s for 64 groups of 12 MB in a test). The
-# sender's own waits have the same bound (deployment.PRECOPY_IDLE_BUDGET_S).
-READ_IDLE_BUDGET_S = 1.0
+# Copies made ahead go at idle priority on each end (sent by JobRuntime._precopy, read by
+# StateInbox.read_copies), but each end waits for idle moments at most this long in all
+# per reconfiguration: a worker with none (saturated, or catching up; often the one a
+# migration is to relieve) held each key group for the whole Worker.caught_up wait, and
+# a sender waiting for a receiver's room with it: 3.4 s for 64 groups of 12 MB in a test,
+# 1.3 s with this bound. Past it, a group goes per turn of the loop. At half load the
+# waits came to 24-602 ms per copy ahead of 100 MB (bench/reconfig.py, session 20). Not a
+# wait that ends early once the worker is found busy: copying at once then kept it busy,
+# and at half load p99 after a change went from 15 to 86 ms (a throwaway A/B, session 20).
+PRECOPY_IDLE_BUDGET_S = 1.0
 
 
 async def send_state(link: PeerLink, rid: int, dest: str, part: Any, data: Any, raw: bool) -> None:
@@ -200,7 +204,7 @@ class StateInbox:
     async def read_copies(self, caught_up: Callable[[], Awaitable[None]]) -> None:
         """Read the copies made ahead as they come, one at a time, each once ``caught_up``
         returns (the worker's tasks have no input waiting): receiving state ahead goes at
-        idle priority, as sending it does, for ``READ_IDLE_BUDGET_S`` of waits per
+        idle priority, as sending it does, for ``PRECOPY_IDLE_BUDGET_S`` of waits per
         reconfiguration (the last may end one wait past it). Runs until cancelled."""
         while True:
             await self._copy_came.wait()
@@ -208,7 +212,7 @@ class StateInbox:
             while self._unread:
                 rid = next(iter(self._unread))[0]
                 waited = self._waited[1] if self._waited[0] == rid else 0.0
-                if waited < READ_IDLE_BUDGET_S:
+                if waited < PRECOPY_IDLE_BUDGET_S:
                     start = time.perf_counter()
                     await caught_up()
                     self._waited = (rid, waited + time.perf_counter() - start)

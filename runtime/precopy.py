@@ -134,8 +134,8 @@ class _OutOfBand(pickle.Pickler):
         super().__init__(file, protocol=5)
         self.shared = shared
 
-    def persistent_id(self, obj: Any) -> int | None:
-        if type(obj) in _SHAREABLE and len(obj) >= SHARE_MIN_BYTES:
+    def persistent_id(self, obj: Any) -> int | None:  # called for every pickled object
+        if type(obj) in _SHAREABLE and len(obj) >= SHARE_MIN_BYTES:  # _shareable, inlined
             return self.shared.refer(obj)
         return None
 

@@ -118,7 +118,7 @@ def test_a_saturated_worker_copies_ahead_without_waiting_for_idle_moments_it_nev
 ) -> None:
     """The job runs as fast as it can, so the tasks of both workers always have input
     waiting: the copy ahead waits for idle moments a second in all on each end
-    (``PRECOPY_IDLE_BUDGET_S``, ``READ_IDLE_BUDGET_S``), then goes on without (before, each
+    (``handover.PRECOPY_IDLE_BUDGET_S``), then goes on without (before, each
     of count-0's 64 key groups waited 50 ms for them: 3.4 s), and the counts stay exact."""
     cluster = copying_cluster
     params = {**PADDED, "records": 1_000_000, "rate": 0, "output": str(tmp_path)}
