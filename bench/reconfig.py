@@ -70,6 +70,7 @@ WARMUP_S = 6.0
 AFTER_S = 3.0  # the "after" window: the seconds following a change
 BEFORE_S = 4.0  # the "before" window: steady seconds right before a change
 RECOVER_S = 20.0  # at most this long to wait for latency to come back to steady state
+SETTLE_RATE_TOLERANCE = 0.1  # a settled job's sink rate is within 10% of the steady one
 MAX_RATE_S = 6.0  # seconds of unthrottled running to measure the padded job's maximum
 CPU_S = 3  # seconds of steady running over which the processes' CPU is measured
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # /proc's unit
@@ -312,7 +313,8 @@ async def run_state_size(
         params["rate"] = rate_words / WORDS
         job = await co.submit(load_job("examples.wordcount:build", params), workers)
         await asyncio.sleep(WARMUP_S)
-        steady_p99 = window(job, time.time() - 3.0, time.time())["latency"]["p99_ms"]
+        steady = window(job, time.time() - 3.0, time.time())
+        steady_p99, steady_rate = steady["latency"]["p99_ms"], steady["sink_rate"]
         cpu = await steady_cpu(co)
         print(f"  {state_mb:>5} MB  steady CPU (% of one core): {cpu}", flush=True)
         samples: dict[tuple[str, str], list[dict]] = {}
@@ -347,7 +349,7 @@ async def run_state_size(
             await asyncio.sleep(AFTER_S + 1.1)
             after = window(job, t0, t1 + AFTER_S)
             recovered = await recover(job, steady_p99)
-            await settle(job, steady_p99)  # so the next change's "before" window is steady
+            settled = await settle(job, steady_p99, steady_rate)  # the next "before" is steady
             samples.setdefault((name, how), []).append(
                 {
                     "status": rec.status,
@@ -371,6 +373,9 @@ async def run_state_size(
                     "p99_over_steady": _ratio(after["latency"]["p99_ms"], steady_p99),
                     "throughput_ratio": _ratio(after["sink_rate"], before["sink_rate"]),
                     "recovered_after_s": recovered,
+                    "settled_after_s": settled,
+                    # Above 1: the change started while the job was still catching up.
+                    "rate_before_over_steady": _ratio(before["sink_rate"], steady_rate),
                 }
             )
             print(
@@ -405,6 +410,7 @@ async def run_state_size(
         "rate_words_per_s": rate_words,
         "max_words_per_s": max_words,
         "steady_p99_ms": steady_p99,
+        "steady_sink_rate": steady_rate,
         "steady_cpu_percent": cpu,
         "cpu_count": psutil.cpu_count(),
         "changes": list(entries.values()),
@@ -462,16 +468,24 @@ async def recover(job: Job, steady_p99: float) -> float | None:
     return None
 
 
-async def settle(job: Job, steady_p99: float) -> None:
-    """Wait at least BEFORE_S, and until the p99 of the last BEFORE_S seconds is within 2x
-    of steady (at most RECOVER_S more): the next change's "before" window is then steady."""
+async def settle(job: Job, steady_p99: float, steady_rate: float) -> float | None:
+    """Wait at least BEFORE_S, and until the last BEFORE_S seconds look steady (at most
+    RECOVER_S more): their p99 within 2x of steady and their sink rate within
+    SETTLE_RATE_TOLERANCE of the steady rate. The next change's "before" window is then
+    steady, and its workers have caught up: a job still working off the backlog of a
+    restart runs faster than its sources' rate, its p99 possibly already low, and a copy
+    ahead started then finds no idle moments. Returns how long it waited, or None if the
+    job did not settle."""
     t0 = time.time()
     await asyncio.sleep(BEFORE_S)
     while time.time() - t0 < BEFORE_S + RECOVER_S:
-        last = window(job, time.time() - BEFORE_S, time.time())["latency"]
-        if last["count"] and last["p99_ms"] <= 2 * max(steady_p99, 5.0):
-            return
+        last = window(job, time.time() - BEFORE_S, time.time())
+        p99_ok = last["latency"]["count"] and last["latency"]["p99_ms"] <= 2 * max(steady_p99, 5.0)
+        rate_off = abs(last["sink_rate"] / max(steady_rate, 1e-9) - 1.0)
+        if p99_ok and rate_off <= SETTLE_RATE_TOLERANCE:
+            return round(time.time() - t0, 1)
         await asyncio.sleep(1.0)
+    return None
 
 
 async def sync_vs_upstream(counts: list[int]) -> list[dict]:
