@@ -66,7 +66,7 @@ from .channels import (
     RemoteOutputChannel,
 )
 from .dataflow import JobGraph, OperatorSpec
-from .handover import PRECOPY_IDLE_BUDGET_S, send_state
+from .handover import IdleBudget, send_state
 from .keygroups import key_group_fn
 from .layout import Layout, affected_tasks, in_place_owners, split_task_id, sync_only_tasks
 from .metrics import TaskMetrics
@@ -522,8 +522,8 @@ class JobRuntime:
         downtime limit); what is not copied goes whole in the update. It goes at idle
         priority: each group once the tasks here have caught up with their input
         (:meth:`Worker.caught_up`), so that a record waits at most for one group's copy
-        (about a millisecond per 1.5 MB here), and for ``PRECOPY_IDLE_BUDGET_S`` in all;
-        the receiver reads the copies the same way
+        (about a millisecond per 1.5 MB here), and for ``PRECOPY_IDLE_BUDGET_S`` in all
+        (:class:`~runtime.handover.IdleBudget`); the receiver reads the copies the same way
         (:meth:`StateInbox.read_copies`), and paces the copying: at most
         ``PRECOPY_WINDOW`` copies go to a worker that has not read them
         (:meth:`PeerLink.copy_room`)."""
@@ -531,17 +531,14 @@ class JobRuntime:
         sent = 0
         sending_s = 0.0  # spent pickling and writing the copies, idle waits left out
         left = sum(size for *_, size in moves)
-        waited = 0.0  # for the tasks here to catch up with their input
+        idle = IdleBudget(p.rid)  # waits for the tasks here to catch up with their input
         room = 0.0  # for the receiver to read the copies it has
         for tid, g, dest, dest_worker, size in moves:
             link = await self._link(dest_worker, state=True)
             t_room = time.perf_counter()
             await link.copy_room(p.rid, PRECOPY_WINDOW, PRECOPY_ROOM_WAIT_S)
-            t_wait = time.perf_counter()
-            room += t_wait - t_room
-            if waited < PRECOPY_IDLE_BUDGET_S:  # the last wait may end one wait past it
-                await self.worker.caught_up()
-            waited += time.perf_counter() - t_wait
+            room += time.perf_counter() - t_room
+            await idle.wait(self.worker.caught_up)
             if p.precopy_stop or time.perf_counter() - t0 > budget_s:
                 break
             if sent >= PRECOPY_RATE_MIN_BYTES and left * sending_s <= pause_s * sent:
@@ -567,7 +564,7 @@ class JobRuntime:
             "bytes": sent,
             "groups": len(p.precopied),
             "left_bytes": max(0, left),
-            "waited_ms": round(waited * 1000, 3),
+            "waited_ms": round(idle.spent * 1000, 3),
             "room_ms": round(room * 1000, 3),
             "sending_ms": round(sending_s * 1000, 3),
         }

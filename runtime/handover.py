@@ -34,7 +34,7 @@ from . import precopy, protocol
 from .channels import PeerLink
 from .codec import packb, unpackb
 
-__all__ = ["PRECOPY_IDLE_BUDGET_S", "STATE_CHUNK_BYTES", "StateInbox", "send_state"]
+__all__ = ["PRECOPY_IDLE_BUDGET_S", "STATE_CHUNK_BYTES", "IdleBudget", "StateInbox", "send_state"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +51,23 @@ STATE_CHUNK_BYTES = 4 << 20
 # wait that ends early once the worker is found busy: copying at once then kept it busy,
 # and at half load p99 after a change went from 15 to 86 ms (a throwaway A/B, session 20).
 PRECOPY_IDLE_BUDGET_S = 1.0
+
+
+class IdleBudget:
+    """What one end of one reconfiguration's copying ahead has waited for idle moments,
+    and the wait for the next one while that is under ``PRECOPY_IDLE_BUDGET_S``."""
+
+    def __init__(self, rid: int = 0) -> None:
+        self.rid = rid
+        self.spent = 0.0  # seconds waited so far
+
+    async def wait(self, caught_up: Callable[[], Awaitable[None]]) -> None:
+        """Await ``caught_up()`` unless the budget is spent (the last wait may end one
+        wait past it)."""
+        if self.spent < PRECOPY_IDLE_BUDGET_S:
+            start = time.perf_counter()
+            await caught_up()
+            self.spent += time.perf_counter() - start
 
 
 async def send_state(link: PeerLink, rid: int, dest: str, part: Any, data: Any, raw: bool) -> None:
@@ -119,7 +136,7 @@ class StateInbox:
         # Who to tell that an unread copy was read (its sender paces its copying by it).
         self._on_read: dict[tuple[int, str, int], Callable[[int], None]] = {}
         self._copy_came = asyncio.Event()
-        self._waited = (0, 0.0)  # (reconfiguration, s) its copies waited for idle moments
+        self._budget = IdleBudget()  # of the reconfiguration whose copies it last read
         self._dropped: set[int] = set()  # reconfigurations aborted here: late parts go
         self._changed = asyncio.Event()
 
@@ -211,11 +228,9 @@ class StateInbox:
             self._copy_came.clear()
             while self._unread:
                 rid = next(iter(self._unread))[0]
-                waited = self._waited[1] if self._waited[0] == rid else 0.0
-                if waited < PRECOPY_IDLE_BUDGET_S:
-                    start = time.perf_counter()
-                    await caught_up()
-                    self._waited = (rid, waited + time.perf_counter() - start)
+                if self._budget.rid != rid:
+                    self._budget = IdleBudget(rid)
+                await self._budget.wait(caught_up)
                 if self._unread:
                     self._read(next(iter(self._unread)))
                     await asyncio.sleep(0)  # the tasks see the input that came meanwhile

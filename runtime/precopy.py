@@ -22,10 +22,10 @@ How sharing works: a copy of a group whose values hold such objects (judged from
 first :data:`SAMPLE_VALUES` values) is pickled with each of them *out of band*: the
 pickle refers to it by a number (a persistent id, negative for a ``str``), and the
 object itself follows the pickle as it is, without being copied into the pickle's
-frames (a ``str`` is encoded, lone surrogates and all). For word-count state of 100 MB (5,000 payloads of 21 KB)
-that took pickling from 25-110 ms of CPU (the most when the pickle's memory was fresh)
-to 4-7 ms, and the sending process's CPU for the whole copy (``bench/state_transfer.py``)
-from a median of 57 to 31 ms. The delta is pickled
+frames (a ``str`` is encoded, lone surrogates and all). For word-count state of 100 MB
+(5,000 payloads of 21 KB) that took pickling from 25-110 ms of CPU (the most when the
+pickle's memory was fresh) to 4-7 ms, and the sending process's CPU for the whole copy
+(``bench/state_transfer.py``) from a median of 57 to 31 ms. The delta is pickled
 referring the same way to the copy's objects still in the state (the sender keeps them,
 by ``id``, until the delta is made; the receiver keeps what it read). A group whose
 sampled values hold none is pickled plainly, and its delta is too: touched keys' small
