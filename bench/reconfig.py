@@ -249,6 +249,19 @@ def process_usage(co: Coordinator) -> dict[str, tuple[float, int]]:
     return usage
 
 
+def machine_since(before: tuple) -> dict[str, float]:
+    """What the machine's CPUs did since ``before`` (``psutil.cpu_times()``), in ms summed
+    over the CPUs: ``busy`` (user and system), ``idle``, and ``steal`` (the hypervisor ran
+    something else while this VM wanted a CPU; Linux guests only: a slow round with steal
+    is the machine's, not the change's)."""
+    now = psutil.cpu_times()
+
+    def ms(*fields: str) -> float:
+        return round(sum(getattr(now, f, 0.0) - getattr(before, f, 0.0) for f in fields) * 1e3, 1)
+
+    return {"busy_ms": ms("user", "system"), "idle_ms": ms("idle"), "steal_ms": ms("steal")}
+
+
 def usage_since(before: dict[str, tuple[float, int]], co: Coordinator) -> dict[str, dict]:
     """Each process's CPU (ms, at the kernel's tick granularity) and minor page faults
     since ``before`` (from :func:`process_usage`), for the processes alive at both ends
@@ -330,7 +343,7 @@ async def run_state_size(
                 print(f"  {state_mb:>5} MB  {name:<30} {how:<11} skipped: nothing to change")
                 continue
             before = window(job, time.time() - BEFORE_S, time.time())
-            usage0 = process_usage(co)
+            usage0, machine0 = process_usage(co), psutil.cpu_times()
             t0 = time.time()
             fluid_mode.JOIN_STAGES = how != "fluid_steps"  # each step its own run, to compare
             co.config = replace(
@@ -345,7 +358,7 @@ async def run_state_size(
                 new_workers=(how == "restart_new"),
             )
             t1 = time.time()  # the change is complete: the window runs AFTER_S past it
-            usage = usage_since(usage0, co)
+            usage, machine = usage_since(usage0, co), machine_since(machine0)
             await asyncio.sleep(AFTER_S + 1.1)
             after = window(job, t0, t1 + AFTER_S)
             recovered = await recover(job, steady_p99)
@@ -365,6 +378,7 @@ async def run_state_size(
                     "affected_tasks": len(rec.affected),
                     # What each process spent from the plan's submission to its end.
                     "usage_during_change": usage,
+                    "machine_during_change": machine,
                     "latency_before_ms": before["latency"],
                     "latency_after_ms": after["latency"],
                     "p99_ratio": _ratio(after["latency"]["p99_ms"], before["latency"]["p99_ms"]),
