@@ -78,6 +78,7 @@ FLUID_BATCH = 4  # key groups each task gives or gains per step in fluid mode (o
 PRECOPY_MIN_BYTES = RuntimeConfig().precopy_min_bytes  # the default: 32 MB per task
 PRECOPY_PAUSE_MS = RuntimeConfig().precopy_pause_ms  # the default
 COPYING_AHEAD = ("live", "fluid_all")  # the modes that copy state ahead
+LIVE_COMPARED = ("live", "live_nocopy", "fluid_all")  # the restarts' ratios are against these
 
 
 def window(job: Job, start: float, end: float) -> dict:
@@ -112,14 +113,20 @@ def halves(job: Job) -> Plan:
 def pause_variants(rounds: list[tuple], pauses: list[float]) -> list[tuple]:
     """Each (change, how, builder) of ``rounds`` with the copy-ahead pause budget it runs
     with: with more than one budget, a mode that copies ahead runs once per budget, in turn,
-    as ``how@<budget>ms``, so that the budgets are compared in the same job."""
+    so that the budgets are compared in the same job: with the first under its own name,
+    with the others as ``how@<budget>ms``."""
     out = []
     for name, how, build in rounds:
-        if how in COPYING_AHEAD and len(pauses) > 1:
-            out += [(name, f"{how}@{p:g}ms", build, p) for p in pauses]
+        if how in COPYING_AHEAD:
+            out += [(name, how_at(how, p, pauses), build, p) for p in pauses]
         else:
             out.append((name, how, build, pauses[0]))
     return out
+
+
+def how_at(how: str, pause_ms: float, pauses: list[float]) -> str:
+    """The name of ``how`` run with the copy-ahead pause budget ``pause_ms`` of ``pauses``."""
+    return how if pause_ms == pauses[0] else f"{how}@{pause_ms:g}ms"
 
 
 def steps(co: Coordinator) -> list[tuple[str, str, object]]:
@@ -406,8 +413,8 @@ async def run_state_size(
     for entry in entries.values():
         for baseline in ("restart", "restart_new"):
             base = entry.get(baseline)
-            for how in ("live", "live_nocopy", "fluid_all") if base else ():
-                if how in entry:
+            for how in [h for h in entry if h.partition("@")[0] in LIVE_COMPARED] if base else ():
+                if isinstance(entry[how], dict):
                     live = entry[how]
                     entry[f"{baseline}_over_{how}"] = {
                         "completion": _ratio(
@@ -573,7 +580,8 @@ async def main() -> None:
         default=[PRECOPY_PAUSE_MS],
         help=(
             "copy-ahead pause budget (RuntimeConfig.precopy_pause_ms); with several, each mode "
-            "that copies ahead runs once per budget in every round, as how@<budget>ms"
+            "that copies ahead runs once per budget in every round: with the first under its "
+            "own name, with the others as how@<budget>ms"
         ),
     )
     parser.add_argument(

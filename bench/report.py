@@ -77,6 +77,21 @@ def _runs(n: int) -> str:
     return "1 run" if n == 1 else f"{n} runs"
 
 
+def _label(how: str, r: dict) -> str:
+    """How a change was made, as a row of the live reconfiguration table says it: the mode,
+    and for ``mode@<n>ms`` the copy-ahead pause budget it ran with."""
+    mode, _, budget = how.partition("@")
+    label = {
+        "live": "pause",
+        "live_nocopy": "pause, no copy ahead",
+        "fluid_all": "fluid, 1 step" if r["steps"] == 1 else f"fluid, all ({r['steps']} steps)",
+        "fluid": f"fluid, {r['steps']} steps in {_runs(r.get('runs', r['steps']))}",
+        "fluid_steps": f"fluid, {r['steps']} steps, a run each",
+        "restart_new": "restart, new workers",
+    }.get(mode, mode)
+    return f"{label}, copying ahead to a {budget.removesuffix('ms')} ms pause" if budget else label
+
+
 def reconfig_section(d: dict) -> list[str]:
     out = [
         "## Live reconfiguration against stop-and-restart (word count)",
@@ -152,10 +167,10 @@ def reconfig_section(d: dict) -> list[str]:
             "| change | how | status | total ms (prepare / sync / update) | longest pause ms | p99 before -> after ms | max after ms | throughput | restart / live (pause; pause, no copy ahead; fluid, 1 step): completion, peak latency |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
+        if size.get("run"):  # a size re-run apart from the others
+            out += [f"{size['run']}.", ""]
         for c in size["changes"]:
-            for how in HOWS:
-                if how not in c:
-                    continue
+            for how in (h for base in HOWS for h in c if h.partition("@")[0] == base):
                 r = c[how]
                 t = r["timings_ms"]
                 ahead = f" (copy ahead {fmt(t['precopy'])})" if t.get("precopy") else ""
@@ -174,17 +189,12 @@ def reconfig_section(d: dict) -> list[str]:
                             c.get(f"{how}_over_fluid_all"),
                         )
                         if rr
+                    ) + "".join(  # against the other copy-ahead budgets, each named
+                        f"; {_label(live, c[live])}: {fmt(rr['completion'])}x, "
+                        f"{fmt(rr['peak_latency'])}x"
+                        for live in c
+                        if "@" in live and (rr := c.get(f"{how}_over_{live}"))
                     )
-                label = {
-                    "live": "pause",
-                    "live_nocopy": "pause, no copy ahead",
-                    "fluid_all": "fluid, 1 step"
-                    if r["steps"] == 1
-                    else f"fluid, all ({r['steps']} steps)",
-                    "fluid": f"fluid, {r['steps']} steps in {_runs(r.get('runs', r['steps']))}",
-                    "fluid_steps": f"fluid, {r['steps']} steps, a run each",
-                    "restart_new": "restart, new workers",
-                }.get(how, how)
                 span = r.get("total_ms_range")
                 total = fmt(t.get("total")) + (
                     f" [{fmt(span[0])}-{fmt(span[1])}]" if span and r.get("repeats", 1) > 1 else ""
@@ -193,7 +203,7 @@ def reconfig_section(d: dict) -> list[str]:
                     f" ({fmt(r['p99_over_steady'])}x steady)" if r.get("p99_over_steady") else ""
                 )
                 out.append(
-                    f"| {c['change']} | {label} | {r['status']} | {total} ({phases}) | "
+                    f"| {c['change']} | {_label(how, r)} | {r['status']} | {total} ({phases}) | "
                     f"{fmt(r['max_pause_ms'])} | {fmt(r['latency_before_ms']['p99_ms'])} -> "
                     f"{fmt(r['latency_after_ms']['p99_ms'])}{steady} | "
                     f"{fmt(r['latency_after_ms']['max_ms'])} | "
