@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import statistics
 import sys
@@ -114,13 +115,14 @@ def pause_variants(rounds: list[tuple], pauses: list[float]) -> list[tuple]:
     """Each (change, how, builder) of ``rounds`` with the copy-ahead pause budget it runs
     with: with more than one budget, a mode that copies ahead runs once per budget, in turn,
     so that the budgets are compared in the same job: with the first under its own name,
-    with the others as ``how@<budget>ms``."""
+    with the others as ``how@<budget>ms``. Consecutive changes in one mode run together per
+    budget (scale out, then the scale in that undoes it), so that each finds what it
+    changes."""
     out = []
-    for name, how, build in rounds:
-        if how in COPYING_AHEAD:
-            out += [(name, how_at(how, p, pauses), build, p) for p in pauses]
-        else:
-            out.append((name, how, build, pauses[0]))
+    for how, together in itertools.groupby(rounds, key=lambda r: r[1]):
+        changes = list(together)
+        for p in pauses if how in COPYING_AHEAD else pauses[:1]:
+            out += [(name, how_at(how, p, pauses), build, p) for name, _, build in changes]
     return out
 
 
