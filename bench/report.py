@@ -164,11 +164,10 @@ def reconfig_section(d: dict) -> list[str]:
             )
             + ")",
             "",
+            *([f"{size['run']}.", ""] if size.get("run") else []),  # a size re-run apart
             "| change | how | status | total ms (prepare / sync / update) | longest pause ms | p99 before -> after ms | max after ms | throughput | restart / live (pause; pause, no copy ahead; fluid, 1 step): completion, peak latency |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
-        if size.get("run"):  # a size re-run apart from the others
-            out += [f"{size['run']}.", ""]
         for c in size["changes"]:
             for how in (h for base in HOWS for h in c if h.partition("@")[0] == base):
                 r = c[how]
