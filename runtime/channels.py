@@ -355,8 +355,13 @@ class PeerLink:
         self.on_error: Callable[[BaseException], None] | None = None
         self.in_use: Callable[[], bool] = lambda: bool(self.channels)
         # Copies made ahead sent here that the peer has not read yet, by reconfiguration
-        # (see copy_room): the receiver reads them at its idle moments and says so.
+        # (see copy_room): the receiver reads them at its idle moments and says so, with
+        # the seconds reading them took. Their bytes, in the order sent (read in order),
+        # and the bytes and seconds of those read: the receiver's pace (see copies_read).
         self.copies_unread: dict[int, int] = {}
+        self._unread_bytes: dict[int, deque[int]] = {}
+        self.copy_read_bytes: dict[int, int] = {}
+        self.copy_read_s: dict[int, float] = {}
         self._copy_read = asyncio.Event()
 
     @classmethod
@@ -379,9 +384,21 @@ class PeerLink:
             )
         return protocol.write_frame(self.writer, frame)
 
-    def copy_sent(self, rid: int) -> None:
-        """A copy made ahead for reconfiguration ``rid`` went on this link."""
+    def copy_sent(self, rid: int, nbytes: int = 0) -> None:
+        """A copy made ahead for reconfiguration ``rid``, of ``nbytes``, went on this link."""
         self.copies_unread[rid] = self.copies_unread.get(rid, 0) + 1
+        self._unread_bytes.setdefault(rid, deque()).append(nbytes)
+
+    def copies_read(self, rid: int) -> tuple[int, float]:
+        """(bytes, seconds): the copies ahead of ``rid`` the peer has read so far, and the
+        seconds it says reading them took."""
+        return self.copy_read_bytes.get(rid, 0), self.copy_read_s.get(rid, 0.0)
+
+    def forget_copies(self, rid: int) -> None:
+        """The copying ahead of ``rid`` is over: its counts go (the update reads the rest)."""
+        for counts in (self.copies_unread, self._unread_bytes, self.copy_read_bytes):
+            counts.pop(rid, None)
+        self.copy_read_s.pop(rid, None)
 
     async def copy_room(self, rid: int, window: int, most_s: float) -> bool:
         """Wait until fewer than ``window`` copies ahead of ``rid`` sent here are unread by
@@ -394,6 +411,9 @@ class PeerLink:
         )
 
     def _copies_read(self, rid: int, n: int) -> None:
+        sizes = self._unread_bytes.get(rid)
+        for _ in range(min(n, len(sizes or ()))):
+            self.copy_read_bytes[rid] = self.copy_read_bytes.get(rid, 0) + sizes.popleft()
         left = self.copies_unread.get(rid, 0) - n
         if left > 0:
             self.copies_unread[rid] = left
@@ -412,6 +432,8 @@ class PeerLink:
                 frame = await protocol.read_frame(self.reader, f"worker {self.peer}")
                 if frame[0] != protocol.CREDIT:
                     raise ChannelError(f"worker {self.peer} sent frame {frame[0]} on a data link")
+                for rid, seconds in frame[2] if len(frame) > 2 else ():
+                    self.copy_read_s[rid] = self.copy_read_s.get(rid, 0.0) + seconds
                 for key, n in frame[1]:
                     if type(key) is int:  # copies ahead of reconfiguration ``key`` read
                         self._copies_read(key, n)
@@ -448,18 +470,23 @@ class PeerLink:
 
 
 class _CreditReturn:
-    """Credits owed to one sending worker, written back once per event-loop iteration."""
+    """Credits owed to one sending worker, written back once per event-loop iteration; for
+    copies ahead read (a reconfiguration's id in place of a channel), also the seconds
+    reading them took."""
 
     def __init__(self, writer: asyncio.Transport) -> None:
         self.writer = writer
-        self.owed: dict[str, int] = {}
+        self.owed: dict[str | int, int] = {}
+        self.took: dict[str | int, float] = {}  # seconds, by reconfiguration id
         self.scheduled = False
 
-    def for_channel(self, key: str) -> Callable[[int], None]:
-        owed = self.owed
+    def for_channel(self, key: str | int) -> Callable[[int, float], None]:
+        owed, took = self.owed, self.took
 
-        def give(n: int) -> None:
+        def give(n: int, seconds: float = 0.0) -> None:
             owed[key] = owed.get(key, 0) + n
+            if seconds:
+                took[key] = took.get(key, 0.0) + seconds
             if not self.scheduled:
                 self.scheduled = True
                 asyncio.get_running_loop().call_soon(self.flush)
@@ -469,8 +496,12 @@ class _CreditReturn:
     def flush(self) -> None:
         self.scheduled = False
         if self.owed and not self.writer.is_closing():
-            protocol.write_frame(self.writer, [protocol.CREDIT, list(self.owed.items())])
+            frame: list = [protocol.CREDIT, list(self.owed.items())]
+            if self.took:
+                frame.append(list(self.took.items()))
+            protocol.write_frame(self.writer, frame)
         self.owed.clear()
+        self.took.clear()
 
 
 class DataServer:

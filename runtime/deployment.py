@@ -66,7 +66,7 @@ from .channels import (
     RemoteOutputChannel,
 )
 from .dataflow import JobGraph, OperatorSpec
-from .handover import IdleBudget, send_state
+from .handover import IdleBudget, send_state, ships_within
 from .keygroups import key_group_fn
 from .layout import Layout, affected_tasks, in_place_owners, split_task_id, sync_only_tasks
 from .metrics import TaskMetrics
@@ -517,9 +517,10 @@ class JobRuntime:
     ) -> dict[str, Any]:
         """Copy each of ``moves`` ahead, in order, to its new owner's worker while the tasks
         run, until all are copied, the copying is stopped (an abort), ``budget_s`` has
-        passed, or what is left would ship within ``pause_s`` at the rate the copies went
-        so far (the stop-and-copy point of a virtual machine's live migration, QEMU's
-        downtime limit); what is not copied goes whole in the update. It goes at idle
+        passed, or what is left would ship within ``pause_s`` at the pace the copies went
+        so far, on this end and at the receivers (:func:`~runtime.handover.ships_within`:
+        the stop-and-copy point of a virtual machine's live migration, QEMU's downtime
+        limit); what is not copied goes whole in the update. It goes at idle
         priority: each group once the tasks here have caught up with their input
         (:meth:`Worker.caught_up`), so that a record waits at most for one group's copy
         (about a millisecond per 1.5 MB here), and for ``PRECOPY_IDLE_BUDGET_S`` in all
@@ -541,7 +542,9 @@ class JobRuntime:
             await idle.wait(self.worker.caught_up)
             if p.precopy_stop or time.perf_counter() - t0 > budget_s:
                 break
-            if sent >= PRECOPY_RATE_MIN_BYTES and left * sending_s <= pause_s * sent:
+            if sent >= PRECOPY_RATE_MIN_BYTES and ships_within(
+                left, pause_s, sent, sending_s, *self._copies_read(p.rid)
+            ):
                 break  # the rest ships within the pause: copying on only delays the change
             processor = _keyed(self.tasks.get(tid))
             left -= size
@@ -551,13 +554,14 @@ class JobRuntime:
             data, memo = precopy.export_base(processor.state.group(g))
             processor.track(g)  # no await since the copy: no touched key is missed
             p.precopied[(tid, g)] = memo
-            sent += sum(map(len, data))
+            nbytes = sum(map(len, data))
+            sent += nbytes
             await send_state(link, p.rid, dest, precopy.part_name("base", g), data, raw=True)
-            link.copy_sent(p.rid)
+            link.copy_sent(p.rid, nbytes)
             sending_s += time.perf_counter() - t1
             await asyncio.sleep(0)  # the tasks see the input that came meanwhile
         for link in self.state_links.values():  # the update reads what is still unread
-            link.copies_unread.pop(p.rid, None)
+            link.forget_copies(p.rid)
         ms = round((time.perf_counter() - t0) * 1000, 3)
         return {
             "ms": ms,
@@ -568,6 +572,12 @@ class JobRuntime:
             "room_ms": round(room * 1000, 3),
             "sending_ms": round(sending_s * 1000, 3),
         }
+
+    def _copies_read(self, rid: int) -> tuple[int, float]:
+        """(bytes, seconds) of the copies ahead of ``rid`` read so far by the workers they
+        went to, and the seconds those said reading them took."""
+        read = [link.copies_read(rid) for link in self.state_links.values()]
+        return sum(b for b, _ in read), sum(s for _, s in read)
 
     def behind(self) -> bool:
         """True while a running task here has input waiting for it."""

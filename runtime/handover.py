@@ -34,7 +34,14 @@ from . import precopy, protocol
 from .channels import PeerLink
 from .codec import packb, unpackb
 
-__all__ = ["PRECOPY_IDLE_BUDGET_S", "STATE_CHUNK_BYTES", "IdleBudget", "StateInbox", "send_state"]
+__all__ = [
+    "PRECOPY_IDLE_BUDGET_S",
+    "STATE_CHUNK_BYTES",
+    "IdleBudget",
+    "StateInbox",
+    "send_state",
+    "ships_within",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +75,23 @@ class IdleBudget:
             start = time.perf_counter()
             await caught_up()
             self.spent += time.perf_counter() - start
+
+
+def ships_within(
+    left: int, pause_s: float, sent: int, sending_s: float, read: int, reading_s: float
+) -> bool:
+    """Whether the ``left`` bytes not copied ahead would ship within ``pause_s`` at the
+    pace the copies went: the sender's seconds per byte (``sending_s`` for the ``sent``
+    bytes: pickling and writing) plus the receivers' (``reading_s`` for the ``read``
+    bytes they have read so far; the sender's alone until they have read any). The two
+    add up: in a swap each worker does both in the update, and counted alone the
+    sender's share left pauses three times the budget (``BENCHMARKS.md``, session 22);
+    where the ends overlap (one worker sending, another reading), the pause comes out
+    under the budget instead."""
+    if sent <= 0:
+        return left <= 0
+    per_byte = sending_s / sent + (reading_s / read if read > 0 else 0.0)
+    return left * per_byte <= pause_s
 
 
 async def send_state(link: PeerLink, rid: int, dest: str, part: Any, data: Any, raw: bool) -> None:
@@ -133,8 +157,9 @@ class StateInbox:
         # Copies ahead, by (rid, task, group): as they came, then read (store, memo).
         self._unread: dict[tuple[int, str, int], Any] = {}
         self._bases: dict[tuple[int, str, int], tuple[dict, Any]] = {}
-        # Who to tell that an unread copy was read (its sender paces its copying by it).
-        self._on_read: dict[tuple[int, str, int], Callable[[int], None]] = {}
+        # Who to tell that an unread copy was read (its sender paces its copying by it), and
+        # in how many seconds (its sender counts them in the pause the rest would take).
+        self._on_read: dict[tuple[int, str, int], Callable[[int, float], None]] = {}
         self._copy_came = asyncio.Event()
         self._budget = IdleBudget()  # of the reconfiguration whose copies it last read
         self._dropped: set[int] = set()  # reconfigurations aborted here: late parts go
@@ -146,13 +171,14 @@ class StateInbox:
         task: str,
         part: Any,
         data: Any,
-        on_read: Callable[[int], None] | None = None,
+        on_read: Callable[[int, float], None] | None = None,
     ) -> None:
-        """A part of ``task``'s state for reconfiguration ``rid``; ``on_read(1)`` is called
-        once a copy made ahead has been read (or dropped)."""
+        """A part of ``task``'s state for reconfiguration ``rid``; ``on_read(1, seconds)`` is
+        called once a copy made ahead has been read, with the seconds reading it took (0.0
+        when it was dropped unread)."""
         if rid in self._dropped:
             if on_read is not None and _is_copy(part):
-                on_read(1)
+                on_read(1, 0.0)
             return
         named = precopy.parse_part(part)
         if named is not None:  # a copy ahead, or a delta to it
@@ -169,7 +195,7 @@ class StateInbox:
         kind: str,
         group: int,
         data: Any,
-        on_read: Callable[[int], None] | None,
+        on_read: Callable[[int, float], None] | None,
     ) -> tuple:
         """Keep a copy ahead aside (nothing to take yet); apply a delta to its copy, giving
         the group's state (or the error a task's update raises when it takes it)."""
@@ -200,18 +226,19 @@ class StateInbox:
         data = self._unread.pop(key, None)
         if data is None:
             return
+        t0 = time.perf_counter()
         try:
             self._bases[key] = precopy.load_base(data)
         except Exception:  # its delta will say so, to the task's update
             logger.exception("the copy ahead of key group %s of %s is unreadable", key[2], key[1])
         finally:
             self.recycle(data)
-            self._told_read(key)
+            self._told_read(key, time.perf_counter() - t0)
 
-    def _told_read(self, key: tuple[int, str, int]) -> None:
+    def _told_read(self, key: tuple[int, str, int], seconds: float = 0.0) -> None:
         on_read = self._on_read.pop(key, None)
         if on_read is not None:
-            on_read(1)
+            on_read(1, seconds)
 
     def recycle(self, data: Any) -> None:
         """``data`` (a part taken from here) has been read and is referred to no more: the
@@ -239,14 +266,14 @@ class StateInbox:
         self,
         frame: tuple,
         chunk: bytes | bytearray | memoryview,
-        on_read: Callable[[int], None] | None = None,
+        on_read: Callable[[int, float], None] | None = None,
     ) -> None:
         """A ``[STATE, rid, task, part, seq, total, raw, nbytes]`` frame from a peer and the
         ``chunk`` of payload that followed it; ``on_read`` as for :meth:`put`."""
         _, rid, task, part, seq, total, raw, _nbytes = frame
         if rid in self._dropped:
             if on_read is not None and seq == total - 1 and _is_copy(part):
-                on_read(1)
+                on_read(1, 0.0)
             return
         key = (rid, task, part)
         chunks = self._chunks.setdefault(key, [None] * total)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from runtime import precopy, protocol
 from runtime.channels import DataServer, PeerLink
-from runtime.handover import STATE_CHUNK_BYTES, StateInbox, send_state
+from runtime.handover import STATE_CHUNK_BYTES, StateInbox, send_state, ships_within
 
 keys = st.one_of(st.integers(-50, 50), st.text(max_size=8), st.binary(min_size=300, max_size=400))
 leaves = st.one_of(
@@ -189,10 +189,55 @@ def test_a_copy_that_comes_while_the_tasks_are_idle_is_read_at_once_and_its_buff
     assert inbox._parts[(5, "count-1")] == stores
 
 
+@pytest.mark.parametrize(
+    ("left", "pause_s", "sent", "sending_s", "read", "reading_s", "ships"),
+    [
+        (8 << 20, 0.02, 4 << 20, 0.008, 0, 0.0, True),  # 16 ms at the sender's pace alone
+        (8 << 20, 0.02, 4 << 20, 0.008, 2 << 20, 0.008, False),  # + 32 ms to read: 48 ms
+        (8 << 20, 0.05, 4 << 20, 0.008, 2 << 20, 0.008, True),
+        (0, 0.0, 0, 0.0, 0, 0.0, True),  # nothing left
+        (1, 1.0, 0, 0.0, 0, 0.0, False),  # no pace measured yet: go on copying
+    ],
+)
+def test_the_rest_ships_within_a_pause_at_both_ends_pace(
+    left: int, pause_s: float, sent: int, sending_s: float, read: int, reading_s: float, ships: bool
+) -> None:
+    assert ships_within(left, pause_s, sent, sending_s, read, reading_s) is ships
+
+
+@given(
+    left=st.integers(0, 1 << 30),
+    more=st.integers(0, 1 << 30),
+    pause_s=st.floats(0, 10),
+    sent=st.integers(1, 1 << 30),
+    sending_s=st.floats(0, 10),
+    read=st.integers(0, 1 << 30),
+    reading_s=st.floats(0, 10),
+)
+def test_more_left_or_a_slower_receiver_never_ships_sooner(
+    left: int,
+    more: int,
+    pause_s: float,
+    sent: int,
+    sending_s: float,
+    read: int,
+    reading_s: float,
+) -> None:
+    ships = ships_within(left, pause_s, sent, sending_s, read, reading_s)
+    if ships_within(left + more, pause_s, sent, sending_s, read, reading_s):
+        assert ships
+    if read and ships_within(left, pause_s, sent, sending_s, read, reading_s + 1.0):
+        assert ships
+    if ships_within(left, pause_s, sent, sending_s, read, reading_s):
+        assert ships_within(left, pause_s, sent, sending_s, 0, 0.0)  # the sender alone
+
+
 def test_a_sender_has_room_for_copies_ahead_as_the_receiver_reads_them() -> None:
     """Over a real loopback link: copies a busy receiver has not read hold the next one
     back (for at most the wait given), each copy read, or dropped with its aborted
-    reconfiguration, makes room again, and one that comes after the abort is let go at once."""
+    reconfiguration, makes room again, and one that comes after the abort is let go at once.
+    The sender learns the bytes read and the seconds reading them took (none for a copy
+    dropped unread)."""
 
     async def main() -> None:
         inbox = StateInbox(idle=lambda: False)  # the receiver's tasks are busy
@@ -202,14 +247,14 @@ def test_a_sender_has_room_for_copies_ahead_as_the_receiver_reads_them() -> None
         permits: asyncio.Queue[None] = asyncio.Queue()  # one idle moment each
         reader = asyncio.create_task(inbox.read_copies(permits.get))
 
-        async def send_copy(rid: int, g: int) -> None:
+        async def send_copy(rid: int, g: int) -> int:
             data, _memo = precopy.export_base({f"k{g}": (g, b"x" * 2000)})
             await send_state(link, rid, "count-1", precopy.part_name("base", g), data, raw=True)
-            link.copy_sent(rid)
+            link.copy_sent(rid, sum(map(len, data)))
+            return sum(map(len, data))
 
         try:
-            for g in (1, 2):
-                await send_copy(7, g)
+            sizes = [await send_copy(7, g) for g in (1, 2)]
             t0 = time.perf_counter()
             assert await link.copy_room(7, 2, 0.2) is False
             assert time.perf_counter() - t0 >= 0.2 and link.copies_unread == {7: 2}
@@ -218,8 +263,13 @@ def test_a_sender_has_room_for_copies_ahead_as_the_receiver_reads_them() -> None
             permits.put_nowait(None)  # one idle moment: one copy read, room for one
             assert await link.copy_room(7, 2, 5.0) is True
             assert link.copies_unread == {7: 1} and len(inbox._unread) == 1
+            read, seconds = link.copies_read(7)
+            assert read == sizes[0] and seconds > 0  # the first copy, and its reading
             inbox.drop(7)  # aborted: the copy left unread makes room too
             assert await link.copy_room(7, 1, 5.0) is True and link.copies_unread == {}
+            assert link.copies_read(7) == (sum(sizes), seconds)  # dropped: no time
+            link.forget_copies(7)
+            assert link.copies_read(7) == (0, 0.0)
             await send_copy(7, 3)  # late: dropped as it comes, and said so
             assert await link.copy_room(7, 1, 5.0) is True and link.copies_unread == {}
             assert not inbox._unread and not inbox._bases
