@@ -59,7 +59,7 @@ class Settings(BaseSettings):
         le=10_000,
         description=(
             "the copying ahead stops once what is left would ship within this many ms of "
-            "pause, at the rate measured while copying (0: copy everything ahead)"
+            "pause, at the pace of both ends measured while copying (0: copy everything ahead)"
         ),
     )
     stage_window: int = Field(

@@ -35,9 +35,9 @@ class RuntimeConfig:
     # A task whose key groups leave for another worker copies them ahead while it runs
     # when they come to at least this much state (runtime.precopy); None: never.
     precopy_min_bytes: int | None = 32 << 20
-    # The copying ahead stops once what is left would ship within this pause, at the rate
-    # measured while copying (0: copy everything ahead): a shorter change for a longer
-    # pause of the tasks that give state.
+    # The copying ahead stops once what is left would ship within this pause, at the pace
+    # of both ends measured while copying (0: copy everything ahead): a shorter change for
+    # a longer pause of the tasks that give state.
     precopy_pause_ms: float = 0.0
     # Stages of a staged fluid change under way at once (coordinator.reconfig): 2 lets the
     # next stage's barrier travel while the state of the one before still moves, which
