@@ -410,10 +410,12 @@ class PeerLink:
             lambda: self.copies_unread.get(rid, 0) >= window, self._copy_read, most_s
         )
 
-    def _copies_read(self, rid: int, n: int) -> None:
+    def _copies_read(self, rid: int, n: int, seconds: float) -> None:
         sizes = self._unread_bytes.get(rid)
-        for _ in range(min(n, len(sizes or ()))):
-            self.copy_read_bytes[rid] = self.copy_read_bytes.get(rid, 0) + sizes.popleft()
+        if sizes is not None:  # still copying ahead (read later, by the update: not counted)
+            for _ in range(min(n, len(sizes))):
+                self.copy_read_bytes[rid] = self.copy_read_bytes.get(rid, 0) + sizes.popleft()
+            self.copy_read_s[rid] = self.copy_read_s.get(rid, 0.0) + seconds
         left = self.copies_unread.get(rid, 0) - n
         if left > 0:
             self.copies_unread[rid] = left
@@ -432,11 +434,10 @@ class PeerLink:
                 frame = await protocol.read_frame(self.reader, f"worker {self.peer}")
                 if frame[0] != protocol.CREDIT:
                     raise ChannelError(f"worker {self.peer} sent frame {frame[0]} on a data link")
-                for rid, seconds in frame[2] if len(frame) > 2 else ():
-                    self.copy_read_s[rid] = self.copy_read_s.get(rid, 0.0) + seconds
+                took = dict(frame[2]) if len(frame) > 2 else {}  # seconds, by reconfiguration
                 for key, n in frame[1]:
                     if type(key) is int:  # copies ahead of reconfiguration ``key`` read
-                        self._copies_read(key, n)
+                        self._copies_read(key, n, took.get(key, 0.0))
                         continue
                     ch = self.channels.get(key)
                     if ch is not None:

@@ -534,34 +534,36 @@ class JobRuntime:
         left = sum(size for *_, size in moves)
         idle = IdleBudget(p.rid)  # waits for the tasks here to catch up with their input
         room = 0.0  # for the receiver to read the copies it has
-        for tid, g, dest, dest_worker, size in moves:
-            link = await self._link(dest_worker, state=True)
-            t_room = time.perf_counter()
-            await link.copy_room(p.rid, PRECOPY_WINDOW, PRECOPY_ROOM_WAIT_S)
-            room += time.perf_counter() - t_room
-            await idle.wait(self.worker.caught_up)
-            if p.precopy_stop or time.perf_counter() - t0 > budget_s:
-                break
-            if sent >= PRECOPY_RATE_MIN_BYTES and ships_within(
-                left, pause_s, sent, sending_s, *self._copies_read(p.rid)
-            ):
-                break  # the rest ships within the pause: copying on only delays the change
-            processor = _keyed(self.tasks.get(tid))
-            left -= size
-            if processor is None or not processor.state.owns(g):
-                continue
-            t1 = time.perf_counter()
-            data, memo = precopy.export_base(processor.state.group(g))
-            processor.track(g)  # no await since the copy: no touched key is missed
-            p.precopied[(tid, g)] = memo
-            nbytes = sum(map(len, data))
-            sent += nbytes
-            await send_state(link, p.rid, dest, precopy.part_name("base", g), data, raw=True)
-            link.copy_sent(p.rid, nbytes)
-            sending_s += time.perf_counter() - t1
-            await asyncio.sleep(0)  # the tasks see the input that came meanwhile
-        for link in self.state_links.values():  # the update reads what is still unread
-            link.forget_copies(p.rid)
+        try:
+            for tid, g, dest, dest_worker, size in moves:
+                link = await self._link(dest_worker, state=True)
+                t_room = time.perf_counter()
+                await link.copy_room(p.rid, PRECOPY_WINDOW, PRECOPY_ROOM_WAIT_S)
+                room += time.perf_counter() - t_room
+                await idle.wait(self.worker.caught_up)
+                if p.precopy_stop or time.perf_counter() - t0 > budget_s:
+                    break
+                if sent >= PRECOPY_RATE_MIN_BYTES and ships_within(
+                    left, pause_s, sent, sending_s, *self._copies_read(p.rid)
+                ):
+                    break  # the rest ships within the pause: copying on only delays the change
+                processor = _keyed(self.tasks.get(tid))
+                left -= size
+                if processor is None or not processor.state.owns(g):
+                    continue
+                t1 = time.perf_counter()
+                data, memo = precopy.export_base(processor.state.group(g))
+                processor.track(g)  # no await since the copy: no touched key is missed
+                p.precopied[(tid, g)] = memo
+                nbytes = sum(map(len, data))
+                sent += nbytes
+                await send_state(link, p.rid, dest, precopy.part_name("base", g), data, raw=True)
+                link.copy_sent(p.rid, nbytes)
+                sending_s += time.perf_counter() - t1
+                await asyncio.sleep(0)  # the tasks see the input that came meanwhile
+        finally:  # the update reads what is still unread; late reads are not counted
+            for link in self.state_links.values():
+                link.forget_copies(p.rid)
         ms = round((time.perf_counter() - t0) * 1000, 3)
         return {
             "ms": ms,
