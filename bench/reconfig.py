@@ -416,16 +416,15 @@ async def run_state_size(
         for baseline in ("restart", "restart_new"):
             base = entry.get(baseline)
             for how in [h for h in entry if h.partition("@")[0] in LIVE_COMPARED] if base else ():
-                if isinstance(entry[how], dict):
-                    live = entry[how]
-                    entry[f"{baseline}_over_{how}"] = {
-                        "completion": _ratio(
-                            base["timings_ms"].get("total", 0), live["timings_ms"].get("total", 0)
-                        ),
-                        "peak_latency": _ratio(
-                            base["latency_after_ms"]["max_ms"], live["latency_after_ms"]["max_ms"]
-                        ),
-                    }
+                live = entry[how]
+                entry[f"{baseline}_over_{how}"] = {
+                    "completion": _ratio(
+                        base["timings_ms"].get("total", 0), live["timings_ms"].get("total", 0)
+                    ),
+                    "peak_latency": _ratio(
+                        base["latency_after_ms"]["max_ms"], live["latency_after_ms"]["max_ms"]
+                    ),
+                }
     return {
         "state_mb_per_task": state_mb,
         "pad_bytes_per_word": pad,
