@@ -354,14 +354,12 @@ class PeerLink:
         self._reader_task: asyncio.Task | None = None
         self.on_error: Callable[[BaseException], None] | None = None
         self.in_use: Callable[[], bool] = lambda: bool(self.channels)
-        # Copies made ahead sent here that the peer has not read yet, by reconfiguration
-        # (see copy_room): the receiver reads them at its idle moments and says so, with
-        # the seconds reading them took. Their bytes, in the order sent (read in order),
-        # and the bytes and seconds of those read: the receiver's pace (see copies_read).
-        self.copies_unread: dict[int, int] = {}
-        self._unread_bytes: dict[int, deque[int]] = {}
-        self.copy_read_bytes: dict[int, int] = {}
-        self.copy_read_s: dict[int, float] = {}
+        # Copies made ahead sent here, by reconfiguration (see copy_room): the bytes of
+        # those the peer has not read yet, in the order sent (it reads them in order, at
+        # its idle moments, and says so with the seconds reading them took), and the
+        # (bytes, seconds) of those read: the receiver's pace (see copies_read).
+        self._unread: dict[int, deque[int]] = {}
+        self._read: dict[int, tuple[int, float]] = {}
         self._copy_read = asyncio.Event()
 
     @classmethod
@@ -384,21 +382,25 @@ class PeerLink:
             )
         return protocol.write_frame(self.writer, frame)
 
-    def copy_sent(self, rid: int, nbytes: int = 0) -> None:
+    def copy_sent(self, rid: int, nbytes: int) -> None:
         """A copy made ahead for reconfiguration ``rid``, of ``nbytes``, went on this link."""
-        self.copies_unread[rid] = self.copies_unread.get(rid, 0) + 1
-        self._unread_bytes.setdefault(rid, deque()).append(nbytes)
+        self._unread.setdefault(rid, deque()).append(nbytes)
+
+    @property
+    def copies_unread(self) -> dict[int, int]:
+        """How many copies ahead sent here the peer has not read, by reconfiguration."""
+        return {rid: len(sizes) for rid, sizes in self._unread.items() if sizes}
 
     def copies_read(self, rid: int) -> tuple[int, float]:
         """(bytes, seconds): the copies ahead of ``rid`` the peer has read so far, and the
         seconds it says reading them took."""
-        return self.copy_read_bytes.get(rid, 0), self.copy_read_s.get(rid, 0.0)
+        return self._read.get(rid, (0, 0.0))
 
     def forget_copies(self, rid: int) -> None:
-        """The copying ahead of ``rid`` is over: its counts go (the update reads the rest)."""
-        for counts in (self.copies_unread, self._unread_bytes, self.copy_read_bytes):
-            counts.pop(rid, None)
-        self.copy_read_s.pop(rid, None)
+        """The copying ahead of ``rid`` is over: its counts go (the update reads the rest,
+        and those reads are not counted)."""
+        self._unread.pop(rid, None)
+        self._read.pop(rid, None)
 
     async def copy_room(self, rid: int, window: int, most_s: float) -> bool:
         """Wait until fewer than ``window`` copies ahead of ``rid`` sent here are unread by
@@ -407,20 +409,15 @@ class PeerLink:
         pile up in its memory, and taking them in off the socket costs it time its tasks
         need."""
         return await wait_while(
-            lambda: self.copies_unread.get(rid, 0) >= window, self._copy_read, most_s
+            lambda: len(self._unread.get(rid, ())) >= window, self._copy_read, most_s
         )
 
     def _copies_read(self, rid: int, n: int, seconds: float) -> None:
-        sizes = self._unread_bytes.get(rid)
-        if sizes is not None:  # still copying ahead (read later, by the update: not counted)
-            for _ in range(min(n, len(sizes))):
-                self.copy_read_bytes[rid] = self.copy_read_bytes.get(rid, 0) + sizes.popleft()
-            self.copy_read_s[rid] = self.copy_read_s.get(rid, 0.0) + seconds
-        left = self.copies_unread.get(rid, 0) - n
-        if left > 0:
-            self.copies_unread[rid] = left
-        else:
-            self.copies_unread.pop(rid, None)
+        sizes = self._unread.get(rid)
+        if sizes is not None:
+            nbytes = sum(sizes.popleft() for _ in range(min(n, len(sizes))))
+            read, took = self._read.get(rid, (0, 0.0))
+            self._read[rid] = (read + nbytes, took + seconds)
         self._copy_read.set()
 
     async def drain_if_needed(self) -> None:
