@@ -1,0 +1,69 @@
+"""The verdict table of BENCHMARKS.md is computed from the benchmark's rows, not typed in:
+these check that it judges the issue's targets (10x the restart on new workers in
+completion time and peak latency, p99 under 3x steady) as they are stated."""
+
+from __future__ import annotations
+
+from bench.report import verdicts
+
+
+def row(total_ms: float, max_ms: float, p99_over_steady: float | None, status="completed"):
+    return {
+        "status": status,
+        "steps": 1,
+        "timings_ms": {"total": total_ms},
+        "latency_after_ms": {"max_ms": max_ms, "p99_ms": 1.0},
+        "p99_over_steady": p99_over_steady,
+    }
+
+
+def table(*changes: dict) -> list[list[str]]:
+    lines = verdicts({"changes": list(changes)})
+    rows = [line for line in lines if line.startswith("| ") and not line.startswith("| change")]
+    return [[cell.strip() for cell in r.strip("|").split("|")] for r in rows]
+
+
+def test_the_fastest_way_that_meets_every_target_is_named() -> None:
+    change = {
+        "change": "migrate a task (to a standby worker)",
+        "restart_new": row(2000.0, 2000.0, 100.0),
+        "live": row(150.0, 60.0, 1.5),  # 13.3x, 33x, p99 1.5x: met
+        "fluid_all": row(100.0, 150.0, 1.2),  # 20x but peak 13.3x: met, faster
+        "live_nocopy": row(50.0, 400.0, 4.0),  # 40x but peak 5x, p99 4x: missed
+    }
+    [[name, met, how, completion, peak, p99, ways]] = table(change)
+    assert (name, met, how) == ("migrate a task (to a standby worker)", "yes", "fluid, 1 step")
+    assert (completion, peak, p99, ways) == ("20.0x", "13.3x", "1.2x", "2 of 3")
+
+
+def test_a_change_that_misses_names_the_fastest_within_the_p99_bound() -> None:
+    change = {
+        "change": "migrate two tasks (swap workers)",
+        "restart_new": row(2000.0, 2000.0, 100.0),
+        "live": row(220.0, 60.0, 1.0),  # 9.1x: just short
+        "live_nocopy": row(100.0, 100.0, 5.3),  # 20x at p99 5.3x
+        "live@20ms": row(250.0, 60.0, 2.0),
+    }
+    [[name, met, how, completion, _, p99, ways]] = table(change)
+    assert name == "migrate two tasks (swap workers) (beyond the issue's list)"
+    assert (met, how, completion, p99, ways) == ("no", "pause", "9.1x", "1.0x", "0 of 3")
+
+
+def test_p99_at_three_times_steady_is_not_under_it() -> None:
+    change = {
+        "change": "scale out 2 -> 4",
+        "restart_new": row(3000.0, 3000.0, 100.0),
+        "live": row(100.0, 100.0, 3.0),
+    }
+    assert table(change)[0][1] == "no"
+
+
+def test_changes_without_a_completed_restart_on_new_workers_are_not_judged() -> None:
+    failed = {"change": "rebalance", "restart_new": row(0.0, 0.0, None, status="failed")}
+    absent = {"change": "swap logic", "live": row(10.0, 10.0, 1.0)}
+    failed_live = {
+        "change": "scale in 4 -> 2",
+        "restart_new": row(2000.0, 2000.0, 100.0),
+        "live": row(100.0, 50.0, 1.0, status="failed"),
+    }
+    assert table(failed, absent, failed_live) == []
