@@ -33,7 +33,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/throughput.py
-	$(BIN)/python bench/reconfig.py
+	$(BIN)/python bench/reconfig.py --precopy-pause-ms 0 20
 	$(BIN)/python bench/state_transfer.py --no-pool
 	$(BIN)/python bench/fork_copy.py
 	$(BIN)/python bench/spark.py
