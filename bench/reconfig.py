@@ -394,9 +394,9 @@ async def run_state_size(
                     "latency_before_ms": before["latency"],
                     "latency_after_ms": after["latency"],
                     "p99_ratio": _ratio(after["latency"]["p99_ms"], before["latency"]["p99_ms"]),
-                    # The window before may be up to 2x steady (see settle): also against
-                    # the p99 of the steady seconds after the warm-up.
-                    "p99_over_steady": _ratio(after["latency"]["p99_ms"], steady_p99),
+                    # Against the run's steady p99, set once all the changes have run
+                    # (see steady_before_changes).
+                    "p99_over_steady": None,
                     "throughput_ratio": _ratio(after["sink_rate"], before["sink_rate"]),
                     "recovered_after_s": recovered,
                     "settled_after_s": settled,
@@ -413,6 +413,7 @@ async def run_state_size(
             )
         summary = job.summary()
         await co.stop_job(job.id)
+    steady_before = steady_before_changes([r for runs in samples.values() for r in runs])
     for (name, how), runs in samples.items():
         entries.setdefault(name, {"change": name})[how] = {**median_of(runs), "samples": runs}
     for entry in entries.values():
@@ -435,12 +436,28 @@ async def run_state_size(
         "rate_words_per_s": rate_words,
         "max_words_per_s": max_words,
         "steady_p99_ms": steady_p99,
+        "steady_p99_before_changes_ms": steady_before,
         "steady_sink_rate": steady_rate,
         "steady_cpu_percent": cpu,
         "cpu_count": psutil.cpu_count(),
         "changes": list(entries.values()),
         "job": summary,
     }
+
+
+def steady_before_changes(samples: list[dict]) -> float | None:
+    """The run's steady p99: the median of the p99s of the BEFORE_S windows before its
+    changes (each taken once the job settled, see :func:`settle`), and each sample's
+    ``p99_over_steady`` against it. Robust to a slow moment, where the p99 of the seconds
+    after the warm-up is one moment's (at 100 MB it has been 3.7x the median of the
+    windows before), and the same yardstick for every change of the run."""
+    before = [r["latency_before_ms"]["p99_ms"] for r in samples if r["latency_before_ms"]["count"]]
+    if not before:
+        return None
+    steady = statistics.median(before)
+    for r in samples:
+        r["p99_over_steady"] = _ratio(r["latency_after_ms"]["p99_ms"], steady)
+    return steady
 
 
 def median_of(runs: list[dict]) -> dict:

@@ -166,8 +166,8 @@ def reconfig_section(d: dict) -> list[str]:
         "see each heading); every figure is the median of its rounds, the completion time "
         "also with its range [min-max], and the ratios are of medians. Latency: p99 / max of end-to-end latency from the start of "
         "the change to 3 s after it completed (before: the 4 steady seconds before it; "
-        "where shown, also as a multiple of the p99 of the steady seconds after the warm-up, "
-        "since a window before is taken as steady up to 2x that). "
+        "also as a multiple of the run's steady p99, the median of the p99s of the windows "
+        "before all its changes, in each heading). "
         "Throughput: sink records per second over that window, as a ratio of the rate before. "
         "A move between tasks on the same worker hands the state over without copying it (the "
         "scale helper places a new task beside the one it takes key groups from when it can), "
@@ -208,7 +208,10 @@ def reconfig_section(d: dict) -> list[str]:
             f"({fmt(round(size['rate_words_per_s']))} words/s, "
             f"{'1 round' if rounds == 1 else f'median of {rounds} rounds'}"
             + (
-                f", steady p99 {fmt(size['steady_p99_ms'])} ms after the warm-up"
+                f", steady p99 {fmt(size['steady_p99_before_changes_ms'])} ms (the median of the "
+                f"windows before the changes; {fmt(size['steady_p99_ms'])} ms after the warm-up)"
+                if size.get("steady_p99_before_changes_ms")
+                else f", steady p99 {fmt(size['steady_p99_ms'])} ms after the warm-up"
                 if size.get("steady_p99_ms")
                 else ""
             )
