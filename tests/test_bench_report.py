@@ -1,9 +1,11 @@
 """The verdict table of BENCHMARKS.md is computed from the benchmark's rows, not typed in:
 these check that it judges the issue's targets (10x the restart on new workers in
-completion time and peak latency, p99 under 3x steady) as they are stated."""
+completion time and peak latency, p99 under 3x steady) as they are stated, and that the
+steady p99 they are judged against is the run's, not one moment's."""
 
 from __future__ import annotations
 
+from bench.reconfig import steady_before_changes
 from bench.report import verdicts
 
 
@@ -67,3 +69,19 @@ def test_changes_without_a_completed_restart_on_new_workers_are_not_judged() -> 
         "live": row(100.0, 50.0, 1.0, status="failed"),
     }
     assert table(failed, absent, failed_live) == []
+
+
+def test_steady_p99_is_the_median_of_the_windows_before_the_changes() -> None:
+    """One slow window (or one right after the warm-up) does not move the yardstick, and
+    a window that saw no records does not count."""
+
+    def sample(before_p99: float, after_p99: float, count: int = 1000) -> dict:
+        return {
+            "latency_before_ms": {"p99_ms": before_p99, "count": count},
+            "latency_after_ms": {"p99_ms": after_p99, "count": 1000},
+        }
+
+    samples = [sample(10.0, 20.0), sample(12.0, 30.0), sample(55.0, 60.0), sample(0.0, 24.0, 0)]
+    assert steady_before_changes(samples) == 12.0
+    assert [s["p99_over_steady"] for s in samples] == [1.67, 2.5, 5.0, 2.0]
+    assert steady_before_changes([sample(0.0, 5.0, count=0)]) is None
