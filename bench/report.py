@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
@@ -100,10 +100,18 @@ TARGET_P99 = 3.0  # p99 during a change under 3x steady
 EXTRA_CHANGES = ("migrate two tasks (swap workers)",)
 
 
-def _judged(c: dict) -> list[tuple[str, float, float, float, bool]]:
-    """Each live way a change was made, against the restart on new workers of the same
-    run: (how, completion ratio, peak-latency ratio, p99 over steady, all targets met),
-    from the medians of the rounds."""
+class Judged(NamedTuple):
+    """One live way of making a change, against the restart on new workers of its run."""
+
+    how: str
+    completion: float  # the restart's completion time over this way's
+    peak: float  # the restart's peak latency over this way's
+    p99: float  # p99 during the change over the run's steady p99
+    met: bool  # all three targets
+
+
+def _judged(c: dict) -> list[Judged]:
+    """Each live way a change was made, judged from the medians of its rounds."""
     base = c.get("restart_new")
     if not base or base.get("status") != "completed":
         return []
@@ -118,7 +126,7 @@ def _judged(c: dict) -> list[tuple[str, float, float, float, bool]]:
         completion = base["timings_ms"]["total"] / total
         peak_ratio = base["latency_after_ms"]["max_ms"] / peak
         met = completion >= TARGET_RATIO and peak_ratio >= TARGET_RATIO and p99 < TARGET_P99
-        judged.append((how, completion, peak_ratio, p99, met))
+        judged.append(Judged(how, completion, peak_ratio, p99, met))
     return judged
 
 
@@ -137,9 +145,9 @@ def verdicts(size: dict) -> list[str]:
         judged = _judged(c)
         if not judged:
             continue
-        met = [j for j in judged if j[4]]
-        bounded = [j for j in judged if j[3] < TARGET_P99]
-        how, completion, peak, p99, ok = max(met or bounded or judged, key=lambda j: j[1])
+        met = [j for j in judged if j.met]
+        bounded = [j for j in judged if j.p99 < TARGET_P99]
+        how, completion, peak, p99, ok = max(met or bounded or judged, key=lambda j: j.completion)
         extra = " (beyond the issue's list)" if c["change"] in EXTRA_CHANGES else ""
         out.append(
             f"| {c['change']}{extra} | {'yes' if ok else 'no'} | {_label(how, c[how])} | "
