@@ -38,10 +38,10 @@ worker, and this connection carries nothing more of it) flow to the receiver and
 in one event-loop iteration travel together; a reconfiguration's id, an integer, in place
 of a channel counts copies of key-group state made ahead for it that were read, and a
 third element ``[[rid, seconds], ...]``, when there is one, says how long reading them
-took). During a
-reconfiguration, state moves on the same links: ``[STATE, rid, task, part, seq, total,
-raw, nbytes]`` followed by ``nbytes`` raw bytes, outside any frame (a chunk of a key
-group's exported state, or of a source position; see :class:`FrameReader`). ``channel``
+took). During a reconfiguration, state moves on the same links: ``[STATE, rid, task,
+part, seq, total, raw, nbytes]`` followed by ``nbytes`` raw bytes, outside any frame (a
+chunk of a key group's exported state, or of a source position; see
+:class:`FrameReader`). ``channel``
 is ``"<job>/<upstream task>><downstream task>"`` (see :func:`channel_key`).
 """
 

@@ -228,7 +228,7 @@ def test_more_left_or_a_slower_receiver_never_ships_sooner(
         assert ships
     if read and ships_within(left, pause_s, sent, sending_s, read, reading_s + 1.0):
         assert ships
-    if ships_within(left, pause_s, sent, sending_s, read, reading_s):
+    if ships:
         assert ships_within(left, pause_s, sent, sending_s, 0, 0.0)  # the sender alone
 
 
@@ -250,8 +250,9 @@ def test_a_sender_has_room_for_copies_ahead_as_the_receiver_reads_them() -> None
         async def send_copy(rid: int, g: int) -> int:
             data, _memo = precopy.export_base({f"k{g}": (g, b"x" * 2000)})
             await send_state(link, rid, "count-1", precopy.part_name("base", g), data, raw=True)
-            link.copy_sent(rid, sum(map(len, data)))
-            return sum(map(len, data))
+            nbytes = sum(map(len, data))
+            link.copy_sent(rid, nbytes)
+            return nbytes
 
         try:
             sizes = [await send_copy(7, g) for g in (1, 2)]
