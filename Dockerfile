@@ -1,6 +1,9 @@
 # The streampilot image: the control plane, the worker runtime and the examples, with
 # Java 17 and PySpark so the same image serves as a Spark master, Spark worker and
-# executor (docker-compose.yml). Build: docker build -t streampilot .
+# executor (docker-compose.yml). bubblewrap sandboxes uploaded controllers and code checks;
+# unprivileged, it needs user namespaces, which Docker's default seccomp profile denies: run
+# with a profile that allows them, or the server refuses uploaded controllers and says why
+# (built-ins still run). Build: docker build -t streampilot .
 FROM python:3.11-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -8,7 +11,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1
 
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps bubblewrap \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean browser
+.PHONY: demo test lint bench clean browser sandbox
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,10 +19,17 @@ browser:
 		&& (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium) \
 		|| echo "chromium is missing: the console's browser test needs Debian's chromium"; }
 
-demo: $(STAMP)
+# Uploaded controllers and code checks run in bubblewrap's sandbox (the server refuses
+# uploaded controllers without it): installed here when missing and this is root.
+sandbox:
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] \
+		&& (apt-get update -qq && apt-get install -y -qq --no-install-recommends bubblewrap) \
+		|| echo "bwrap is missing: uploaded controllers need Debian's bubblewrap"; }
+
+demo: $(STAMP) sandbox
 	$(BIN)/streampilot demo
 
-test: $(STAMP) browser
+test: $(STAMP) browser sandbox
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 

@@ -88,6 +88,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(_prepare_database, settings, sessions)
         # Step 2. What a previous run left unfinished.
         engine = Engine(settings)
+        engine.coordinator.resolve_logic = code_service.logic_resolver(settings)  # registered
         tracker = Tracker(engine, sessions)
         await asyncio.to_thread(tracker.recover)
         # Step 3. Coordinator and workers.

@@ -8,9 +8,10 @@ over the environment). Values are validated when the object is built, so a bad
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -71,6 +72,73 @@ class Settings(BaseSettings):
             "barrier with the state transfer of the one before (sooner done when workers have "
             "CPU to spare, higher latency when they do not)"
         ),
+    )
+    data_dir: Path = Field(
+        Path("./streampilot-data"),
+        description=(
+            "the server's data root: a job submitted with an operate token writes its output "
+            "only under <data_dir>/jobs/<job key>/ (relative sink paths land there)"
+        ),
+    )
+    job_modules: list[str] = Field(
+        default_factory=list,
+        description=(
+            'modules whose callables jobs and logic refs may name, as JSON: ["myjobs.etl"]; '
+            "declared by the installation like the streampilot.jobs entry points"
+        ),
+    )
+    max_workers: int = Field(
+        16,
+        ge=1,
+        description=(
+            "workers alive at once, server-wide: starting more (POST /workers, or a plan "
+            'that places tasks on "new" workers) is refused'
+        ),
+    )
+    operate_starts_workers: bool = Field(
+        False,
+        description=(
+            'let operate tokens apply plans that start workers ("new"); otherwise such a '
+            "plan needs an admin token"
+        ),
+    )
+    max_request_bytes: int = Field(
+        4 << 20,
+        ge=64 << 10,
+        description="largest request body accepted (413 beyond it, naming the limit)",
+    )
+    max_plan_ops: int = Field(
+        1000, ge=1, description="operations in one plan at most (422 beyond it)"
+    )
+    tls_cert: Path | None = Field(
+        None,
+        description=(
+            "PEM certificate (chain) for TLS on the coordinator's and the workers' data "
+            "ports; with tls_key. Workers present it too"
+        ),
+    )
+    tls_key: Path | None = Field(
+        None, validate_default=True, description="PEM private key of tls_cert"
+    )
+    tls_ca: Path | None = Field(
+        None,
+        description=(
+            "PEM CA bundle that peers' certificates must chain to: with it, TLS is mutual "
+            "(every worker and the coordinator present a certificate it signed)"
+        ),
+    )
+    sandbox_user: str = Field(
+        "nobody",
+        description=(
+            "when the server runs as root, sandboxed processes (controllers, code checks, "
+            "job builds) run as this user"
+        ),
+    )
+    controller_max_processes: int = Field(
+        16, ge=1, description="processes (and threads) a controller's sandbox may run at once"
+    )
+    controller_max_open_files: int = Field(
+        256, ge=16, description="files a controller's process may hold open at once"
     )
     migrate_on_start: bool = Field(True, description="upgrade the database schema at start-up")
     log_level: str = Field("INFO", description="log level of the control plane")
@@ -142,6 +210,13 @@ class Settings(BaseSettings):
         if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
             raise ValueError(f"{value!r} is not a log level (DEBUG, INFO, WARNING, ERROR)")
         return level
+
+    @field_validator("tls_key")
+    @classmethod
+    def _key_with_cert(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        if (value is None) != (info.data.get("tls_cert") is None):
+            raise ValueError("tls_cert and tls_key go together: set both or neither")
+        return value
 
     def redacted_database_url(self) -> str:
         """The database URL with any password hidden, for logs and messages."""

@@ -43,7 +43,7 @@ from controlplane.abstraction import (
     diff,
     step_bytes,
 )
-from controlplane.backends import BackendError, WorkerBackend, make_backend
+from controlplane.backends import BackendError, WorkerBackend, make_backend, tls_files
 from controlplane.config import Settings
 from controlplane.coordinator import Coordinator, CoordinatorError, Job, RuntimeConfig
 from controlplane.coordinator.plans import refresh_workers
@@ -60,6 +60,7 @@ from controlplane.engine_views import (
     job_key,
 )
 from controlplane.errors import (
+    Forbidden,
     JobNotRunning,
     NotCancellable,
     NotFound,
@@ -67,6 +68,7 @@ from controlplane.errors import (
     ReconfigurationInProgress,
     Unavailable,
     WorkerBusy,
+    WorkerLimit,
     from_abstraction_error,
 )
 from runtime.dataflow import JobGraph
@@ -114,6 +116,7 @@ class Engine:
                 precopy_pause_ms=settings.precopy_pause_ms,
                 stage_window=settings.stage_window,
             ),
+            tls=tls.server() if (tls := tls_files(settings)) is not None else None,
         )
         self.backend: WorkerBackend | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -240,11 +243,13 @@ class Engine:
     def add_workers(self, count: int) -> list[WorkerView]:
         """Start ``count`` workers with the backend and wait until they have registered
         (``settings.workers_timeout_s``); :class:`Unavailable` if they do not, or the
-        backend cannot start them (its reason: e.g. Spark's)."""
+        backend cannot start them (its reason: e.g. Spark's); :class:`WorkerLimit` if
+        they would pass ``settings.max_workers``."""
 
         async def add() -> list[WorkerView]:
             if self.backend is None:
                 raise Unavailable("the worker backend is not running")
+            self._check_room(count)
             try:
                 pids = set(await self.backend.start_workers(count))
             except BackendError as exc:
@@ -290,33 +295,37 @@ class Engine:
 
         return self._call(drain, CLOSE_TIMEOUT_S)
 
-    def reserve(self, job_id: str, build: PlanBuilder) -> Reservation:
+    def reserve(self, job_id: str, build: PlanBuilder, *, may_start_workers: bool) -> Reservation:
         """Build the plan (``build`` gets the job's current abstraction, with the
         coordinator's current workers), validate it, and reserve the job for it.
 
         Raises :class:`JobNotRunning`, :class:`ReconfigurationInProgress`,
         :class:`StaleBaseVersion` or :class:`PlanRefused` (whose message names the key
-        group, task or worker at fault; code ``no_change`` for a plan with nothing to do).
+        group, task or worker at fault; code ``no_change`` for a plan with nothing to do);
+        for a plan that starts workers (``"new"``), :class:`Forbidden` unless
+        ``may_start_workers`` and :class:`WorkerLimit` past ``settings.max_workers``.
         """
 
         async def reserve() -> Reservation:
-            _, current, plan, new = self._plan(job_id, build, reserving=True)
+            _, current, plan, new = self._plan(job_id, build, True, may_start_workers)
             self._busy.add(job_id)
             return Reservation(job_id, plan, tuple(sorted(diff(current, new).affected)))
 
         return self._call(reserve, CALL_TIMEOUT_S)
 
-    def preview(self, job_id: str, build: PlanBuilder, state_window_s: float) -> Preview:
+    def preview(
+        self, job_id: str, build: PlanBuilder, state_window_s: float, *, may_start_workers: bool
+    ) -> Preview:
         """What the plan ``build`` makes would do, validated as :meth:`reserve` does but
         neither reserved nor carried out (a preview may be asked while a change runs): the
         diff, the versions and the state it would ship, estimated from the sizes measured
         over the last ``state_window_s``."""
 
         async def preview() -> Preview:
-            view, current, plan, new = self._plan(job_id, build, reserving=False)
+            view, current, plan, new = self._plan(job_id, build, False, may_start_workers)
             sizes = view.group_sizes(state_window_s)
             try:
-                per_step = step_bytes(current, plan, sizes)
+                per_step = step_bytes(current, plan, sizes, self.coordinator.resolve_logic)
             except AbstractionError as exc:
                 raise from_abstraction_error(exc) from None
             shipped = bytes_shipped(current, new, sizes)
@@ -331,7 +340,9 @@ class Engine:
 
         return self._call(preview, CALL_TIMEOUT_S)
 
-    def _plan(self, job_id: str, build: PlanBuilder, reserving: bool) -> tuple:
+    def _plan(
+        self, job_id: str, build: PlanBuilder, reserving: bool, may_start_workers: bool
+    ) -> tuple:
         """On the loop: (view, current abstraction, plan, its result) for ``build`` on the
         job, validated; raises what :meth:`reserve` documents (busy only when ``reserving``)."""
         job = self.coordinator.jobs.get(job_id)
@@ -360,10 +371,28 @@ class Engine:
                     "what was asked",
                     code="no_change",
                 )
-            new = apply_plan(current, plan)
+            new = apply_plan(current, plan, resolve_logic=self.coordinator.resolve_logic)
         except AbstractionError as exc:
             raise from_abstraction_error(exc) from None
+        starting = len(new.workers_to_start())
+        if starting and not may_start_workers:
+            raise Forbidden(
+                f'the plan starts {starting} new worker(s) ("new"), which needs an admin token '
+                "(or a server started with STREAMPILOT_OPERATE_STARTS_WORKERS=true); place "
+                "the tasks on existing workers instead (GET /workers)"
+            )
+        self._check_room(starting)
         return view, current, plan, new
+
+    def _check_room(self, starting: int) -> None:
+        """:class:`WorkerLimit` if ``starting`` more workers would pass ``max_workers``."""
+        alive = len(self.coordinator.alive_workers())
+        if starting and alive + starting > self.settings.max_workers:
+            raise WorkerLimit(
+                f"starting {starting} worker(s) would make {alive + starting}; this server runs "
+                f"at most {self.settings.max_workers} (STREAMPILOT_MAX_WORKERS) and {alive} are "
+                "alive: drain idle ones (DELETE /workers/{id}) or raise the limit"
+            )
 
     def release(self, reservation: Reservation) -> None:
         """Give up a reservation that will not be carried out (thread-safe)."""

@@ -10,7 +10,8 @@ Exception tree::
     ├── NotFound                     an unknown job, abstraction version, reconfiguration
     ├── InvalidRequest               input that cannot be carried out as given
     │   ├── BadJob                   job ref, params or graph refused (codes: bad_job_ref,
-    │   │                            bad_params, invalid_job, job_build_failed)
+    │   │                            bad_params, invalid_job, job_build_failed,
+    │   │                            sink_path_refused)
     │   ├── BadCode                  an uploaded module that is not UTF-8 Python importing
     │   │                            cleanly (the message names the file and line)
     │   ├── BadController            a controller script or built-in that cannot be loaded
@@ -22,10 +23,13 @@ Exception tree::
     │   ├── ReconfigurationInProgress   another reconfiguration of the job is under way
     │   ├── JobNotRunning            the job has ended or is not running yet
     │   ├── NotCancellable           a reconfiguration that has ended or cannot stop now
-    │   └── WorkerBusy               a worker to drain still hosts tasks of a running job
+    │   ├── WorkerBusy               a worker to drain still hosts tasks of a running job
+    │   └── WorkerLimit              starting workers would pass the server's maximum
     ├── Unavailable                  the cluster cannot take it now (no workers, shutting down)
     ├── Unauthenticated              no bearer token, or an unknown one
-    └── Forbidden                    a token without the scope the endpoint needs
+    ├── Forbidden                    a token without the scope the endpoint (or what the
+    │                                request does, e.g. a plan starting workers) needs
+    └── PayloadTooLarge              a request body over the server's limit
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ __all__ = [
     "JobNotRunning",
     "NotCancellable",
     "NotFound",
+    "PayloadTooLarge",
     "PlanRefused",
     "ReconfigurationInProgress",
     "ServiceError",
@@ -51,6 +56,7 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "WorkerBusy",
+    "WorkerLimit",
     "from_abstraction_error",
 ]
 
@@ -119,6 +125,10 @@ class WorkerBusy(Conflict):
     code = "worker_busy"
 
 
+class WorkerLimit(Conflict):
+    code = "worker_limit"
+
+
 class Unavailable(ServiceError):
     code = "unavailable"
 
@@ -129,6 +139,10 @@ class Unauthenticated(ServiceError):
 
 class Forbidden(ServiceError):
     code = "forbidden"
+
+
+class PayloadTooLarge(ServiceError):
+    code = "payload_too_large"
 
 
 def _snake(name: str) -> str:

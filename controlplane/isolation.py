@@ -7,20 +7,27 @@ line of stdout, one JSON object; what the user's code printed comes before it.
 
 Every such process gets :func:`user_code_env`: the variables a Python program needs and
 none of the control plane's own (``STREAMPILOT_*`` carries the admin token, the cluster
-secret and the database URL), so a script cannot act as the control plane.
+secret and the database URL), so a script cannot act as the control plane. Where
+bubblewrap is installed it also runs in a sandbox (:mod:`controlplane.sandbox`: no
+network, no other process, a read-only filesystem without the database, limits).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
 from typing import Any
 
+from controlplane import sandbox
+from controlplane.config import Settings
 from controlplane.errors import InvalidRequest
 
 __all__ = ["MAX_SOURCE_BYTES", "USER_CODE_ENV", "python_source", "run_check", "user_code_env"]
+
+logger = logging.getLogger(__name__)
 
 MAX_SOURCE_BYTES = 1 << 20  # an uploaded module or script is source code, not data
 
@@ -60,20 +67,38 @@ def run_check(
     timeout: float,
     error: type[InvalidRequest],
     doing: str,
+    settings: Settings | None = None,
 ) -> dict[str, Any]:
     """The JSON object ``python -m module *args`` prints last; ``error`` (saying ``doing``
-    went wrong) if it runs past ``timeout`` seconds or exits without printing one."""
+    went wrong) if it runs past ``timeout`` seconds or exits without printing one.
+
+    Where :func:`controlplane.sandbox.unavailable` says sandboxes start, the child runs in
+    one configured from ``settings`` (the database and data directory it hides, the user
+    it runs as when the server is root, ``settings.controller_*`` limits); on timeout the
+    whole sandbox is killed. Without ``settings``, they are read from the environment
+    (``Settings()``): callers in the server should pass theirs, which may differ by the
+    command line's options. **Where bubblewrap is missing, the child is a plain process**
+    with :func:`user_code_env` and nothing else: it can read what the server's user can,
+    reach the network, see and signal other processes (a warning is logged)."""
+    settings = settings if settings is not None else Settings()
+    missing = sandbox.unavailable(settings)
+    if missing is None:
+        command = sandbox.command(settings, module, args)
+    else:
+        logger.warning("%s runs unsandboxed: %s", doing, missing)
+        command = sandbox.Command([sys.executable, "-m", module, *args], user_code_env())
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", module, *args],
+            command.argv,
             input=stdin,
             capture_output=True,
             text=True,
             timeout=timeout,
             check=False,
-            env=user_code_env(),
+            env=command.env,
+            start_new_session=True,  # no signal of the server's terminal reaches it
         )
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired:  # killed: its sandbox, every process in it, with it
         raise error(
             f"{doing} did not finish within {timeout:.0f}s; move long-running work out of "
             "module level"

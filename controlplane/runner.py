@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from runtime.dataflow import JobGraph
+from runtime.handshake import TlsFiles
 
 from .backends import LocalBackend, WorkerBackend
 from .coordinator import Coordinator, Job, RuntimeConfig
@@ -38,7 +39,8 @@ class LocalCluster:
 
     ``backend`` ``"spark"`` starts them as Spark tasks of this process's SparkSession (the
     running one, else a new one on :data:`SPARK_MASTER`), which the cluster does not stop.
-    ``worker_reserve_mb``: each worker's memory reserve (see :mod:`runtime.heap`)."""
+    ``worker_reserve_mb``: each worker's memory reserve (see :mod:`runtime.heap`). With
+    ``tls``, the coordinator and every worker's data server speak TLS (mutual with a CA)."""
 
     def __init__(
         self,
@@ -47,11 +49,18 @@ class LocalCluster:
         log_level: str = "WARNING",
         backend: Literal["local", "spark"] = "local",
         worker_reserve_mb: int = 0,
+        tls: TlsFiles | None = None,
         **coordinator_options: Any,
     ) -> None:
         self.n = workers
         self.secret = secrets.token_hex(16)
-        self.coordinator = Coordinator(self.secret, config=config, **coordinator_options)
+        self.coordinator = Coordinator(
+            self.secret,
+            config=config,
+            tls=tls.server() if tls is not None else None,
+            **coordinator_options,
+        )
+        self.worker_args = tls.worker_args() if tls is not None else []
         self.backend: WorkerBackend | None = None
         self.backend_name = backend
         self.log_level = log_level
@@ -69,10 +78,15 @@ class LocalCluster:
                 session,
                 log_level=self.log_level,
                 reserve_mb=self.reserve_mb,
+                extra_args=self.worker_args,
             )
         else:
             self.backend = LocalBackend(
-                address, self.secret, log_level=self.log_level, reserve_mb=self.reserve_mb
+                address,
+                self.secret,
+                log_level=self.log_level,
+                reserve_mb=self.reserve_mb,
+                extra_args=self.worker_args,
             )
         self.coordinator.backend = self.backend
         try:

@@ -11,9 +11,11 @@ dropped or buffered without bound.
 - Inside one worker, :class:`LocalOutputChannel` hands Python objects to the receiver's
   :class:`InputChannel` (no serialization) and returns credits by a direct call.
 - Across workers, :class:`RemoteOutputChannel` writes msgpack frames on a
-  :class:`PeerLink` (one TCP connection per pair of workers, per direction); the receiving
-  worker's :class:`DataServer` routes frames to input channels and writes credits back on
-  the same connection.
+  :class:`PeerLink` (one TCP connection per job and pair of workers, per direction, and
+  one more for key-group state); the receiving worker's :class:`DataServer` routes frames
+  to input channels and writes credits back on the same connection. A connection starts
+  with the handshake of :mod:`runtime.handshake` with the job's data key, and carries that
+  job's frames only.
 
 A task reads all its input channels through one :class:`InputGate`, round-robin, skipping
 channels that barrier alignment has blocked.
@@ -23,14 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from . import protocol
+from . import handshake, protocol
 from .codec import packb
 from .records import Barrier, BarrierKind, Batch, EndOfStream
 
@@ -364,13 +366,38 @@ class PeerLink:
 
     @classmethod
     async def connect(
-        cls, peer: str, host: str, port: int, worker_id: str, secret: str
+        cls,
+        peer: str,
+        host: str,
+        port: int,
+        worker_id: str,
+        *,
+        job_id: str,
+        key: bytes,
+        tls: ssl.SSLContext | None = None,
     ) -> PeerLink:
+        """Dial worker ``peer``'s data server (over TLS with ``tls``) as worker
+        ``worker_id``, for job ``job_id`` whose data key is ``key``
+        (:func:`runtime.handshake.data_key`). Raises :class:`ChannelError` when the peer
+        cannot be reached or does not complete the handshake."""
         try:
-            reader, writer = await asyncio.open_connection(host, port)
-        except OSError as exc:
+            reader, writer = await asyncio.open_connection(
+                host,
+                port,
+                ssl=tls,
+                ssl_handshake_timeout=handshake.CLIENT_TIMEOUT_S if tls else None,
+            )
+        except (OSError, ssl.SSLError) as exc:
             raise ChannelError(f"cannot reach worker {peer} at {host}:{port}: {exc}") from exc
-        protocol.write_frame(writer, [protocol.HELLO, worker_id, secret])
+        try:
+            await handshake.dial(reader, writer, key, handshake.data_context(job_id))
+        except handshake.HandshakeError as exc:
+            writer.close()
+            raise ChannelError(
+                f"worker {peer} at {host}:{port} did not take a data connection of job "
+                f"{job_id}: {exc}"
+            ) from exc
+        protocol.write_frame(writer, [protocol.HELLO, worker_id])
         link = cls(peer, reader, writer)
         link._reader_task = asyncio.create_task(link._read_credits(), name=f"credits<{peer}")
         return link
@@ -505,45 +532,73 @@ class _CreditReturn:
 class DataServer:
     """Accepts data connections from peer workers and routes frames to input channels.
 
-    ``inputs`` is the worker's live registry of input channels by key. A connection that
-    fails the HELLO check is closed; a frame for an unknown channel, an undecodable frame
-    or a disconnect while channels of that peer are still open fails the reading tasks
-    through their gates, naming the peer. Connections are read in place
-    (:class:`_DataConnection`): frames are parsed from the receive buffer, and key-group
-    state is received straight into its own buffer (from ``pool``, reused once read), and
-    handed to ``on_state(frame, payload, read)``: ``read(1)`` tells the sender that a copy
-    made ahead has been read (:meth:`PeerLink.copy_room`).
+    Each connection first runs the server's side of :mod:`runtime.handshake`: the peer
+    proves the data key of one job (derived from ``secret``, see
+    :func:`~runtime.handshake.data_key`) within ``HANDSHAKE_TIMEOUT_S``, having sent at
+    most ``MAX_PROOF`` bytes, before anything it sends is decoded. A connection that does
+    not is closed, and nothing else happens (no job hears of it; refusals are logged at
+    debug level and summed up in a warning now and then). The connection then carries that
+    job's frames only: a ``[HELLO, worker]`` naming the peer, then frames on channels of
+    the job (keys ``"<job>/..."``) and state for its reconfigurations.
 
-    ``on_error(error, jobs)`` is told the jobs a broken connection carried (None: it never
-    said). State frames name a reconfiguration, not a job: ``changing(rids)`` gives the
-    jobs whose pending reconfiguration is one of ``rids`` (those whose state a broken
-    connection may have cut short); other jobs are not failed for it.
+    ``inputs`` is the worker's live registry of input channels by key. A frame for another
+    job, for an unknown channel of the job, an undecodable frame or a disconnect while
+    channels of that peer are still open fails the reading tasks through their gates,
+    naming the peer, and ``on_error(error, {job})`` is told (never another job).
+    Connections are read in place (:class:`_DataConnection`): frames are parsed from the
+    receive buffer, and key-group state is received straight into its own buffer (from
+    ``pool``, reused once read), and handed to ``on_state(job, frame, payload, read)``:
+    ``read(1)`` tells the sender that a copy made ahead has been read
+    (:meth:`PeerLink.copy_room`).
+
+    ``has_job(job)`` says whether a job runs (or is being prepared) here: frames of a job
+    that does not are dropped. State frames name a reconfiguration: ``changing(rids)``
+    gives the jobs whose pending reconfiguration is one of ``rids``; state for another
+    job's is refused, and a broken connection fails its job for its state only while the
+    job's reconfiguration is pending. With ``tls`` (see :func:`runtime.handshake.server_tls`)
+    connections are TLS, the handshake inside it.
     """
 
     def __init__(
         self,
         secret: str,
         inputs: dict[str, InputChannel],
-        on_error: Callable[[str, set[str] | None], None] | None = None,
-        on_state: Callable[[tuple, bytearray | memoryview, Callable[[int], None]], None]
+        on_error: Callable[[str, set[str]], None] | None = None,
+        on_state: Callable[[str, tuple, bytearray | memoryview, Callable[[int], None]], None]
         | None = None,
         has_job: Callable[[str], bool] | None = None,
         changing: Callable[[set[int]], set[str]] | None = None,
         pool: protocol.PayloadPool | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
-        self.secret = secret
+        self._secret = secret  # job data keys derive from it
         self.inputs = inputs
         self.on_error = on_error
         self.on_state = on_state
         self.has_job = has_job
         self.changing = changing
         self.pool = pool  # where state payloads are received (see protocol.PayloadPool)
+        self.tls = tls
         self.server: asyncio.Server | None = None
+        self.refusals = handshake.RefusalLog(logger, "the data server")
         self._conns: set[_DataConnection] = set()
+
+    def key_for(self, context: str) -> bytes | None:
+        """The key of a data connection for ``context``: its job's data key. Any job: a
+        peer's deploy of a job can dial here before this worker has read its own (the
+        coordinator sends them at once), and frames of a job not here are dropped."""
+        job = handshake.job_of_context(context)
+        return None if job is None else handshake.data_key(self._secret, job)
 
     async def start(self, host: str, port: int = 0) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
-        self.server = await loop.create_server(lambda: _DataConnection(self), host, port)
+        self.server = await loop.create_server(
+            lambda: _DataConnection(self),
+            host,
+            port,
+            ssl=self.tls,
+            ssl_handshake_timeout=handshake.HANDSHAKE_TIMEOUT_S if self.tls else None,
+        )
         sock = self.server.sockets[0].getsockname()
         return sock[0], sock[1]
 
@@ -565,14 +620,19 @@ def _state_payload(frame: Any) -> int | None:
 
 
 class _DataConnection(asyncio.BufferedProtocol):
-    """One data connection from a peer worker: HELLO first, then data, barriers, ends of
-    stream and state, each routed as it is parsed; credits go back on the same
-    connection."""
+    """One data connection from a peer worker: the handshake first (read in exactly the
+    bytes it still needs, so nothing past it is buffered), then HELLO, then data,
+    barriers, ends of stream and state of the job it proved the key of, each routed as
+    it is parsed; credits go back on the same connection."""
 
     def __init__(self, server: DataServer) -> None:
         self.server = server
         self.peer = "an unknown worker"
-        self.frames = protocol.FrameReader("data connection", _state_payload, server.pool)
+        self.job = ""  # the job whose key the peer proved: it carries this job's frames only
+        self.handshake: handshake.ServerHandshake | None = handshake.ServerHandshake(server.key_for)
+        self._proof = bytearray(handshake.MAX_PROOF)
+        self._deadline: asyncio.TimerHandle | None = None
+        self.frames: protocol.FrameReader | None = None  # once the handshake is done
         self.transport: asyncio.Transport | None = None
         self.credits: _CreditReturn | None = None
         self.givers: dict[str, Callable[[int], None]] = {}
@@ -584,12 +644,25 @@ class _DataConnection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
         self.server._conns.add(self)
+        assert self.handshake is not None
+        self.transport.write(self.handshake.greeting())  # type: ignore[union-attr]
+        self._deadline = asyncio.get_running_loop().call_later(
+            handshake.HANDSHAKE_TIMEOUT_S,
+            self._refuse,
+            handshake.HandshakeError(f"no handshake within {handshake.HANDSHAKE_TIMEOUT_S:g}s"),
+        )
 
     def get_buffer(self, sizehint: int) -> memoryview:
+        if self.frames is None:
+            assert self.handshake is not None
+            return memoryview(self._proof)[: self.handshake.wanted]
         return self.frames.buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
         if self.ended:
+            return
+        if self.frames is None:
+            self._handshake_received(nbytes)
             return
         try:
             for frame, payload in self.frames.received(nbytes):
@@ -601,12 +674,43 @@ class _DataConnection(asyncio.BufferedProtocol):
                 exc = ChannelError(f"{self.peer} sent a malformed frame: {exc}")
             self._failed(exc)
 
+    def _handshake_received(self, nbytes: int) -> None:
+        hs = self.handshake
+        assert hs is not None and self.transport is not None
+        try:
+            answer = hs.receive(bytes(self._proof[:nbytes]))
+        except handshake.HandshakeError as exc:
+            self._refuse(exc)
+            return
+        if not answer:
+            return
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self.transport.write(answer)
+        self.job = handshake.job_of_context(hs.context or "") or ""
+        self.handshake = None
+        self.frames = protocol.FrameReader(
+            f"data connection of job {self.job}", _state_payload, self.server.pool
+        )
+
+    def _refuse(self, exc: handshake.HandshakeError) -> None:
+        """Close a connection whose peer did not prove itself; nothing else happens."""
+        if self.ended:
+            return
+        self.ended = True
+        assert self.transport is not None
+        self.server.refusals.refused(self.transport.get_extra_info("peername"), exc)
+        self.transport.abort()
+
     def eof_received(self) -> bool:
         return False  # close our end too
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server._conns.discard(self)
-        if self.ended:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        if self.ended or self.frames is None:  # done with, or a stranger that left
+            self.ended = True
             return
         live = self._live_channels()
         if exc is not None and (
@@ -643,10 +747,10 @@ class _DataConnection(asyncio.BufferedProtocol):
         return bool(self.seen or self.state_rids or self.detached)
 
     def _changing(self) -> set[str]:
-        """The jobs whose pending reconfiguration this peer has sent state for."""
+        """Its job, while a pending reconfiguration of it is one this peer sent state for."""
         if not self.state_rids or self.server.changing is None:
             return set()
-        return self.server.changing(self.state_rids)
+        return self.server.changing(self.state_rids) & {self.job}
 
     def close(self) -> None:
         self.ended = True
@@ -658,25 +762,33 @@ class _DataConnection(asyncio.BufferedProtocol):
         if self.credits is None:  # the first frame: who is this?
             if (
                 not isinstance(frame, tuple | list)
-                or len(frame) != 3
+                or len(frame) != 2
                 or frame[0] != protocol.HELLO
-                or not hmac.compare_digest(str(frame[2]), server.secret)
+                or type(frame[1]) is not str
             ):
-                logger.warning("refused a data connection: bad hello or wrong cluster secret")
-                self.close()
-                return
+                raise ChannelError(f"a peer of job {self.job} sent no hello first")
+            assert self.transport is not None and self.frames is not None
             self.peer = self.frames.peer = f"worker {frame[1]}"
-            assert self.transport is not None
             self.credits = _CreditReturn(self.transport)
             return
         tag, key = frame[0], frame[1]
         if tag == protocol.STATE:
-            if server.on_state is None or payload is None:
+            if server.on_state is None or payload is None or type(key) is not int:
                 raise ChannelError(f"{self.peer} sent state, which this worker cannot take")
-            self.state_rids.add(frame[1])
-            assert self.credits is not None
-            server.on_state(frame, payload, self.credits.for_channel(frame[1]))
+            others = server.changing({key}) - {self.job} if server.changing is not None else ()
+            if others:
+                raise ChannelError(
+                    f"{self.peer} sent state for a reconfiguration of job {min(others)} on a "
+                    f"connection of job {self.job}"
+                )
+            self.state_rids.add(key)
+            server.on_state(self.job, frame, payload, self.credits.for_channel(key))
             return
+        if type(key) is not str or key.partition("/")[0] != self.job:
+            raise ChannelError(
+                f"{self.peer} sent a frame on {key!r}, not a channel of job {self.job}, on a "
+                f"connection of job {self.job}"
+            )
         if tag == protocol.DETACH:  # its sender moved: the channel goes on without us
             self.seen.pop(key, None)
             self.givers.pop(key, None)
@@ -710,8 +822,6 @@ class _DataConnection(asyncio.BufferedProtocol):
                 ch.gate.fail(exc)
         logger.warning("data connection from %s failed: %s", self.peer, exc)
         if self.server.on_error is not None:
-            # The jobs this connection carried, or every job if it never got that far.
-            jobs = {key.partition("/")[0] for key in self.seen} | self._changing()
-            self.server.on_error(str(exc), jobs if self._carried() else None)
+            self.server.on_error(str(exc), {self.job})  # the one job it may carry
         if self.transport is not None:
             self.transport.close()

@@ -1,7 +1,7 @@
 """Uploaded code: Python modules that live in memory, named ``code:<id>:callable``.
 
-A user uploads a module to the StreamManager (``POST /api/v1/code``); it gets an id and
-becomes the module ``streampilot_code.c<id>`` in the control plane, so jobs
+An admin uploads a module to the StreamManager (``POST /api/v1/code``); it gets an id and
+becomes the module ``streampilot_code.c<id>`` wherever it runs, so jobs
 (``"job": "code:7:build"``) and logic swaps (``assignLogic`` to ``code:7:count_v2``) can
 name its callables. Functions and classes pickle by module name, so every process that
 unpickles a graph or a piece of logic from such a module needs the module too: the
@@ -9,8 +9,14 @@ coordinator ships the sources a message's pickles mention (:func:`sources_for`) 
 worker installs them (:func:`install_many`) before unpickling. No file is written and no
 shared filesystem is assumed (workers on Spark executors have none).
 
+The control plane never executes an upload: it only registers its source (:func:`register`)
+to check refs against it and to ship it. Workers and the throwaway processes that build
+graphs (:mod:`runtime.jobbuild`) and check uploads (:mod:`runtime.codecheck`) install it.
+
 Contract:
 
+- :func:`register` records a source under its id without executing it (the control
+  plane's database row is the truth: a later registration replaces it).
 - :func:`install` executes the source once per (id, source) and registers the module in
   ``sys.modules``; installing the same id with the same source again is a no-op; another
   source for an installed id raises :class:`CodeError` (ids are never reused).
@@ -39,7 +45,10 @@ __all__ = [
     "install_many",
     "is_code_ref",
     "module_name",
+    "parse_ref",
+    "register",
     "resolve",
+    "source_of",
     "sources_for",
 ]
 
@@ -47,7 +56,8 @@ PACKAGE = "streampilot_code"
 _NAME = re.compile(rf"^{PACKAGE}\.c(\d+)$")
 _REF = re.compile(r"^code:(\d+):([A-Za-z_][\w.]*)$")
 
-_sources: dict[str, str] = {}  # module name -> source, for every module installed here
+_sources: dict[str, str] = {}  # module name -> source, registered or installed here
+_installed: set[str] = set()  # the modules executed here (theirs is the source in _sources)
 _lock = threading.Lock()
 
 
@@ -62,6 +72,29 @@ def module_name(code_id: int) -> str:
 
 def is_code_ref(ref: object) -> bool:
     return isinstance(ref, str) and ref.startswith("code:")
+
+
+def parse_ref(ref: str) -> tuple[int, str]:
+    """``code:<id>:attr.path`` as ``(id, "attr.path")``; :class:`CodeError` otherwise."""
+    match = _REF.fullmatch(ref) if isinstance(ref, str) else None
+    if match is None:
+        raise CodeError(f"reference {ref!r} must look like code:<id>:callable")
+    return int(match.group(1)), match.group(2)
+
+
+def register(code_id: int, source: str) -> None:
+    """Know ``source`` as upload ``code_id`` here without executing it: it can be shipped
+    (:func:`sources_for`) and read (:func:`source_of`), not resolved."""
+    with _lock:
+        name = module_name(code_id)
+        if name not in _installed:
+            _sources[name] = source
+
+
+def source_of(code_id: int) -> str | None:
+    """The source registered or installed here as upload ``code_id``, if any."""
+    with _lock:
+        return _sources.get(module_name(code_id))
 
 
 def _package() -> types.ModuleType:
@@ -82,7 +115,7 @@ def install(
     truth) install over a module left by an upload whose transaction rolled back."""
     name = module_name(code_id)
     with _lock:
-        known = _sources.get(name)
+        known = _sources.get(name) if name in _installed else None
         if known is not None:
             if known == source:
                 return sys.modules[name]
@@ -110,6 +143,7 @@ def install(
             ) from None
         setattr(pkg, name.rpartition(".")[2], module)
         _sources[name] = source
+        _installed.add(name)
         return module
 
 
@@ -128,27 +162,27 @@ def install_many(sources: Mapping[str, str]) -> None:
 
 
 def sources_for(blobs: Iterable[bytes]) -> dict[str, str]:
-    """The sources of the installed modules that any of ``blobs`` (pickles) refer to."""
+    """The sources of the modules registered or installed here that any of ``blobs``
+    (pickles) refer to: by module name (a pickled function or class of the upload) or by
+    ``code:<id>:`` (a :class:`runtime.dataflow.LogicRef` resolved where it is unpickled)."""
     with _lock:
-        installed = dict(_sources)
-    if not installed:
+        known = dict(_sources)
+    if not known:
         return {}
     blobs = list(blobs)
-    return {
-        name: source
-        for name, source in installed.items()
-        if any(name.encode() in blob for blob in blobs)
-    }
+    found = {}
+    for name, source in known.items():
+        ref = f"code:{name[len(PACKAGE) + 2 :]}:".encode()
+        if any(name.encode() in blob or ref in blob for blob in blobs):
+            found[name] = source
+    return found
 
 
 def resolve(ref: str) -> Any:
     """The object ``code:<id>:attr.path`` names in an installed upload."""
-    match = _REF.match(ref) if isinstance(ref, str) else None
-    if match is None:
-        raise CodeError(f"reference {ref!r} must look like code:<id>:callable")
-    code_id, attr_path = int(match.group(1)), match.group(2)
+    code_id, attr_path = parse_ref(ref)
     module = sys.modules.get(module_name(code_id))
-    if module is None or module_name(code_id) not in _sources:
+    if module is None or module_name(code_id) not in _installed:
         raise CodeError(f"reference {ref!r}: no uploaded code with id {code_id}")
     obj: Any = module
     for part in attr_path.split("."):

@@ -14,6 +14,11 @@ standard :mod:`pickle`: module-level functions and instances of module-level cla
 lambdas and closures are not. Workers receive the graph pickled, so the same rule also
 makes a logic reference stable for ``assignLogic``.
 
+The control plane never holds user objects: it builds graphs in a throwaway process
+(:mod:`runtime.jobbuild`), which hands each piece of logic over as :class:`Pickled` (the
+pickle and its ref), and it names swapped logic by :class:`LogicRef`. Both pickle into
+what a worker unpickles as the real object, so the coordinator ships such a graph as it is.
+
 Keyed operators own ``max_parallelism`` key groups (fixed for the job's life, default
 128), every input of a keyed operator is partitioned by key group, and a keyed UDF is
 called as ``fn(key, value, state)`` with ``state`` bound to ``key`` (see
@@ -40,10 +45,13 @@ __all__ = [
     "JobGraph",
     "JobRefError",
     "KeyedStream",
+    "LogicRef",
     "OperatorSpec",
+    "Pickled",
     "Stream",
     "load_job",
     "logic_ref",
+    "resolve_ref",
 ]
 
 Kind = Literal["source", "map", "flat_map", "filter", "keyed", "sink"]
@@ -61,8 +69,40 @@ class JobRefError(ValueError):
     """A ``package.module:callable`` job reference that does not resolve to a job."""
 
 
+@dataclass(frozen=True, slots=True)
+class Pickled:
+    """A piece of logic as the pickle a job's build made of it, with its :func:`logic_ref`.
+
+    The control plane's graphs hold logic in this form (:mod:`runtime.jobbuild`): their
+    structure can be read and shipped without importing user code. Pickling it gives
+    ``pickle.loads(data)``, so whoever unpickles a graph holding it (a worker) gets the
+    original object. Nothing here ever unpickles ``data``.
+    """
+
+    ref: str
+    data: bytes = field(repr=False)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (pickle.loads, (self.data,))
+
+
+@dataclass(frozen=True, slots=True)
+class LogicRef:
+    """Logic named by its ref and resolved where it is unpickled: pickling it gives
+    ``resolve_ref(ref)``, so a worker imports the callable (or takes it from an upload
+    installed there) while the control plane that shipped it imported nothing."""
+
+    ref: str
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (resolve_ref, (self.ref,))
+
+
 def logic_ref(obj: object) -> str:
-    """A readable reference to a piece of logic: ``module:qualname`` or ``module:Class(...)``."""
+    """A readable reference to a piece of logic: ``module:qualname`` or ``module:Class(...)``
+    (a :class:`Pickled` or :class:`LogicRef` gives the ref it carries)."""
+    if isinstance(obj, Pickled | LogicRef):
+        return obj.ref
     if callable(obj) and hasattr(obj, "__qualname__") and hasattr(obj, "__module__"):
         return f"{_module_ref(obj.__module__)}:{obj.__qualname__}"
     cls = type(obj)
@@ -104,6 +144,8 @@ class OperatorSpec:
 
 
 def _check_picklable(op: str, what: str, obj: object) -> None:
+    if isinstance(obj, Pickled):  # checked where it was built; never unpickled here
+        return
     try:
         pickle.loads(pickle.dumps(obj))
     except Exception as exc:
@@ -137,7 +179,8 @@ class JobGraph:
         with inputs or an operator without, a keyed operator whose inputs are not
         partitioned by key group (no ``key_by``), key-group partitioning into a non-keyed
         operator, a forward edge between different parallelisms, logic of the wrong type,
-        and logic or key selectors that cannot be imported or pickled.
+        and logic or key selectors that cannot be imported or pickled. Logic held as
+        :class:`Pickled` was checked where it was built: only the structure is checked.
         """
         if not name or not isinstance(name, str):
             raise DataflowError("a job needs a non-empty name")
@@ -193,17 +236,18 @@ def _validate_operator(op: OperatorSpec, ops: Mapping[str, OperatorSpec]) -> Non
                 f"{where}: parallelism {op.parallelism} exceeds max_parallelism "
                 f"{op.max_parallelism} (the number of key groups)"
             )
+    built = isinstance(op.logic, Pickled)
     if op.kind == "source":
         if op.inputs:
             raise DataflowError(f"{where}: a source has no inputs")
-        if not isinstance(op.logic, Source):
+        if not (built or isinstance(op.logic, Source)):
             raise DataflowError(f"{where}: a source needs a runtime.io.Source, got {op.logic!r}")
     else:
         if not op.inputs:
             raise DataflowError(f"{where}: has no inputs")
-        if op.kind == "sink" and not isinstance(op.logic, Sink):
+        if op.kind == "sink" and not (built or isinstance(op.logic, Sink)):
             raise DataflowError(f"{where}: a sink needs a runtime.io.Sink, got {op.logic!r}")
-        if op.kind not in ("sink",) and not callable(op.logic):
+        if op.kind not in ("sink",) and not (built or callable(op.logic)):
             raise DataflowError(f"{where}: logic {op.logic!r} is not callable")
     for inp in op.inputs:
         if inp.upstream not in ops:
@@ -225,7 +269,7 @@ def _validate_operator(op: OperatorSpec, ops: Mapping[str, OperatorSpec]) -> Non
                     f"{where}: input from {inp.upstream!r} is partitioned by key but the "
                     "operator is not keyed"
                 )
-            if inp.key is None or not callable(inp.key):
+            if inp.key is None or not (isinstance(inp.key, Pickled) or callable(inp.key)):
                 raise DataflowError(f"{where}: input from {inp.upstream!r} has no key selector")
             _check_picklable(op.name, "key selector", inp.key)
         if inp.partitioning == "forward" and up.parallelism != op.parallelism:

@@ -56,7 +56,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from . import precopy, protocol
+from . import handshake, precopy, protocol
 from .channels import (
     InputChannel,
     InputGate,
@@ -218,9 +218,23 @@ class JobRuntime:
             connecting.add_done_callback(lambda _: self._connecting.pop(key, None))
         return await asyncio.shield(connecting)
 
+    def _mailbox(self, task: str) -> str:
+        """Task ``task``'s name in the worker's state inbox (see protocol.state_owner)."""
+        return protocol.state_owner(self.job_id, task)
+
     async def _connect(self, worker_id: str, state: bool) -> PeerLink:
+        """A data connection to ``worker_id`` for this job alone: it proves the job's data
+        key (see runtime.handshake), and the peer routes only this job's frames from it."""
         host, port = self.peers[worker_id]
-        link = await PeerLink.connect(worker_id, host, port, self.me, self.worker.secret)
+        link = await PeerLink.connect(
+            worker_id,
+            host,
+            port,
+            self.me,
+            job_id=self.job_id,
+            key=handshake.data_key(self.worker.secret, self.job_id),
+            tls=self.worker.client_tls,
+        )
         link.on_error = lambda exc, w=worker_id: self.worker.peer_failed(self, w, exc)
         if state:  # it carries no channels, only the state of a pending change
             link.in_use = lambda: self.pending is not None
@@ -941,7 +955,9 @@ class JobRuntime:
         processor = _keyed(task)
         assert isinstance(task, StreamTask) and processor is not None
         taken: list[asyncio.Future] = []
-        async for g, data in self.worker.state.arrivals(p.rid, task.task_id, expected):
+        async for g, data in self.worker.state.arrivals(
+            p.rid, self._mailbox(task.task_id), expected
+        ):
             taken.append(task.call_soon(functools.partial(processor.arrive, g, data)))
         if not taken:
             return
@@ -1021,7 +1037,7 @@ class JobRuntime:
             dest = owner_of[g]
             dest_worker = new.placement[dest]
             if dest_worker == self.me:
-                self.worker.state.put(p.rid, dest, g, state.group(g))  # no serialization
+                self.worker.state.put(p.rid, self._mailbox(dest), g, state.group(g))  # as is
             elif (tid, g) in p.precopied:  # copied ahead: only what changed since
                 touched = processor.untrack(g) or ()
                 delta = precopy.export_delta(state.group(g), touched, p.precopied.pop((tid, g)))
@@ -1042,7 +1058,7 @@ class JobRuntime:
         msgpack-encoded on the way and decoded on arrival (a source position).
         """
         if dest_worker == self.me:
-            self.worker.state.put(rid, dest, part, data)
+            self.worker.state.put(rid, self._mailbox(dest), part, data)
             return
         await send_state(await self._link(dest_worker, state=True), rid, dest, part, data, raw)
 
@@ -1051,7 +1067,7 @@ class JobRuntime:
         tid = task.task_id
         if isinstance(task, SourceTask):
             if old.placement.get(tid) not in (None, self.me):
-                got = await self.worker.state.take(p.rid, tid, {"source"})
+                got = await self.worker.state.take(p.rid, self._mailbox(tid), {"source"})
                 return got["source"]
             return None
         if not (isinstance(task, StreamTask) and isinstance(task.processor, KeyedProcessor)):
@@ -1062,7 +1078,7 @@ class JobRuntime:
         if not expected:
             return None
         # Each group is taken in as it arrives, while the rest are still on their way.
-        async for g, data in self.worker.state.arrivals(p.rid, tid, expected):
+        async for g, data in self.worker.state.arrivals(p.rid, self._mailbox(tid), expected):
             state.take_in(g, data)
             self.worker.state.recycle(data)
         return None

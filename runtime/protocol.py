@@ -1,13 +1,21 @@
 """The wire protocol between the coordinator and workers, and between workers.
 
-This is the one module the control plane uses to talk to workers. Every connection
-carries length-prefixed frames: a 4-byte big-endian length, then a msgpack body.
+This is the one module the control plane uses to talk to workers. Every TCP connection
+(TLS when the cluster has certificates) starts with the handshake of
+:mod:`runtime.handshake`: raw bytes in which both ends prove they hold the key of what
+the connection is for, derived from the cluster secret, which itself never travels.
+Nothing a peer sends is decoded before it has proved itself: a stranger gets the
+server's greeting and a closed connection, after at most ``handshake.MAX_PROOF`` bytes
+or ``handshake.HANDSHAKE_TIMEOUT_S``. Then the connection carries length-prefixed
+frames: a 4-byte big-endian length, then a msgpack body (in which extension type 1 is a
+pickle: only authenticated peers' frames are decoded).
 
-Control connection (worker dials the coordinator). Messages are msgpack maps with a
-``type`` field; the worker speaks first:
+Control connection (worker dials the coordinator; handshake context ``"control"``, the
+control key). Messages are msgpack maps with a ``type`` field; the worker speaks first:
 
-1. worker -> ``register`` {secret, host, pid, cpus, memory_mb, data_host, data_port, name}
-2. coordinator -> ``registered`` {worker_id, heartbeat_s} or ``refused`` {reason}, then closes.
+1. worker -> ``register`` {host, pid, cpus, memory_mb, data_host, data_port, name,
+   executor_id}
+2. coordinator -> ``registered`` {worker_id} or ``refused`` {reason}, then closes.
 3. coordinator -> ``deploy`` {job_id, graph (pickled JobGraph), layout (see
    :class:`runtime.layout.Layout`), workers {worker: [host, port]}, config {batch_size,
    linger_s, credits}, code {module: source} (uploaded modules the pickles name, see
@@ -29,8 +37,15 @@ Control connection (worker dials the coordinator). Messages are msgpack maps wit
    ``update_failed`` {job_id, rid, error}; coordinator -> ``abort`` {job_id, rid}.
 7. When the control connection closes, the worker stops its tasks and exits.
 
-Data connection (the sending worker dials the receiving worker's data address): the first
-frame is ``[HELLO, worker_id, secret]``; then ``[DATA, channel, values, timestamps]``,
+Heartbeat connection (a thread of the worker dials the coordinator once registered;
+context ``"heartbeat:<worker id>"``, the control key): ``{"type": "hb"}`` every second.
+
+Data connection (the sending worker dials the receiving worker's data address, one per
+job and direction, and one more for the job's key-group state; context
+``"data:<job id>"``, that job's data key): it carries that job's frames only (a frame on
+a channel of another job, or state for another job's reconfiguration, closes it and
+fails its own job). The first frame is ``[HELLO, worker_id]`` (who the peer is, for
+messages); then ``[DATA, channel, values, timestamps]``,
 ``[BARRIER, channel, kind, id]``, ``[END, channel]`` and ``[DETACH, channel]`` (the
 sending task left that worker in a reconfiguration: the channel goes on, fed from its new
 worker, and this connection carries nothing more of it) flow to the receiver and
@@ -69,6 +84,7 @@ __all__ = [
     "channel_key",
     "encode",
     "read_frame",
+    "state_owner",
     "write_frame",
 ]
 
@@ -86,6 +102,12 @@ class FrameError(ConnectionError):
 def channel_key(job_id: str, upstream_task: str, downstream_task: str) -> str:
     """A channel's name on the wire and in a worker's registry: unique across jobs."""
     return f"{job_id}/{upstream_task}>{downstream_task}"
+
+
+def state_owner(job_id: str, task: str) -> str:
+    """Task ``task``'s name in a worker's state inbox (``runtime.handover.StateInbox``):
+    unique across jobs, so state that came on one job's connection is only that job's."""
+    return f"{job_id}/{task}"
 
 
 def encode(obj: Any) -> bytes:

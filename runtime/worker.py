@@ -1,15 +1,20 @@
 """A worker: one process, one asyncio event loop, any number of tasks.
 
-Run as ``python -m runtime.worker --coordinator HOST:PORT --secret SECRET``. The worker:
+Run as ``python -m runtime.worker --coordinator HOST:PORT --secret-fd N`` (or
+``--secret-file PATH``). The worker:
 
-1. starts its data server (the address peers send records to);
-2. dials the coordinator and registers its resources (host, pid, cpus, memory, data
-   address, and the Spark executor id when a Spark task started it) with the cluster
-   secret; a refusal or a wrong secret ends the process with exit code 2 and the reason
-   on stderr;
-3. obeys ``deploy`` / ``start`` / ``stop`` / ``inject_barrier`` messages, and reports
+1. reads the cluster secret from the inherited file descriptor ``N`` (a pipe its starter
+   wrote it to; closed once read) or from a file only its user can read: never from its
+   command line or environment, which other users and its children can see;
+2. starts its data server (the address peers send records to; TLS with ``--tls-cert``,
+   ``--tls-key``, mutual with ``--tls-ca``);
+3. dials the coordinator, proves it holds the secret (:mod:`runtime.handshake`) and
+   registers its resources (host, pid, cpus, memory, data address, and the Spark executor
+   id when a Spark task started it); a refusal or a wrong secret ends the process with
+   exit code 2 and the reason on stderr;
+4. obeys ``deploy`` / ``start`` / ``stop`` / ``inject_barrier`` messages, and reports
    task outcomes, barrier acks and, every second, metrics (per task, plus CPU and RSS);
-4. exits by itself when the control connection closes (the coordinator went away).
+5. exits by itself when the control connection closes (the coordinator went away).
 
 Workers are identical whatever started them (the local backend, Spark, a person).
 """
@@ -24,6 +29,8 @@ import os
 import pickle
 import signal
 import socket
+import ssl
+import stat
 import sys
 import threading
 import time
@@ -32,7 +39,7 @@ from typing import Any
 
 import psutil
 
-from . import codeload, heap, protocol
+from . import codeload, handshake, heap, protocol
 from .channels import DataServer, InputChannel, wait_while
 from .deployment import JobRuntime
 from .handover import StateInbox
@@ -71,9 +78,12 @@ class Worker:
         memory_mb: int | None = None,
         name: str | None = None,
         executor_id: str | None = None,
+        server_tls: ssl.SSLContext | None = None,
+        client_tls: ssl.SSLContext | None = None,
     ) -> None:
         self.coordinator = coordinator
         self.secret = secret
+        self.client_tls = client_tls  # to dial the coordinator and peers' data servers
         self.host = host
         self.cpus = cpus
         self.memory_mb = memory_mb or int(psutil.virtual_memory().total / 2**20)
@@ -89,10 +99,11 @@ class Worker:
             secret,
             self.inputs,
             on_error=self.data_failed,
-            on_state=self.state.put_frame,
+            on_state=self.state_arrived,
             has_job=self.jobs.__contains__,
             changing=self.changing,
             pool=pool,
+            tls=server_tls,
         )
         self._background: set[asyncio.Task] = set()  # see background()
         self._dry = asyncio.Event()  # see caught_up()
@@ -181,10 +192,23 @@ class Worker:
             if job.pending is not None and job.pending.rid in rids
         }
 
-    def data_failed(self, error: str, job_ids: set[str] | None) -> None:
-        """A data connection broke the protocol: its jobs (all, if unknown) fail with the cause."""
+    def state_arrived(
+        self,
+        job_id: str,
+        frame: tuple,
+        chunk: bytearray | memoryview,
+        on_read: Any,
+    ) -> None:
+        """A chunk of state that came on a data connection of job ``job_id``: it goes to
+        that job's tasks (see :func:`protocol.state_owner`), whatever task it names."""
+        tag, rid, task, *rest = frame
+        owner = protocol.state_owner(job_id, str(task))
+        self.state.put_frame((tag, rid, owner, *rest), chunk, on_read)
+
+    def data_failed(self, error: str, job_ids: set[str]) -> None:
+        """A data connection broke the protocol: its job fails with the cause."""
         for job in self.jobs.values():
-            if job_ids is not None and job.job_id not in job_ids:
+            if job.job_id not in job_ids:
                 continue
             self.send(
                 {
@@ -198,17 +222,31 @@ class Worker:
 
     async def run(self) -> None:
         data_host, data_port = await self.data.start(self.host, 0)
+        where = f"{self.coordinator[0]}:{self.coordinator[1]}"
         try:
-            reader, writer = await asyncio.open_connection(*self.coordinator)
+            reader, writer = await asyncio.open_connection(
+                *self.coordinator,
+                ssl=self.client_tls,
+                ssl_handshake_timeout=REGISTER_TIMEOUT_S if self.client_tls else None,
+            )
+        except ssl.SSLError as exc:
+            raise RegistrationRefused(f"TLS with the coordinator at {where} failed: {exc}") from exc
         except OSError as exc:
-            raise ConnectionError(
-                f"cannot reach the coordinator at {self.coordinator[0]}:{self.coordinator[1]}: {exc}"
+            raise ConnectionError(f"cannot reach the coordinator at {where}: {exc}") from exc
+        try:
+            await handshake.dial(
+                reader, writer, handshake.control_key(self.secret), "control", REGISTER_TIMEOUT_S
+            )
+        except handshake.HandshakeError as exc:
+            writer.close()
+            raise RegistrationRefused(
+                f"the coordinator at {where} did not accept this worker's proof of the cluster "
+                f"secret (wrong cluster secret?): {exc}"
             ) from exc
         self._writer = writer
         self.send(
             {
                 "type": "register",
-                "secret": self.secret,
                 "host": self.host,
                 "pid": os.getpid(),
                 "cpus": self.cpus,
@@ -258,16 +296,16 @@ class Worker:
         slow worker from a dead or hung one (a hung process stops this thread too).
         """
         try:
-            with socket.create_connection(self.coordinator, timeout=10) as sock:
-                sock.sendall(
-                    protocol.encode(
-                        {"type": "heartbeat", "worker_id": self.worker_id, "secret": self.secret}
-                    )
-                )
+            with contextlib.ExitStack() as stack:
+                sock = stack.enter_context(socket.create_connection(self.coordinator, timeout=10))
+                if self.client_tls is not None:
+                    sock = stack.enter_context(self.client_tls.wrap_socket(sock))
+                context = f"heartbeat:{self.worker_id}"
+                handshake.dial_socket(sock, handshake.control_key(self.secret), context)
                 beat = protocol.encode({"type": "hb"})
                 while not stop.wait(HEARTBEAT_INTERVAL_S):
                     sock.sendall(beat)
-        except OSError as exc:
+        except OSError as exc:  # a HandshakeError too
             logger.info("heartbeat connection ended: %s", exc)
 
     async def _control_loop(self, reader: asyncio.StreamReader) -> None:
@@ -529,6 +567,41 @@ def _non_negative(text: str) -> int:
     return int(text)
 
 
+MAX_SECRET_BYTES = 4096  # a cluster secret is a short string, not a file's worth
+
+
+def read_secret(fd: int | None = None, path: str | None = None) -> str:
+    """The cluster secret, from the inherited file descriptor ``fd`` (read to its end, then
+    closed) or from the file ``path``, which must belong to this process's user and be
+    unreadable by anyone else. One trailing newline is dropped. Raises ValueError saying
+    what is wrong."""
+    if fd is not None:
+        try:
+            with os.fdopen(fd, "rb") as pipe:
+                data = pipe.read(MAX_SECRET_BYTES + 1)
+        except OSError as exc:
+            raise ValueError(f"--secret-fd {fd}: cannot read it: {exc}") from exc
+        where = f"--secret-fd {fd}"
+    else:
+        assert path is not None
+        try:
+            with open(path, "rb") as file:
+                info = os.fstat(file.fileno())
+                if info.st_uid != os.getuid() or info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+                    raise ValueError(
+                        f"--secret-file {path}: it must belong to this user and be readable "
+                        f"by no one else (run: chmod 600 {path})"
+                    )
+                data = file.read(MAX_SECRET_BYTES + 1)
+        except OSError as exc:
+            raise ValueError(f"--secret-file {path}: cannot read it: {exc}") from exc
+        where = f"--secret-file {path}"
+    text = data.decode("utf-8", errors="surrogateescape").removesuffix("\n").removesuffix("\r")
+    if not text or len(data) > MAX_SECRET_BYTES:
+        raise ValueError(f"{where}: expected the cluster secret, 1 to {MAX_SECRET_BYTES} bytes")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m runtime.worker", description=__doc__.splitlines()[0]
@@ -536,7 +609,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--coordinator", required=True, type=_parse_address, help="HOST:PORT of the coordinator"
     )
-    parser.add_argument("--secret", required=True, help="the cluster secret")
+    secret = parser.add_mutually_exclusive_group(required=True)
+    secret.add_argument(
+        "--secret-fd",
+        type=int,
+        metavar="N",
+        help="read the cluster secret from inherited file descriptor N (a pipe), then close it",
+    )
+    secret.add_argument(
+        "--secret-file",
+        metavar="PATH",
+        help="read the cluster secret from PATH (owned by this user, mode 600)",
+    )
+    parser.add_argument("--tls-cert", help="PEM certificate: serve and dial with TLS")
+    parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    parser.add_argument(
+        "--tls-ca", help="PEM CA that peers' certificates must chain to (mutual TLS)"
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address peers reach this worker at")
     parser.add_argument("--cpus", type=float, default=1.0)
     parser.add_argument("--memory-mb", type=int, default=None)
@@ -550,6 +639,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--executor-id", default=None, help="the Spark executor hosting it")
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
+    try:
+        cluster_secret = read_secret(args.secret_fd, args.secret_file)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if (args.tls_cert is None) != (args.tls_key is None) or (args.tls_ca and not args.tls_cert):
+        parser.error("--tls-cert and --tls-key go together (and --tls-ca with them)")
+    server_tls = client_tls = None
+    if args.tls_cert is not None:
+        try:
+            server_tls = handshake.server_tls(args.tls_cert, args.tls_key, args.tls_ca)
+            client_tls = handshake.client_tls(args.tls_cert, args.tls_key, args.tls_ca)
+        except (OSError, ssl.SSLError) as exc:
+            parser.error(f"cannot load the TLS files: {exc}")
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s worker %(name)s: %(message)s",
@@ -557,12 +659,14 @@ def main(argv: list[str] | None = None) -> int:
     heap.reserve(args.reserve_mb)  # before the worker allocates: see runtime.heap
     worker = Worker(
         args.coordinator,
-        args.secret,
+        cluster_secret,
         host=args.host,
         cpus=args.cpus,
         memory_mb=args.memory_mb,
         name=args.name,
         executor_id=args.executor_id,
+        server_tls=server_tls,
+        client_tls=client_tls,
     )
     try:
         import uvloop

@@ -158,28 +158,36 @@ class Api:
         return wait_until(reached, timeout, f"job {job_id} to be {sorted(statuses)}", every=0.1)
 
 
+# The tests' own job modules, registered code of the servers they start.
+TEST_JOB_MODULES = ["tests.e2e_jobs", "tests.jobs_for_tests"]
+
+
 @contextlib.contextmanager
-def running_server(backend: str, tmp_dir: str) -> Iterator[Api]:
+def running_server(backend: str, tmp_dir: str, **overrides: Any) -> Iterator[Api]:
     """A server with 2 local workers on SQLite (a file in ``tmp_dir``) or on a fresh
-    PostgreSQL database; stopped (workers included) on exit, checked to leave no process
-    of its own (its workers and controller processes; other tests' processes, such as a
-    shared Spark session's, are not its to stop)."""
+    PostgreSQL database, its data root ``tmp_dir/data`` and :data:`TEST_JOB_MODULES`
+    registered (``overrides`` replace settings); stopped (workers included) on exit,
+    checked to leave no process of its own (its workers and controller processes; other
+    tests' processes, such as a shared Spark session's, are not its to stop)."""
     before = {p.pid for p in psutil.Process().children()}
     with contextlib.ExitStack() as stack:
         if backend == "sqlite":
             url = f"sqlite:///{tmp_dir}/streampilot.db"
         else:
             url = stack.enter_context(postgres_database())
-        settings = Settings(
-            database_url=url,
-            host="127.0.0.1",
-            port=free_port(),
-            local_workers=2,
-            admin_token=ADMIN_TOKEN,
-            log_level="WARNING",
-            controller_timeout_s=CONTROLLER_TIMEOUT_S,
-            controller_max_failures=CONTROLLER_MAX_FAILURES,
-        )
+        options: dict[str, Any] = {
+            "database_url": url,
+            "host": "127.0.0.1",
+            "port": free_port(),
+            "local_workers": 2,
+            "admin_token": ADMIN_TOKEN,
+            "log_level": "WARNING",
+            "controller_timeout_s": CONTROLLER_TIMEOUT_S,
+            "controller_max_failures": CONTROLLER_MAX_FAILURES,
+            "data_dir": f"{tmp_dir}/data",
+            "job_modules": TEST_JOB_MODULES,
+        }
+        settings = Settings(**{**options, **overrides})
         server = ServerThread(settings)
         server.start()
         stack.callback(server.stop)
@@ -192,7 +200,12 @@ def running_server(backend: str, tmp_dir: str) -> Iterator[Api]:
     )
 
 
-SERVER_PROGRAMS = ("runtime.worker", "controlplane.controllers.child", "runtime.codecheck")
+SERVER_PROGRAMS = (
+    "runtime.worker",
+    "controlplane.controllers.child",
+    "runtime.codecheck",
+    "runtime.jobbuild",
+)
 
 
 def _own_processes() -> set[int]:

@@ -11,6 +11,7 @@ PostgreSQL.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -20,7 +21,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from api_support import ADMIN_TOKEN, HTTP_TIMEOUT_S, free_port, postgres_database, wait_until
+from api_support import (
+    ADMIN_TOKEN,
+    HTTP_TIMEOUT_S,
+    TEST_JOB_MODULES,
+    free_port,
+    postgres_database,
+    wait_until,
+)
 
 SERVER_START_TIMEOUT_S = 60.0
 SERVER_EXIT_TIMEOUT_S = 30.0
@@ -49,6 +57,8 @@ class Server:
             "STREAMPILOT_ADMIN_TOKEN": ADMIN_TOKEN,
             "STREAMPILOT_LOCAL_WORKERS": "2",
             "STREAMPILOT_LOG_LEVEL": "WARNING",
+            "STREAMPILOT_JOB_MODULES": json.dumps(TEST_JOB_MODULES),
+            "STREAMPILOT_DATA_DIR": str(log.parent / "data"),
         }
         self.log = log.open("ab")
         self.proc = subprocess.Popen(

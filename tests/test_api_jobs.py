@@ -103,7 +103,7 @@ def test_bounded_jobs_finish_and_are_paginated(api: Api) -> None:
     ("body", "code", "words"),
     [
         ({**WORDCOUNT, "job": "examples.nope:build"}, "bad_job_ref", ["examples.nope"]),
-        ({**WORDCOUNT, "job": "examples.wordcount"}, "bad_job_ref", ["package.module:callable"]),
+        ({**WORDCOUNT, "job": "examples.wordcount"}, "bad_job_ref", ["module:callable"]),
         ({**WORDCOUNT, "job": "examples.wordcount:nope"}, "bad_job_ref", ["nope"]),
         ({**WORDCOUNT, "params": {"records": "lots"}}, "bad_params", ["records", "lots"]),
         ({**WORDCOUNT, "params": {"recrods": 5}}, "bad_params", ["recrods"]),

@@ -100,7 +100,7 @@ def test_job_errors(api: Api) -> None:
     error_line(
         cli(api, "job", "submit", *LIVE, "-p", "colour=blue"), 1, "unknown param(s) colour", "422"
     )
-    error_line(cli(api, "job", "submit", "examples.wordcount"), 1, "package.module:callable", "422")
+    error_line(cli(api, "job", "submit", "examples.wordcount"), 1, "module:callable", "422")
     result = cli(api, "job", "submit", "examples.wordcount:build", "-p", "records")
     assert result.exit_code == 2 and "NAME=VALUE" in result.output
 

@@ -16,12 +16,13 @@ import struct
 
 import pytest
 
-from runtime import protocol
+from runtime import handshake, protocol
 from runtime.channels import ChannelError, DataServer, InputChannel, PeerLink, RemoteOutputChannel
 from runtime.records import BarrierKind, EndOfStream
 
 SECRET = "cluster-secret"
 KEY = protocol.channel_key("job-1", "split-0", "count-0")
+JOB_KEY = handshake.data_key(SECRET, "job-1")  # the data key of job-1's connections
 
 
 async def reset_peer(caplog: pytest.LogCaptureFixture, *, running: bool, ended: bool) -> list:
@@ -41,7 +42,8 @@ async def send_then_reset(
     inputs: dict | None = None,
     **options,
 ) -> list:
-    """A peer says hello, sends ``frames`` and ``payload``, then resets its connection to a
+    """A peer of job-1 proves its key, says hello, sends ``frames`` and ``payload``, then
+    resets its connection to a
     data server made with ``options`` and reading ``inputs`` (by default KEY, read here);
     returns the errors the server reported once it has taken the reset in."""
     errors: list = []
@@ -53,8 +55,9 @@ async def send_then_reset(
     )
     host, port = await server.start("127.0.0.1")
     try:
-        _, writer = await asyncio.open_connection(host, port)
-        protocol.write_frame(writer, [protocol.HELLO, "w9", SECRET])
+        reader, writer = await asyncio.open_connection(host, port)
+        await handshake.dial(reader, writer, JOB_KEY, handshake.data_context("job-1"))
+        protocol.write_frame(writer, [protocol.HELLO, "w9"])
         for frame in frames:
             protocol.write_frame(writer, frame)
         writer.write(payload)
@@ -134,7 +137,7 @@ def reset_state_link(caplog: pytest.LogCaptureFixture, pending: dict[int, str]) 
             caplog,
             [frame],
             b"x" * 100,
-            on_state=lambda frame, chunk, read: None,
+            on_state=lambda job, frame, chunk, read: None,
             has_job=lambda job: job in pending.values(),
             changing=lambda rids: {job for rid, job in pending.items() if rid in rids},
         )
@@ -164,7 +167,7 @@ async def send_until_refused() -> str:
     (the first writes may still reach the kernel before the peer's reset comes back)."""
     server = DataServer(SECRET, {}, on_error=lambda message, jobs: None)
     host, port = await server.start("127.0.0.1")
-    link = await PeerLink.connect("w1", host, port, "w9", SECRET)
+    link = await PeerLink.connect("w1", host, port, "w9", job_id="job-1", key=JOB_KEY)
     try:
         await asyncio.sleep(0.1)  # the server has taken the hello
         await server.close()
@@ -194,6 +197,7 @@ async def reset_by_peer(caplog: pytest.LogCaptureFixture, settle: str) -> list:
     settled = asyncio.Event()
 
     async def peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await handshake.accept(reader, writer, lambda context: JOB_KEY)
         await settled.wait()
         sock = writer.get_extra_info("socket")
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -201,7 +205,7 @@ async def reset_by_peer(caplog: pytest.LogCaptureFixture, settle: str) -> list:
 
     server = await asyncio.start_server(peer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    link = await PeerLink.connect("w1", "127.0.0.1", port, "w9", SECRET)
+    link = await PeerLink.connect("w1", "127.0.0.1", port, "w9", job_id="job-1", key=JOB_KEY)
     link.on_error = errors.append
     try:
         channel = RemoteOutputChannel(KEY, "count-0", 4, link)

@@ -46,7 +46,7 @@ def test_state_allocated_after_a_reserve_faults_in_almost_no_page() -> None:
 def test_a_worker_refuses_a_negative_reserve_saying_what_it_takes() -> None:
     worker = [sys.executable, "-m", "runtime.worker", "--coordinator", "127.0.0.1:9"]
     out = subprocess.run(
-        [*worker, "--secret", "s", "--reserve-mb", "-5"],
+        [*worker, "--secret-fd", "0", "--reserve-mb", "-5"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime import precopy, protocol
+from runtime import handshake, precopy, protocol
 from runtime.channels import DataServer, PeerLink
 from runtime.handover import STATE_CHUNK_BYTES, StateInbox, send_state, ships_within
 
@@ -241,9 +241,10 @@ def test_a_sender_has_room_for_copies_ahead_as_the_receiver_reads_them() -> None
 
     async def main() -> None:
         inbox = StateInbox(idle=lambda: False)  # the receiver's tasks are busy
-        server = DataServer("secret", {}, on_state=inbox.put_frame)
+        server = DataServer("secret", {}, on_state=lambda job, *chunk: inbox.put_frame(*chunk))
         host, port = await server.start("127.0.0.1")
-        link = await PeerLink.connect("w2", host, port, "w1", "secret")
+        key = handshake.data_key("secret", "job-1")
+        link = await PeerLink.connect("w2", host, port, "w1", job_id="job-1", key=key)
         permits: asyncio.Queue[None] = asyncio.Queue()  # one idle moment each
         reader = asyncio.create_task(inbox.read_copies(permits.get))
 
@@ -299,9 +300,10 @@ def test_a_payload_in_pieces_arrives_as_their_concatenation(sizes: list[int]) ->
             if frame[4] == frame[5] - 1:
                 done.set()
 
-        server = DataServer("secret", {}, on_state=on_state)
+        server = DataServer("secret", {}, on_state=lambda job, *chunk: on_state(*chunk))
         host, port = await server.start("127.0.0.1")
-        link = await PeerLink.connect("w2", host, port, "w1", "secret")
+        key = handshake.data_key("secret", "job-1")
+        link = await PeerLink.connect("w2", host, port, "w1", job_id="job-1", key=key)
         try:
             await send_state(link, 3, "count-1", "base:1", pieces, raw=True)
             await asyncio.wait_for(done.wait(), 10)

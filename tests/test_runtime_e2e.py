@@ -11,11 +11,12 @@ import time
 
 import pytest
 
+from controlplane.backends.local import secret_pipe
 from controlplane.coordinator import Coordinator
 from controlplane.runner import LocalCluster
 from controlplane.testing import BackgroundCluster
 from examples import wordcount
-from runtime import protocol
+from runtime import handshake, protocol
 from runtime.dataflow import load_job
 from runtime.records import BarrierKind
 from tests.e2e_jobs import counting_reference, final_counts
@@ -165,8 +166,10 @@ def test_undecodable_frame_fails_the_job(
                 load_job("tests.e2e_jobs:counting_job", {"rate": 5_000})
             )
             w = c.coordinator.workers["w1"]
-            _, writer = await asyncio.open_connection(w.data_host, w.data_port)
-            writer.write(protocol.encode([protocol.HELLO, "intruder", c.secret]))
+            reader, writer = await asyncio.open_connection(w.data_host, w.data_port)
+            key = handshake.data_key(c.secret, job.id)  # a peer that holds the secret
+            await handshake.dial(reader, writer, key, handshake.data_context(job.id))
+            writer.write(protocol.encode([protocol.HELLO, "intruder"]))
             writer.write(frame)
             await writer.drain()
             status = await job.wait(10)
@@ -183,16 +186,19 @@ def test_data_connection_with_wrong_secret_is_ignored(cluster: BackgroundCluster
         load_job("tests.e2e_jobs:counting_job", {"records": 20_000, "rate": 20_000})
     )
 
-    async def intrude() -> bytes:
+    async def intrude() -> str:
         w = cluster.coordinator.workers["w1"]
         reader, writer = await asyncio.open_connection(w.data_host, w.data_port)
-        writer.write(protocol.encode([protocol.HELLO, "intruder", "not-the-secret"]))
-        await writer.drain()
-        data = await asyncio.wait_for(reader.read(), 5)  # the worker hangs up
-        writer.close()
-        return data
+        key = handshake.data_key("not-the-secret", job.id)
+        try:
+            await handshake.dial(reader, writer, key, handshake.data_context(job.id), 5)
+        except handshake.HandshakeError as exc:  # the worker hangs up
+            return str(exc)
+        finally:
+            writer.close()
+        return "the worker took the wrong secret"
 
-    assert cluster.call(intrude()) == b""
+    assert "during the handshake" in cluster.call(intrude())
     assert cluster.wait(job, 30) == "finished", job.error
 
 
@@ -200,16 +206,21 @@ def test_worker_with_wrong_secret_is_refused(no_leftover_processes: None) -> Non
     async def main() -> tuple[int, str, int]:
         coord = Coordinator("the-right-secret")
         host, port = await coord.start()
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "runtime.worker",
-            "--coordinator",
-            f"{host}:{port}",
-            "--secret",
-            "wrong",
-            stderr=asyncio.subprocess.PIPE,
-        )
+        fd = secret_pipe("wrong")
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "runtime.worker",
+                "--coordinator",
+                f"{host}:{port}",
+                "--secret-fd",
+                str(fd),
+                stderr=asyncio.subprocess.PIPE,
+                pass_fds=(fd,),
+            )
+        finally:
+            os.close(fd)
         try:
             rc = await asyncio.wait_for(proc.wait(), 30)
         finally:
@@ -248,17 +259,22 @@ def test_worker_exits_when_the_coordinator_dies(no_leftover_processes: None) -> 
     try:
         assert coord.stdout is not None
         port = int(coord.stdout.readline())
-        worker = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "runtime.worker",
-                "--coordinator",
-                f"127.0.0.1:{port}",
-                "--secret",
-                "s3cret",
-            ]
-        )
+        fd = secret_pipe("s3cret")
+        try:
+            worker = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "runtime.worker",
+                    "--coordinator",
+                    f"127.0.0.1:{port}",
+                    "--secret-fd",
+                    str(fd),
+                ],
+                pass_fds=(fd,),
+            )
+        finally:
+            os.close(fd)
         assert coord.stdout.readline().strip() == "registered"
         coord.kill()
         coord.wait(10)

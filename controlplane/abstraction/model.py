@@ -22,7 +22,17 @@ from runtime.dataflow import JobGraph, logic_ref
 
 from . import _shape as shape
 from .errors import SchemaError, UnknownOperator, UnknownTask, UnknownWorker
-from .parts import DESIGN_KINDS, Input, Logic, Task, Worker, Workload, current_logic, task_index
+from .parts import (
+    DESIGN_KINDS,
+    NEW_WORKER,
+    Input,
+    Logic,
+    Task,
+    Worker,
+    Workload,
+    current_logic,
+    task_index,
+)
 
 if TYPE_CHECKING:
     from runtime.layout import Layout
@@ -225,6 +235,16 @@ class Abstraction:
                     group.add(other)
                     todo.append(other)
         return tuple(op.name for op in self.operators if op.name in group)
+
+    def workers_to_start(self) -> tuple[str, ...]:
+        """The ``new-<k>`` placeholder workers that tasks are placed on: carrying out a
+        plan that leads here starts one worker for each."""
+        used = {t.resources.worker for op in self.operators for t in op.tasks}
+        return tuple(
+            w.id
+            for w in self.workers
+            if w.placeholder and w.id.startswith(f"{NEW_WORKER}-") and w.id in used
+        )
 
     def replace(self, **changes: Any) -> Abstraction:
         return replace(self, **changes)

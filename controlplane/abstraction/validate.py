@@ -17,7 +17,9 @@ changes nothing. Rules:
   Tasks go to workers whose status is in ``PLACEABLE_STATUSES`` or to ``"new"``;
   placeholders that end up hosting nothing are dropped from the result.
 - ``assignLogic`` applies to map, flat_map, filter and keyed operators; the ref must
-  resolve to a callable through ``resolve_logic``.
+  resolve through ``resolve_logic`` to a callable, or to a
+  :class:`~runtime.dataflow.LogicRef` (a ref a resolver accepts without importing it, as
+  the control plane's does: :mod:`controlplane.code.registry`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from runtime.dataflow import resolve_ref
+from runtime.dataflow import LogicRef, resolve_ref
 
 from .errors import (
     BadLogic,
@@ -77,8 +79,10 @@ def format_groups(groups: Iterable[int], limit: int = 8) -> str:
 
 
 def resolve_importable(ref: str) -> Callable[..., Any]:
-    """The default ``resolve_logic``: import ``package.module:callable`` in this process,
-    or find ``code:<id>:callable`` among the uploads installed here (:mod:`runtime.codeload`).
+    """The default ``resolve_logic``, for programs that run their own coordinator: import
+    ``package.module:callable`` in this process, or find ``code:<id>:callable`` among the
+    uploads installed here (:mod:`runtime.codeload`). The control plane uses the
+    registry's instead, which imports nothing.
 
     Raises :class:`BadLogic` for a malformed ref, a module that fails to import, a missing
     attribute, a non-callable, or code that was never uploaded.
@@ -98,7 +102,8 @@ def apply_plan(
     have operations; 3. operations apply in order to a draft (an error is located at its
     operation); 4. the result is checked as a whole (module docstring); 5. a result equal
     to ``abstraction`` is refused (:class:`NoChange`). ``resolve_logic(ref)`` returns the
-    callable a ref names or raises; its message is included in :class:`BadLogic`.
+    callable a ref names (or a :class:`~runtime.dataflow.LogicRef` for it) or raises; its
+    message is included in :class:`BadLogic`.
     """
     # Step 1.
     if plan.base_version != abstraction.version:
@@ -283,7 +288,7 @@ def _assign_logic(
         fn = resolve_logic(op.ref)
     except Exception as exc:  # the resolver may import user code, which may raise anything
         raise BadLogic(f"logic {op.ref!r} for operator {name!r} does not resolve: {exc}") from exc
-    if not callable(fn):
+    if not (callable(fn) or isinstance(fn, LogicRef)):
         raise BadLogic(
             f"logic {op.ref!r} for operator {name!r} resolves to a {type(fn).__name__}, "
             "which is not callable"

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from runtime.handshake import TlsFiles
+
 from .base import BackendError, WorkerBackend
 from .local import LocalBackend
 
@@ -18,7 +20,14 @@ if TYPE_CHECKING:
     from controlplane.config import Settings
     from controlplane.coordinator import Coordinator
 
-__all__ = ["BackendError", "LocalBackend", "WorkerBackend", "make_backend"]
+__all__ = ["BackendError", "LocalBackend", "WorkerBackend", "make_backend", "tls_files"]
+
+
+def tls_files(settings: Settings) -> TlsFiles | None:
+    """The TLS files ``settings`` name (``tls_cert``, ``tls_key``, ``tls_ca``), if any."""
+    if settings.tls_cert is None or settings.tls_key is None:
+        return None
+    return TlsFiles(settings.tls_cert, settings.tls_key, settings.tls_ca)
 
 
 async def make_backend(settings: Settings, coordinator: Coordinator, secret: str) -> WorkerBackend:
@@ -26,7 +35,10 @@ async def make_backend(settings: Settings, coordinator: Coordinator, secret: str
     this creates the SparkSession (in a thread, bounded: see :func:`.spark.spark_session`),
     which the backend stops when it closes (a session this process already ran is used and
     left running), and raises :class:`BackendError` when Spark cannot start or its master
-    cannot be reached."""
+    cannot be reached. Workers get the TLS files of the settings, if any (see
+    :func:`tls_files`); on Spark they must exist at the same paths on the executors."""
+    tls = tls_files(settings)
+    tls_args = tls.worker_args() if tls is not None else []
     if settings.backend == "spark":
         from .spark import SparkBackend, session_running, spark_session
 
@@ -40,10 +52,12 @@ async def make_backend(settings: Settings, coordinator: Coordinator, secret: str
             register_timeout_s=settings.workers_timeout_s,
             owns_session=owned,
             reserve_mb=settings.worker_reserve_mb,
+            extra_args=tls_args,
         )
     return LocalBackend(
         coordinator.address,
         secret,
         log_level=settings.worker_log_level,
         reserve_mb=settings.worker_reserve_mb,
+        extra_args=tls_args,
     )

@@ -1,7 +1,8 @@
 """The local backend: worker subprocesses on this machine (the embedded default).
 
-Each worker is ``python -m runtime.worker`` started with the coordinator's address and the
-cluster secret. Workers die with their parent even if it is killed (``PR_SET_PDEATHSIG``
+Each worker is ``python -m runtime.worker`` started with the coordinator's address; the
+cluster secret reaches it through a pipe it inherits (``--secret-fd``), never its command
+line or environment, which other users and the job's own subprocesses can read. Workers die with their parent even if it is killed (``PR_SET_PDEATHSIG``
 on Linux) and exit by themselves when the coordinator's connection closes; :meth:`close`
 terminates, then kills, whatever is left, so no worker outlives a run or a failed test.
 """
@@ -18,12 +19,27 @@ import sys
 
 from .base import BackendError, WorkerBackend
 
-__all__ = ["LocalBackend"]
+__all__ = ["LocalBackend", "secret_pipe"]
 
 logger = logging.getLogger(__name__)
 
 STOP_GRACE_S = 3.0  # a worker exits on SIGTERM within this, or is killed
 _PR_SET_PDEATHSIG = 1
+
+
+def secret_pipe(secret: str) -> int:
+    """The read end of a pipe holding ``secret`` (its write end closed), for a child to
+    inherit as ``--secret-fd`` (pass it in ``pass_fds``, then close it here). A secret
+    fits a pipe's buffer: writing it does not wait for the reader."""
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, secret.encode())
+    except OSError:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    return read_fd
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -62,6 +78,7 @@ class LocalBackend(WorkerBackend):
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
         pids = []
         for _ in range(n):
+            secret_fd = secret_pipe(self.secret)
             try:
                 proc = await asyncio.create_subprocess_exec(
                     self.python,
@@ -69,18 +86,21 @@ class LocalBackend(WorkerBackend):
                     "runtime.worker",
                     "--coordinator",
                     f"{self.coordinator[0]}:{self.coordinator[1]}",
-                    "--secret",
-                    self.secret,
+                    "--secret-fd",
+                    str(secret_fd),
                     "--log-level",
                     self.log_level,
                     *self.extra_args,
                     env=env,
                     stdin=asyncio.subprocess.DEVNULL,
+                    pass_fds=(secret_fd,),
                     preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
                     start_new_session=True,  # a Ctrl+C aimed at the control plane is its to handle
                 )
             except OSError as exc:
                 raise BackendError(f"cannot start a worker with {self.python}: {exc}") from exc
+            finally:
+                os.close(secret_fd)
             self.procs[proc.pid] = proc
             pids.append(proc.pid)
         return pids

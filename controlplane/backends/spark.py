@@ -3,8 +3,10 @@
 The control plane is the Spark driver. Starting a worker submits a one-partition job in its
 own job group (``sc.setJobGroup(..., interruptOnCancel=True)``, from one thread per worker);
 its task starts ``python -m runtime.worker`` as a child of Spark's Python worker, with the
-coordinator's address, the cluster secret, the executor's address and its executor id, and
-waits for it. So Spark's cluster manager (standalone, YARN, Kubernetes, or ``local[N]``)
+coordinator's address, the executor's address and its executor id, and waits for it. The
+cluster secret travels inside the task's function (a closure, as Spark ships it to the
+executor) and reaches the worker through a pipe it inherits (``--secret-fd``), never a
+command line or an environment. So Spark's cluster manager (standalone, YARN, Kubernetes, or ``local[N]``)
 finds the cores: one task slot per worker (``spark.task.cpus`` each).
 
 Lifecycle of one worker:
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -47,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .base import BackendError, WorkerBackend
-from .local import _die_with_parent
+from .local import _die_with_parent, secret_pipe
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -215,6 +218,7 @@ class SparkBackend(WorkerBackend):
         register_timeout_s: float = REGISTER_TIMEOUT_S,
         owns_session: bool = False,
         reserve_mb: int = 0,
+        extra_args: list[str] | None = None,
     ) -> None:
         self.coordinator = coordinator
         self.secret = secret
@@ -224,6 +228,7 @@ class SparkBackend(WorkerBackend):
         self.register_timeout_s = register_timeout_s
         self.owns_session = owns_session
         self.reserve_mb = reserve_mb
+        self.extra_args = list(extra_args or [])  # more runtime.worker options (TLS files)
         self.handles: dict[str, _Handle] = {}  # by name, while the job runs
         self._token = secrets.token_hex(4)
         self._ids = itertools.count(1)
@@ -269,12 +274,12 @@ class SparkBackend(WorkerBackend):
         host, port = self._dial_address()
         spec = {
             "coordinator": [host, port],
-            "secret": self.secret,
             "name": name,
             "log_level": self.log_level,
             "reserve_mb": self.reserve_mb,
             "python": self.python,
             "env": self._env,
+            "extra_args": self.extra_args,
         }
         thread = threading.Thread(
             target=self._run_job, args=(handle, spec, loop), name=f"job-{name}", daemon=True
@@ -290,7 +295,8 @@ class SparkBackend(WorkerBackend):
         reason = None
         try:
             sc.setJobGroup(handle.group, f"streampilot worker {handle.name}", True)
-            sc.parallelize([spec], 1).mapPartitions(_worker_task).collect()
+            task = functools.partial(_worker_task, secret=self.secret)
+            sc.parallelize([spec], 1).mapPartitions(task).collect()
         except Exception as exc:
             reason = spark_reason(exc)
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
@@ -383,8 +389,9 @@ def _local_env() -> dict[str, str]:
 # -- executor side -------------------------------------------------------------------------------
 
 
-def _worker_task(specs: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """The task of a worker's job, on an executor: run one worker process until it exits.
+def _worker_task(specs: Iterator[dict[str, Any]], secret: str) -> Iterator[dict[str, Any]]:
+    """The task of a worker's job, on an executor: run one worker process until it exits,
+    handing it the cluster ``secret`` through a pipe.
 
     Raises (failing the job, whose reason the driver reports) when the task is a retry, the
     worker cannot be started, or it exits with an error (its stderr's tail is the reason).
@@ -406,8 +413,6 @@ def _worker_task(specs: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         "runtime.worker",
         "--coordinator",
         f"{host}:{port}",
-        "--secret",
-        spec["secret"],
         "--host",
         _route_address(host),
         "--cpus",
@@ -420,14 +425,17 @@ def _worker_task(specs: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         spec["log_level"],
         "--reserve-mb",
         str(spec["reserve_mb"]),
+        *spec.get("extra_args", ()),
     ]
     env = {k: v for k, v in os.environ.items() if k not in _SPARK_PRIVATE} | spec["env"]
     with tempfile.TemporaryFile() as stderr:
+        secret_fd = secret_pipe(secret)
         try:
             proc = subprocess.Popen(
-                command,
+                [*command, "--secret-fd", str(secret_fd)],
                 env=env,
                 stdin=subprocess.DEVNULL,
+                pass_fds=(secret_fd,),
                 stderr=stderr,
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
                 # Its own session, as a local worker: the kernel shares CPU between
@@ -436,6 +444,8 @@ def _worker_task(specs: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
             )
         except OSError as exc:
             raise RuntimeError(f"cannot start a worker with {python}: {exc}") from None
+        finally:
+            os.close(secret_fd)
         code = proc.wait()
         stderr.seek(0)
         errors = stderr.read().decode(errors="replace").strip()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, File, Form, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 
 from controlplane.deps import SessionDep, require
 from controlplane.isolation import MAX_SOURCE_BYTES
@@ -21,6 +21,7 @@ router = APIRouter(prefix="/code", tags=["code"])
 
 @router.post("", status_code=201, dependencies=[Depends(require("admin"))])
 def upload_code(
+    request: Request,
     file: Annotated[UploadFile, File(description="a .py module (UTF-8, at most 1 MiB)")],
     session: SessionDep,
     name: Annotated[str | None, Form(max_length=200, description="default: file name")] = None,
@@ -30,7 +31,11 @@ def upload_code(
     file and line if it does not compile or raises at import."""
     data = file.file.read(MAX_SOURCE_BYTES + 1)  # a sync route: runs in a thread
     row = service.upload(
-        session=session, filename=file.filename or "upload.py", name=name, data=data
+        session=session,
+        filename=file.filename or "upload.py",
+        name=name,
+        data=data,
+        settings=request.app.state.settings,
     )
     return CodeRead.of(row)
 

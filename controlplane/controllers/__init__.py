@@ -6,4 +6,14 @@
 - :mod:`.host`: :class:`~.host.ControllerHost` runs every ``running`` controller in its own
   subprocess (:mod:`.child`), sends it views, checks its plans (safety limits, then the
   same validation as REST) and records what became of them.
+- :mod:`.process`: a controller's process, started in a bubblewrap sandbox
+  (:mod:`controlplane.sandbox`).
+
+Exceptions::
+
+    controlplane.errors.Unavailable
+    └── service.SandboxUnavailable   an uploaded script where no sandbox can start (503)
+    process.ChildFailed (Exception)  the host's: a child died, hung or answered an error;
+                                     recorded as the controller's failure, never raised
+                                     out of the host
 """

@@ -15,7 +15,8 @@ stderr, which the host keeps as the controller's log. Requests and replies, in o
 
 Any request that fails gets ``{"type": "error", "error": "<what, with the script's line>"}``
 and the process goes on; the host decides whether to go on with it. ``--check`` runs step 1
-alone on a script read from stdin and prints its reply (used at upload).
+alone on a script read from stdin and prints its reply (used at upload). ``--name NAME``
+(the host's ``controller-<id>``) changes nothing: it shows in ``ps`` whose process it is.
 """
 
 from __future__ import annotations

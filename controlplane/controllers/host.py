@@ -1,9 +1,10 @@
 """The controller host: runs each ``running`` controller in its own subprocess.
 
 One :class:`_Runner` (an asyncio task on the server's loop) per running controller; its
-child is ``python -m controlplane.controllers.child`` with an address-space limit
-(``settings.controller_memory_mb``) and a CPU-time limit (``settings.controller_cpu_s``),
-in its own session, killed with the host. Each period, in order:
+child is ``python -m controlplane.controllers.child`` in a bubblewrap sandbox
+(:mod:`controlplane.sandbox`; see :mod:`.process`), killed with the host. Where
+bubblewrap is missing, built-in controllers run unconfined (with the same limits) and
+uploaded ones are marked ``failed`` with the reason, never run. Each period, in order:
 
 1. Build the view (the job's current abstraction, its metrics window, the workers, the
    outcomes of this controller's earlier plans). A job that has ended stops its
@@ -20,7 +21,8 @@ in its own session, killed with the host. Each period, in order:
 A controller that raises, hangs (its child is killed and restarted), dies, returns garbage
 or a plan validation refuses has a failure recorded with the reason, and never touches the
 job; ``settings.controller_max_failures`` failures in a row mark it ``failed`` and stop
-it. Nothing a child does can raise out of its runner: the server never crashes with it.
+it. Nothing a child does can raise out of its runner: the server never crashes with it;
+an error of the runner itself marks the controller ``failed`` with that error.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from controllers import (
     preview,
     state_sizes,
 )
-from controlplane import db
+from controlplane import db, sandbox
 from controlplane.abstraction import AbstractionError, Plan, PlanError
 from controlplane.config import Settings
 from controlplane.engine import Engine, job_key
@@ -146,8 +148,9 @@ class _Runner:
             await self._loop()
         except asyncio.CancelledError:
             raise
-        except Exception:  # a bug of the host itself: log it, never crash the server
+        except Exception as exc:  # a bug of the host itself: report it, never crash the server
             logger.exception("controller %s: host error", self.id)
+            await self._give_up(f"its host failed: {type(exc).__name__}: {exc}")
         finally:
             if self.child is not None:
                 await self.child.close()
@@ -172,11 +175,15 @@ class _Runner:
                 else {"source": row.source, "filename": row.filename}
             ),
         }
+        missing = await asyncio.to_thread(sandbox.unavailable, self.settings)
+        if missing is not None and not row.builtin:
+            await self._give_up(f"uploaded controllers run only in a sandbox: {missing}")
+            return
         interval, first = float(row.interval_s), True
         while True:
             try:
                 if self.child is None:
-                    self.child = await ControllerProcess.spawn(self.settings, self._on_line)
+                    self.child = await self._spawn(unconfined=missing is not None)
                     loaded = await self.child.call(spec, SPAWN_TIMEOUT_S, "loading the controller")
                     interval = float(loaded["interval_s"])
                     first = True
@@ -187,6 +194,14 @@ class _Runner:
             except ChildFailed as exc:
                 if not await self._failed(str(exc), restart=exc.restart):
                     return
+
+    async def _spawn(self, *, unconfined: bool) -> ControllerProcess:
+        try:
+            return await ControllerProcess.spawn(
+                self.settings, self._on_line, name=f"controller-{self.id}", unconfined=unconfined
+            )
+        except OSError as exc:
+            raise ChildFailed(f"its process could not start: {exc}", restart=True) from None
 
     async def _period(self, first: bool) -> bool:
         """One period (steps 1 to 5); False when the controller must stop."""
@@ -314,6 +329,7 @@ class _Runner:
                 job_id=row.job_id,
                 origin=f"controller {self.id}",
                 build=lambda _view: plan,
+                may_start_workers=True,  # attaching a controller takes an admin token
             )
             return service.record_decision(
                 session=session,
@@ -368,6 +384,12 @@ class _Runner:
             self._host_log(f"marked {row.status}: {row.error}")
             return False
         return True
+
+    async def _give_up(self, reason: str) -> None:
+        """Mark the controller ``failed`` with ``reason`` (if it is still running)."""
+        self._host_log(f"failed: {reason}")
+        with contextlib.suppress(Exception):
+            await self._db(service.fail, controller_id=self.id, reason=reason)
 
     def _on_line(self, line: str) -> None:
         self.logs.append(("script", line))

@@ -1,32 +1,37 @@
-"""A controller's process, seen from the host: spawned with limits, spoken to in JSON lines.
+"""A controller's process, seen from the host: started in a sandbox, spoken to in JSON lines.
 
-:meth:`ControllerProcess.spawn` starts ``python -m controlplane.controllers.child`` with an
-address-space limit and a CPU-time limit (``settings.controller_memory_mb``,
-``settings.controller_cpu_s``), in its own session, killed with its parent.
+:meth:`ControllerProcess.spawn` starts ``python -m controlplane.controllers.child`` in a
+bubblewrap sandbox (:mod:`controlplane.sandbox`: no network, no other process, a
+read-only filesystem without the database, ``settings.controller_*`` limits), or, for a
+built-in controller where bubblewrap is missing, unconfined with the same limits
+(``unconfined=True``; our code, not the user's). Either way it has a session of its
+own, so :meth:`ControllerProcess.kill` kills its process group: in a sandbox that is
+bwrap's monitor, whose death takes every process of the sandbox with it.
 :meth:`ControllerProcess.call` sends one request and waits for the reply (see
 :mod:`.child` for the protocol); every way it can go wrong is a :class:`ChildFailed`
 saying what happened and whether the process must be restarted. Its stderr (what the
-script prints) goes to ``on_line``.
+script prints, and what bwrap says if the sandbox cannot start) goes to ``on_line``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
-import resource
+import logging
+import os
 import signal
-import sys
 from typing import Any
 
+from controlplane import sandbox
 from controlplane.config import Settings
-from controlplane.isolation import user_code_env
 
 __all__ = ["ChildFailed", "ControllerProcess"]
 
+logger = logging.getLogger(__name__)
+
 STOP_GRACE_S = 3.0  # a child exits once its input closes (or on a kill) within this
-_PR_SET_PDEATHSIG = 1
+CHILD_MODULE = "controlplane.controllers.child"
 
 
 class ChildFailed(Exception):
@@ -42,30 +47,23 @@ class ControllerProcess:
 
     def __init__(self, proc: asyncio.subprocess.Process, on_line: Any) -> None:
         self.proc = proc
+        self.last_line = ""  # the last line it printed on stderr: bwrap's, if it failed
         self._pump = asyncio.create_task(self._read_stderr(on_line))
 
     @classmethod
-    async def spawn(cls, settings: Settings, on_line: Any) -> ControllerProcess:
-        memory = settings.controller_memory_mb * 1024 * 1024
-        cpu = settings.controller_cpu_s
-
-        def limits() -> None:  # in the child, between fork and exec
-            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
-            with contextlib.suppress(Exception):
-                ctypes.CDLL("libc.so.6").prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-        # One BLAS thread: numpy's per-thread buffers would eat the address-space limit.
-        env = user_code_env()  # none of the control plane's secrets
+    async def spawn(
+        cls, settings: Settings, on_line: Any, *, name: str, unconfined: bool = False
+    ) -> ControllerProcess:
+        """Start the child; ``name`` (e.g. ``controller-7``) is on its command line, for
+        ``ps``. ``unconfined`` only for built-ins, where :func:`sandbox.unavailable`."""
+        make = sandbox.unconfined if unconfined else sandbox.command
+        command = make(settings, CHILD_MODULE, ["--name", name])
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "controlplane.controllers.child",
-            env=env,
+            *command.argv,
+            env=command.env,  # none of the control plane's secrets
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            preexec_fn=limits if sys.platform.startswith("linux") else None,
             start_new_session=True,
             limit=64 * 1024 * 1024,  # a reply carries a plan: allow long lines
         )
@@ -74,7 +72,8 @@ class ControllerProcess:
     async def _read_stderr(self, on_line: Any) -> None:
         assert self.proc.stderr is not None
         while line := await self.proc.stderr.readline():
-            on_line(line.decode("utf-8", "replace").rstrip())
+            self.last_line = line.decode("utf-8", "replace").rstrip()
+            on_line(self.last_line)
 
     async def call(self, request: dict[str, Any], timeout: float, doing: str) -> dict[str, Any]:
         """Send one request and return the reply; :class:`ChildFailed` if the child dies,
@@ -94,10 +93,14 @@ class ControllerProcess:
             line = b""
         if not line:
             code = await self._exit_code()
-            why = {
+            why = {  # negative: killed by a signal; 128 + signal: bwrap's report of one
                 -signal.SIGKILL: " (killed: over its memory limit, or by the host)",
+                128 + signal.SIGKILL: " (killed: over its memory limit, or by the host)",
                 -signal.SIGXCPU: " (over its CPU-time limit)",
-            }.get(code, "")
+                128 + signal.SIGXCPU: " (over its CPU-time limit)",
+            }.get(code or 0, "")
+            if not why and self.last_line:
+                why = f" ({self.last_line[-300:]})"
             raise ChildFailed(f"the controller's process exited with {code}{why}", restart=True)
         try:
             reply = json.loads(line)
@@ -114,14 +117,20 @@ class ControllerProcess:
             return None
 
     async def kill(self) -> None:
-        if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.kill()
-            await self.proc.wait()
-        with contextlib.suppress(asyncio.CancelledError):
+        """Kill its process group (in a sandbox: the sandbox) and wait, at most
+        :data:`STOP_GRACE_S`, for it to exit and its pipes to close."""
+        if self.proc.returncode is None:  # once reaped, its pid may be another's
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        try:
+            await asyncio.wait_for(self.proc.wait(), STOP_GRACE_S)
+        except TimeoutError:  # something outside the group holds its pipes
+            logger.warning("controller process %s: its pipes stay open", self.proc.pid)
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
             await asyncio.wait_for(self._pump, STOP_GRACE_S)
 
     async def close(self) -> None:
+        """Close its input (it exits on its own), then :meth:`kill` what is left."""
         if self.proc.stdin is not None and self.proc.returncode is None:
             self.proc.stdin.close()
             with contextlib.suppress(TimeoutError):

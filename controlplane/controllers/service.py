@@ -2,10 +2,13 @@
 keeps (views it builds, decisions, outcomes, failures, log lines).
 
 Attaching checks the script in a throwaway interpreter (``python -m
-controlplane.controllers.child --check``, bounded by :data:`CHECK_TIMEOUT_S`): it must
-compile, define exactly one ``controllers.Controller`` subclass and accept its config;
-a built-in is looked up by name the same way. Functions take the session as a keyword
-argument and never commit.
+controlplane.controllers.child --check``, bounded by :data:`CHECK_TIMEOUT_S`) in the same
+sandbox as the controller's own process (:func:`controlplane.isolation.run_check`): it
+must compile, define exactly one ``controllers.Controller`` subclass and accept its
+config; a built-in is looked up by name the same way. Where no sandbox can start, an
+uploaded script is refused (:class:`SandboxUnavailable`) before anything of it runs;
+built-ins are still checked and run. Functions take the session as a keyword argument and
+never commit.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from controlplane.errors import BadController, Conflict, NotFound
+from controlplane import sandbox
+from controlplane.config import Settings
+from controlplane.errors import BadController, Conflict, NotFound, Unavailable
 from controlplane.events import service as events
 from controlplane.isolation import python_source, run_check
 from controlplane.jobs import service as jobs
@@ -32,7 +37,9 @@ from .models import Controller, ControllerDecision, ControllerLog
 __all__ = [
     "CHECK_TIMEOUT_S",
     "MAX_LOG_LINES",
+    "SandboxUnavailable",
     "attach",
+    "fail",
     "get_controller",
     "list_controllers",
     "list_decisions",
@@ -49,7 +56,16 @@ HISTORY = 50  # outcomes of earlier plans a view carries (plus those the limits 
 MOVES_WINDOW_S = 3600.0  # as controllers.safety: moves per hour count the last hour
 
 
-def check_script(request: Mapping[str, Any], filename: str) -> dict[str, Any]:
+class SandboxUnavailable(Unavailable):
+    """No sandbox can start on this server (bubblewrap missing, or unable to create its
+    namespaces), so uploaded controllers are refused; the message says what to install."""
+
+    code = "sandbox_unavailable"
+
+
+def check_script(
+    request: Mapping[str, Any], filename: str, *, settings: Settings
+) -> dict[str, Any]:
     """Load the controller in a throwaway process; its ``loaded`` reply, or
     :class:`BadController` with the reason and line."""
     reply = run_check(
@@ -59,6 +75,7 @@ def check_script(request: Mapping[str, Any], filename: str) -> dict[str, Any]:
         timeout=CHECK_TIMEOUT_S,
         error=BadController,
         doing=f"{filename}: loading the controller",
+        settings=settings,
     )
     if reply.get("type") != "loaded":
         raise BadController(str(reply.get("error")))
@@ -75,9 +92,11 @@ def attach(
     builtin: str | None,
     config: Mapping[str, Any] | None,
     safety: Mapping[str, Any],
+    settings: Settings,
 ) -> Controller:
     """Check and record a controller for ``job_id``, status ``running`` (the host starts it
-    once the unit of work commits)."""
+    once the unit of work commits). An uploaded script where no sandbox can start is a
+    :class:`SandboxUnavailable`."""
     from controllers import SafetyConfig
 
     job = jobs.get_row(session=session, job_id=job_id)
@@ -91,13 +110,19 @@ def attach(
         raise BadController(f"safety: {exc}") from None
     source = None
     if data is not None:
+        missing = sandbox.unavailable(settings)
+        if missing is not None:
+            raise SandboxUnavailable(
+                f"this server cannot run uploaded controllers: {missing}; built-in "
+                "controllers (builtin=...) still run"
+            )
         filename = filename or "controller.py"
         source = python_source(filename, data, error=BadController)
         request: dict[str, Any] = {"source": source, "config": config}
     else:
         filename = None
         request = {"builtin": builtin, "config": config}
-    loaded = check_script(request, filename or f"<builtin {builtin}>")
+    loaded = check_script(request, filename or f"<builtin {builtin}>", settings=settings)
     row = Controller(
         name=name,
         job_id=job_id,
@@ -152,6 +177,17 @@ def set_status(
         _event(session, row, "started" if status == "running" else status, error or "")
     row.status, row.error = status, error
     session.flush()
+    return row
+
+
+def fail(*, session: Session, controller_id: int, reason: str) -> Controller:
+    """Mark a ``running`` controller ``failed`` with ``reason`` (its host cannot run it);
+    one in another status is left as it is."""
+    row = get_controller(session=session, controller_id=controller_id)
+    if row.status == "running":
+        row.status, row.error = "failed", reason
+        _event(session, row, "failed", reason)
+        session.flush()
     return row
 
 

@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import itertools
 import logging
 import pickle
+import ssl
 import time
 from typing import Any
 
+from controlplane.abstraction import Resolver, resolve_importable
 from controlplane.backends import BackendError
-from runtime import codeload, protocol
+from runtime import codeload, handshake, protocol
 from runtime.dataflow import JobGraph
 from runtime.layout import Layout
 from runtime.records import BarrierKind
@@ -41,7 +42,7 @@ __all__ = ["Coordinator", "CoordinatorError", "Job", "RuntimeConfig", "WorkerInf
 logger = logging.getLogger(__name__)
 
 DEPLOY_TIMEOUT_S = 30.0  # workers import the job's modules and open channels within this
-REGISTER_READ_TIMEOUT_S = 5.0  # a connection must say who it is within this
+REGISTER_READ_TIMEOUT_S = 5.0  # a worker that proved itself says who it is within this
 BARRIER_TIMEOUT_S = 30.0  # every task acks an injected barrier within this
 STOP_TIMEOUT_S = 5.0  # workers send their last counts of a stopped job within this
 HEARTBEAT_TIMEOUT_S = 10.0  # a worker silent this long (metrics come every second) is lost
@@ -67,10 +68,15 @@ class Coordinator:
         port: int = 0,
         config: RuntimeConfig | None = None,
         heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S,
+        resolve_logic: Resolver = resolve_importable,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if not secret:
             raise ValueError("the cluster secret must not be empty")
         self.secret = secret
+        self._control_key = handshake.control_key(secret)
+        self.tls = tls  # served on the port when set (see runtime.handshake.server_tls)
+        self._refusals = handshake.RefusalLog(logger, "coordinator")
         self.host = host
         self.port = port
         self.config = config or RuntimeConfig()
@@ -84,6 +90,9 @@ class Coordinator:
         self._registered = asyncio.Condition()
         self._readers: set[asyncio.Task] = set()
         self.backend: Any = None  # a WorkerBackend, to start workers a plan asks for
+        # What a logic ref in a plan may name (raises BadLogic otherwise); the server's
+        # accepts registered code only, a program running its own coordinator anything.
+        self.resolve_logic = resolve_logic
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self._monitor: asyncio.Task | None = None
 
@@ -92,7 +101,13 @@ class Coordinator:
         return self.host, self.port
 
     async def start(self) -> tuple[str, int]:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        self._server = await asyncio.start_server(
+            self._serve,
+            self.host,
+            self.port,
+            ssl=self.tls,
+            ssl_handshake_timeout=handshake.HANDSHAKE_TIMEOUT_S if self.tls else None,
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         self._monitor = asyncio.create_task(self._watch_heartbeats(), name="heartbeats")
         logger.info("coordinator listening on %s:%s", self.host, self.port)
@@ -361,6 +376,15 @@ class Coordinator:
         peer = writer.get_extra_info("peername")
         conn: _WorkerConn | None = None
         try:
+            # Nothing is decoded from a peer before it has proved it holds the secret.
+            try:
+                context = await handshake.accept(reader, writer, self._key_for)
+            except handshake.HandshakeError as exc:
+                self._refusals.refused(peer, exc)
+                return
+            if context.startswith("heartbeat:"):
+                await self._serve_heartbeats(context.partition(":")[2], reader)
+                return
             try:
                 msg = await asyncio.wait_for(
                     protocol.read_frame(reader, f"connection from {peer}"), REGISTER_READ_TIMEOUT_S
@@ -368,18 +392,10 @@ class Coordinator:
             except (TimeoutError, EOFError, ConnectionError) as exc:
                 logger.warning("connection from %s did not register: %s", peer, exc)
                 return
-            if isinstance(msg, dict) and msg.get("type") == "heartbeat":
-                await self._serve_heartbeats(msg, reader, peer)
-                return
             if not isinstance(msg, dict) or msg.get("type") != "register":
                 protocol.write_frame(
                     writer, {"type": "refused", "reason": "expected a register message"}
                 )
-                return
-            if not hmac.compare_digest(str(msg.get("secret", "")), self.secret):
-                logger.warning("refused worker from %s: wrong cluster secret", peer)
-                protocol.write_frame(writer, {"type": "refused", "reason": "wrong cluster secret"})
-                await writer.drain()
                 return
             info = WorkerInfo(
                 id=f"w{next(self._ids)}",
@@ -425,14 +441,20 @@ class Coordinator:
             if conn is not None:
                 self._worker_lost(conn.info)
 
-    async def _serve_heartbeats(
-        self, hello: dict[str, Any], reader: asyncio.StreamReader, peer: Any
-    ) -> None:
-        """A worker's heartbeat connection: each frame proves the process is alive."""
-        info = self.workers.get(str(hello.get("worker_id")))
-        if info is None or not hmac.compare_digest(str(hello.get("secret", "")), self.secret):
-            logger.warning("refused a heartbeat connection from %s", peer)
-            return
+    def _key_for(self, context: str) -> bytes | None:
+        """The key of a connection for ``context`` (see :mod:`runtime.handshake`): the
+        control key for a registration, or for the heartbeats of a registered worker."""
+        if context == "control":
+            return self._control_key
+        kind, _, worker_id = context.partition(":")
+        if kind == "heartbeat" and worker_id in self.workers:
+            return self._control_key
+        return None
+
+    async def _serve_heartbeats(self, worker_id: str, reader: asyncio.StreamReader) -> None:
+        """A worker's heartbeat connection (authenticated for ``worker_id``): each frame
+        proves the process is alive."""
+        info = self.workers[worker_id]
         while True:
             try:
                 await protocol.read_frame(reader, f"heartbeats of {info.id}")

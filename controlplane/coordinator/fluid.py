@@ -73,7 +73,7 @@ async def run_fluid(
     from .plans import layout_of, refresh_workers, substitute_new_workers
 
     cancellation = cancellation or Cancellation(fluid=True)
-    steps = fluid_steps(current, plan)
+    steps = fluid_steps(current, plan, resolve_logic=coordinator.resolve_logic)
     outer = new_record(job, job.layout, plan)
     outer.cancellation = cancellation
     cancellation.record = outer
@@ -118,13 +118,16 @@ async def run_fluid(
             )
         try:
             base = refresh_workers(job.abstraction, coordinator.alive_workers(), backend)
+            step_plan = Plan(base.version, steps[i])
             target = await substitute_new_workers(
-                coordinator, apply_plan(base, Plan(base.version, steps[i])), started
+                coordinator,
+                apply_plan(base, step_plan, resolve_logic=coordinator.resolve_logic),
+                started,
             )
             targets = [target]
             layouts = [layout_of(target, job.graph, base, job.layout)]
             if JOIN_STAGES:
-                _join_stages(job, steps[i + 1 :], targets, layouts)
+                _join_stages(coordinator, job, steps[i + 1 :], targets, layouts)
             step = await run_locked(
                 coordinator,
                 job,
@@ -189,7 +192,13 @@ async def run_fluid(
     return end("completed")
 
 
-def _join_stages(job: Job, later: list, targets: list[Abstraction], layouts: list[Layout]) -> None:
+def _join_stages(
+    coordinator: Coordinator,
+    job: Job,
+    later: list,
+    targets: list[Abstraction],
+    layouts: list[Layout],
+) -> None:
     """Extend ``targets`` / ``layouts`` (one step so far) with the steps of ``later`` that
     follow it and only move key groups: they run as later stages of the same live
     reconfiguration (:func:`.reconfig._drive_stages`), each still its own version."""
@@ -197,7 +206,8 @@ def _join_stages(job: Job, later: list, targets: list[Abstraction], layouts: lis
 
     for ops in later:
         try:
-            target = apply_plan(targets[-1], Plan(targets[-1].version, ops))
+            plan = Plan(targets[-1].version, ops)
+            target = apply_plan(targets[-1], plan, resolve_logic=coordinator.resolve_logic)
         except AbstractionError:
             return  # it runs on its own and reports the error then
         layout = layout_of(target, job.graph, targets[-1], layouts[-1])

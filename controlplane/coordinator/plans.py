@@ -3,8 +3,9 @@ reconfigure live, then make the new abstraction version current.
 
 This is where the pure abstraction (:mod:`controlplane.abstraction`) meets the runtime's
 :class:`~runtime.layout.Layout`: a task's worker, key groups and weight map one to one;
-its logic becomes a per-task override (the pickled callable its ref names) whenever it
-differs from the job graph's own.
+its logic becomes a per-task override whenever it differs from the job graph's own: a
+pickled :class:`~runtime.dataflow.LogicRef`, which the worker resolves (imports) as it
+unpickles it, so the coordinator never imports the code a ref names.
 """
 
 from __future__ import annotations
@@ -21,9 +22,8 @@ from controlplane.abstraction import (
     Worker,
     apply_plan,
     from_graph,
-    resolve_importable,
 )
-from runtime.dataflow import JobGraph, logic_ref
+from runtime.dataflow import JobGraph, LogicRef, logic_ref
 from runtime.layout import Layout
 
 from .fluid import run_fluid
@@ -73,7 +73,8 @@ def _lost(w: Worker) -> Worker:
 
 
 def layout_of(new: Abstraction, graph: JobGraph, old: Abstraction, current: Layout) -> Layout:
-    """The layout that runs ``new``; logic overrides are kept, copied or built from refs."""
+    """The layout that runs ``new``; logic overrides are kept, copied or built from refs
+    (resolved by the workers, not here)."""
     placement: dict[str, str] = {}
     assignment: dict[str, tuple[int, ...]] = {}
     weights: dict[str, float] = {}
@@ -95,7 +96,7 @@ def layout_of(new: Abstraction, graph: JobGraph, old: Abstraction, current: Layo
                 if donor in current.logic:
                     logic[t.id] = current.logic[donor]
             elif not (t.logic.version == 1 and t.logic.ref == base):
-                logic[t.id] = pickle.dumps(resolve_importable(t.logic.ref))
+                logic[t.id] = pickle.dumps(LogicRef(t.logic.ref))
     return Layout(placement, assignment, weights, logic)
 
 
@@ -209,7 +210,7 @@ async def _apply_locked(
     restart = cancellation.restart
     backend = coordinator.backend.name if coordinator.backend is not None else "local"
     current = refresh_workers(job.abstraction, coordinator.alive_workers(), backend)
-    new = apply_plan(current, plan)
+    new = apply_plan(current, plan, resolve_logic=coordinator.resolve_logic)
     if cancellation.fluid:
         return await run_fluid(
             coordinator,

@@ -6,6 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
+from controlplane.auth import service as auth
+from controlplane.auth.models import Token
 from controlplane.deps import EngineDep, SessionDep, require
 from controlplane.pagination import Page, PageParams
 from controlplane.params import JobId
@@ -18,12 +20,25 @@ __all__ = ["router"]
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 
-@router.post("", status_code=201, dependencies=[Depends(require("operate"))])
-def submit_job(body: JobCreate, session: SessionDep, engine: EngineDep) -> JobRead:
-    """Build the job from its reference and params, deploy it on the workers and start it.
-    A job that fails to deploy is returned with status ``failed`` and its ``error``."""
+@router.post("", status_code=201)
+def submit_job(
+    body: JobCreate,
+    session: SessionDep,
+    engine: EngineDep,
+    token: Annotated[Token, Depends(require("operate"))],
+) -> JobRead:
+    """Build the job from its reference (registered code only: 422 with how to register
+    code otherwise) and params in a throwaway process, deploy it on the workers and start
+    it. Its sinks write under ``<data_dir>/jobs/<id>/`` (relative paths land there), or
+    anywhere with an admin token. A job that fails to deploy is returned with status
+    ``failed`` and its ``error``."""
     job = service.submit_job(
-        session=session, engine=engine, name=body.name, ref=body.job, params=body.params
+        session=session,
+        engine=engine,
+        name=body.name,
+        ref=body.job,
+        params=body.params,
+        write_anywhere=auth.grants(token.scopes, "admin"),
     )
     return JobRead.of(job)
 

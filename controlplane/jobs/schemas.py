@@ -15,7 +15,9 @@ JobStatus = Literal["starting", "running", "reconfiguring", "finished", "failed"
 
 
 class JobCreate(BaseModel):
-    """A job to deploy: ``job`` names a callable taking the params dict and returning a
+    """A job to deploy: ``job`` names registered code (an entry point of the
+    ``streampilot.jobs`` group, ``module:callable`` of a registered module, or
+    ``code:<id>:callable`` of an upload) taking the params dict and returning a
     ``runtime.Dataflow``."""
 
     model_config = ConfigDict(
@@ -33,7 +35,12 @@ class JobCreate(BaseModel):
 
     name: str = Field(min_length=1, max_length=200)
     job: str = Field(
-        min_length=1, max_length=500, description="package.module:callable building the job"
+        min_length=1,
+        max_length=500,
+        description=(
+            "registered code building the job: an entry point's name (wordcount), "
+            "module:callable of a registered module, or code:<id>:callable"
+        ),
     )
     params: dict[str, Any] = Field(default_factory=dict, description="passed to the callable")
 

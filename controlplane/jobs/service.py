@@ -1,5 +1,5 @@
-"""Jobs: submit (build the graph, deploy it, record it), list, get, stop, and keeping each
-row's status in step with the coordinator.
+"""Jobs: submit (build the graph from registered code in a throwaway process, deploy it,
+record it), list, get, stop, and keeping each row's status in step with the coordinator.
 
 Functions take the session as a keyword argument and never commit. A row's status is the
 coordinator's as last seen: reads refresh it, and :mod:`controlplane.tracking` mirrors it
@@ -18,17 +18,15 @@ from sqlalchemy.orm import Session, object_session
 
 from controlplane import db
 from controlplane.engine import Engine, JobState, job_key
-from controlplane.errors import BadJob, NotFound
+from controlplane.errors import NotFound
 from controlplane.events import service as events
 from controlplane.pagination import fetch_page
 from controlplane.versions import service as versions
-from runtime.dataflow import DataflowError, JobGraph, JobRefError, load_job
-from runtime.params import ParamError
 
+from .build import build_graph, job_dir, registered_job
 from .models import JOB_STATUSES, TERMINAL_JOB_STATUSES, Job
 
 __all__ = [
-    "build_graph",
     "get_job",
     "get_row",
     "list_jobs",
@@ -44,40 +42,36 @@ logger = logging.getLogger(__name__)
 _LIVE = tuple(s for s in JOB_STATUSES if s not in TERMINAL_JOB_STATUSES)
 
 
-def build_graph(ref: str, params: Mapping[str, Any]) -> JobGraph:
-    """The compiled graph of job ``ref`` with ``params``; :class:`BadJob` (codes
-    bad_job_ref, bad_params, invalid_job, job_build_failed) with the reason otherwise."""
-    try:
-        return load_job(ref, dict(params))
-    except JobRefError as exc:
-        raise BadJob(str(exc), code="bad_job_ref") from None
-    except ParamError as exc:
-        raise BadJob(str(exc), code="bad_params") from None
-    except DataflowError as exc:
-        raise BadJob(f"job {ref!r} builds an invalid graph: {exc}", code="invalid_job") from None
-    except (TypeError, ValueError) as exc:
-        raise BadJob(f"job {ref!r} rejected its params: {exc}", code="bad_params") from None
-    except Exception as exc:
-        logger.info("job %r failed to build", ref, exc_info=True)
-        raise BadJob(
-            f"job {ref!r} raised {type(exc).__name__} while building: {exc}",
-            code="job_build_failed",
-        ) from None
-
-
 def submit_job(
-    *, session: Session, engine: Engine, name: str, ref: str, params: Mapping[str, Any]
+    *,
+    session: Session,
+    engine: Engine,
+    name: str,
+    ref: str,
+    params: Mapping[str, Any],
+    write_anywhere: bool = False,
 ) -> Job:
-    """Build, record and deploy a job under its new id (with abstraction version 1 when it
-    deployed). The job may be recorded ``failed`` with the cause (e.g. a worker could not
-    import it). If the unit of work rolls back, the deployed job is stopped."""
-    graph = build_graph(ref, params)
+    """Record, build and deploy a job under its new id (with abstraction version 1 when it
+    deployed). ``ref`` must name registered code, and the graph is built in a throwaway
+    process (:func:`.build.build_graph`: :class:`BadJob` with the reason, nothing
+    recorded); its sinks write under the job's directory unless ``write_anywhere`` (an
+    admin's job). The job may be recorded ``failed`` with the cause (e.g. a worker could
+    not import it). If the unit of work rolls back, the deployed job is stopped."""
+    target = registered_job(engine.settings, ref)
     job = Job(
         name=name, job_ref=ref, params=dict(params), status="starting", error=None, version=None
     )
     session.add(job)
-    session.flush()  # the id names the deployed job
+    session.flush()  # the id names the deployed job and its directory
     key = job_key(job.id)
+    directory = job_dir(engine.settings, key)
+    graph = build_graph(
+        target,
+        params,
+        directory=directory,
+        write_anywhere=write_anywhere,
+        settings=engine.settings,
+    )
     state = engine.submit(graph, key)
     db.after_rollback(session, lambda: engine.stop(key))
     events.record(

@@ -3,7 +3,8 @@
 
 Posting (scope operate) validates at once (422 naming the culprit, 409 for a stale
 ``base_version`` or a reconfiguration under way) and answers 202 with the ``pending``
-record; poll ``GET .../reconfigurations/{id}`` until its status is completed, failed,
+record; a plan that starts workers (``"new"``) needs scope admin unless the server lets
+operate do it (``operate_starts_workers``), and counts against ``max_workers``; poll ``GET .../reconfigurations/{id}`` until its status is completed, failed,
 aborted or cancelled. ``POST .../reconfigurations/{id}/cancel`` (scope operate) stops one
 under way at its next safe point; ``POST .../reconfigurations/preview`` (scope operate)
 says what one would do without doing it. Reading needs scope read.
@@ -11,10 +12,15 @@ says what one would do without doing it. Reading needs scope read.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from typing import Annotated
 
+from fastapi import APIRouter, Depends, Request
+
+from controlplane.auth import service as auth
+from controlplane.auth.models import Token
 from controlplane.deps import EngineDep, SessionDep, TrackerDep, require
 from controlplane.engine import PlanBuilder
+from controlplane.errors import PlanRefused
 from controlplane.pagination import Page, PageParams
 from controlplane.params import JobId, ReconfigurationId
 
@@ -37,6 +43,17 @@ router = APIRouter(prefix="/jobs/{job_id}", tags=["reconfigurations"])
 _operate = [Depends(require("operate"))]
 
 
+def _may_start_workers(
+    request: Request, token: Annotated[Token, Depends(require("operate"))]
+) -> bool:
+    """Whether the caller's plans may start workers: an admin's, or (when the server
+    allows it) an operator's."""
+    return auth.grants(token.scopes, "admin") or request.app.state.settings.operate_starts_workers
+
+
+StartsWorkers = Annotated[bool, Depends(_may_start_workers)]
+
+
 def _request(
     session: SessionDep,
     engine: EngineDep,
@@ -44,6 +61,7 @@ def _request(
     job_id: JobId,
     origin: str,
     build: PlanBuilder,
+    may_start_workers: bool,
 ) -> ReconfigurationRead:
     rec = service.request_reconfiguration(
         session=session,
@@ -52,16 +70,25 @@ def _request(
         job_id=job_id,
         origin=origin,
         build=build,
+        may_start_workers=may_start_workers,
     )
     return ReconfigurationRead.of(rec)
 
 
 def _builder(
+    request: Request,
     body: PlanCreate | ScaleRequest | RebalanceRequest | MigrateRequest | LogicRequest,
 ) -> PlanBuilder:
     """The plan builder a request describes (the same whether posted or previewed)."""
     match body:
         case PlanCreate():
+            most = request.app.state.settings.max_plan_ops
+            if len(body.ops) > most:
+                raise PlanRefused(
+                    f"the plan has {len(body.ops)} operations; this server takes at most "
+                    f"{most} in one plan (STREAMPILOT_MAX_PLAN_OPS): split it into several",
+                    code="plan_too_large",
+                )
             build = service.parse_plan(body.document())
             if body.batch_bytes is not None:
                 build = service.paced(build, body.mode, None, body.batch_bytes)
@@ -77,18 +104,30 @@ def _builder(
     return service.paced(build, body.mode, body.batch_size, body.batch_bytes)
 
 
-@router.post("/reconfigurations", status_code=202, dependencies=_operate)
+@router.post("/reconfigurations", status_code=202)
 def post_plan(
-    job_id: JobId, body: PlanCreate, session: SessionDep, engine: EngineDep, tracker: TrackerDep
+    request: Request,
+    job_id: JobId,
+    body: PlanCreate,
+    session: SessionDep,
+    engine: EngineDep,
+    tracker: TrackerDep,
+    may_start_workers: StartsWorkers,
 ) -> ReconfigurationRead:
     """Apply a plan: ``assignWorkload`` / ``assignResource`` / ``assignLogic`` operations
     against ``base_version`` (the current abstraction version), all in one reconfiguration."""
-    return _request(session, engine, tracker, job_id, "plan", _builder(body))
+    build = _builder(request, body)
+    return _request(session, engine, tracker, job_id, "plan", build, may_start_workers)
 
 
-@router.post("/reconfigurations/preview", dependencies=_operate)
+@router.post("/reconfigurations/preview")
 def preview(
-    job_id: JobId, body: PreviewRequest, session: SessionDep, engine: EngineDep
+    request: Request,
+    job_id: JobId,
+    body: PreviewRequest,
+    session: SessionDep,
+    engine: EngineDep,
+    may_start_workers: StartsWorkers,
 ) -> PreviewRead:
     """What a reconfiguration would do, without doing it: the body of any of the posts
     that make one (a plan, scale, rebalance, migrate or logic) with its ``origin``. It is
@@ -97,46 +136,75 @@ def preview(
     keyed state it would ship between workers. Nothing is recorded or reserved: a preview
     may be asked while another reconfiguration runs."""
     return service.preview_reconfiguration(
-        session=session, engine=engine, job_id=job_id, origin=body.origin, build=_builder(body)
+        session=session,
+        engine=engine,
+        job_id=job_id,
+        origin=body.origin,
+        build=_builder(request, body),
+        may_start_workers=may_start_workers,
     )
 
 
-@router.post("/scale", status_code=202, dependencies=_operate)
+@router.post("/scale", status_code=202)
 def scale(
-    job_id: JobId, body: ScaleRequest, session: SessionDep, engine: EngineDep, tracker: TrackerDep
+    request: Request,
+    job_id: JobId,
+    body: ScaleRequest,
+    session: SessionDep,
+    engine: EngineDep,
+    tracker: TrackerDep,
+    may_start_workers: StartsWorkers,
 ) -> ReconfigurationRead:
     """Give an operator (and the operators forward-connected to it) ``parallelism``
     tasks, moving as few key groups as possible."""
-    return _request(session, engine, tracker, job_id, "scale", _builder(body))
+    build = _builder(request, body)
+    return _request(session, engine, tracker, job_id, "scale", build, may_start_workers)
 
 
-@router.post("/rebalance", status_code=202, dependencies=_operate)
+@router.post("/rebalance", status_code=202)
 def rebalance(
+    request: Request,
     job_id: JobId,
     body: RebalanceRequest,
     session: SessionDep,
     engine: EngineDep,
     tracker: TrackerDep,
+    may_start_workers: StartsWorkers,
 ) -> ReconfigurationRead:
     """Even out an operator's work over its tasks (same tasks, same workers)."""
-    return _request(session, engine, tracker, job_id, "rebalance", _builder(body))
+    build = _builder(request, body)
+    return _request(session, engine, tracker, job_id, "rebalance", build, may_start_workers)
 
 
-@router.post("/migrate", status_code=202, dependencies=_operate)
+@router.post("/migrate", status_code=202)
 def migrate(
-    job_id: JobId, body: MigrateRequest, session: SessionDep, engine: EngineDep, tracker: TrackerDep
+    request: Request,
+    job_id: JobId,
+    body: MigrateRequest,
+    session: SessionDep,
+    engine: EngineDep,
+    tracker: TrackerDep,
+    may_start_workers: StartsWorkers,
 ) -> ReconfigurationRead:
     """Move one task to another worker (or to a fresh one: ``"new"``) with its state, and
     with ``with_forward`` its forward-connected partners too."""
-    return _request(session, engine, tracker, job_id, "migrate", _builder(body))
+    build = _builder(request, body)
+    return _request(session, engine, tracker, job_id, "migrate", build, may_start_workers)
 
 
-@router.post("/logic", status_code=202, dependencies=_operate)
+@router.post("/logic", status_code=202)
 def change_logic(
-    job_id: JobId, body: LogicRequest, session: SessionDep, engine: EngineDep, tracker: TrackerDep
+    request: Request,
+    job_id: JobId,
+    body: LogicRequest,
+    session: SessionDep,
+    engine: EngineDep,
+    tracker: TrackerDep,
+    may_start_workers: StartsWorkers,
 ) -> ReconfigurationRead:
     """Swap the callable of an operator's tasks (all, or ``tasks``), keeping their state."""
-    return _request(session, engine, tracker, job_id, "logic", _builder(body))
+    build = _builder(request, body)
+    return _request(session, engine, tracker, job_id, "logic", build, may_start_workers)
 
 
 @router.post(

@@ -112,9 +112,12 @@ class PlanCreate(_Paced):
         return self.model_dump(include={"base_version", "ops", "mode", "batch_size"})
 
 
+MAX_TASKS = 4096  # tasks of one operator at most (its key groups bound a keyed one lower)
+
+
 class ScaleRequest(_Paced):
     operator: str
-    parallelism: int = Field(ge=1)
+    parallelism: int = Field(ge=1, le=MAX_TASKS)
     workers: list[str] | None = Field(
         None, description='where new tasks go, in turn (ids, or "new" for a fresh worker)'
     )
@@ -146,7 +149,9 @@ class MigrateRequest(_Paced):
 
 class LogicRequest(_Strict):
     operator: str
-    logic: str = Field(description="package.module:callable (or code:<id>:callable)")
+    logic: str = Field(
+        description="module:callable in a registered module, or code:<id>:callable of an upload"
+    )
     tasks: list[str] | None = Field(None, description="default: every task of the operator")
 
 

@@ -212,9 +212,12 @@ def request_reconfiguration(
     job_id: int,
     origin: str,
     build: PlanBuilder,
+    may_start_workers: bool,
 ) -> Reconfiguration:
     """Validate the plan ``build`` makes for the job and record it ``pending``; ``launch``
-    starts it once the unit of work has committed (the job is released if it rolls back)."""
+    starts it once the unit of work has committed (the job is released if it rolls back).
+    A plan that starts workers is :class:`~controlplane.errors.Forbidden` unless
+    ``may_start_workers`` (see :meth:`Engine.reserve`)."""
     job = jobs.get_job(session=session, engine=engine, job_id=job_id)
     if job.status in TERMINAL_JOB_STATUSES:
         raise JobNotRunning(f"job {job_id} is {job.status}: only a running job can be reconfigured")
@@ -232,7 +235,7 @@ def request_reconfiguration(
             f"reconfiguration {busy.id} of job {job_id} is {busy.status}; wait until it has "
             "ended, then build the plan on the version it leaves"
         )
-    reservation = engine.reserve(job_key(job.id), build)
+    reservation = engine.reserve(job_key(job.id), build, may_start_workers=may_start_workers)
     db.after_rollback(session, lambda: engine.release(reservation))
     plan = reservation.plan
     rec = Reconfiguration(
@@ -261,14 +264,22 @@ def request_reconfiguration(
 
 
 def preview_reconfiguration(
-    *, session: Session, engine: Engine, job_id: int, origin: str, build: PlanBuilder
+    *,
+    session: Session,
+    engine: Engine,
+    job_id: int,
+    origin: str,
+    build: PlanBuilder,
+    may_start_workers: bool,
 ) -> PreviewRead:
     """What the plan ``build`` makes would do to the job (see :meth:`Engine.preview`),
     refused as :func:`request_reconfiguration` refuses it (but for a change under way)."""
     job = jobs.get_job(session=session, engine=engine, job_id=job_id)
     if job.status in TERMINAL_JOB_STATUSES:
         raise JobNotRunning(f"job {job_id} is {job.status}: only a running job can be reconfigured")
-    seen = engine.preview(job_key(job.id), build, STATE_WINDOW_S)
+    seen = engine.preview(
+        job_key(job.id), build, STATE_WINDOW_S, may_start_workers=may_start_workers
+    )
     plan = seen.plan
     return PreviewRead.model_validate(
         {
