@@ -41,7 +41,7 @@ Figures are summarized over the samples after ``WARMUP_S``. Writes
 ``bench/results/controllers_<scenario>.json`` (every sample, reconfiguration and decision,
 and the summaries) and ``.png``; ``--replot`` recomputes summaries and plots from the
 samples of those files without running anything (``--note`` then records what a reader
-concluded from that run, shown in BENCHMARKS.md; a new run starts without notes). Run with
+concluded from that run, kept in the JSON file, not rendered; a new run starts without notes). Run with
 ``.venv/bin/python bench/controllers.py [--scenario NAME] [--duration S]`` (needs the
 ``bench`` extra for matplotlib).
 """
@@ -625,7 +625,8 @@ def run_scenario(scenario: Scenario, duration: float, started: str) -> None:
 def replot(scenario: Scenario, notes: list[str] | None) -> None:
     """The summaries and the plot again from the samples of the scenario's results file
     (its date, machine and command are kept); ``notes`` (what a reader concluded from this
-    run, rendered under its table in BENCHMARKS.md) replace the file's, when given."""
+    run, kept in the file for whoever reads it; BENCHMARKS.md does not render notes) replace
+    the file's, when given."""
     path = results(scenario, "json")
     d = json.loads(path.read_text())
     if notes is not None:

@@ -3,7 +3,7 @@
 
 At 100 MB per task the moves of a whole task are bound by the sending worker: its one
 event loop runs its tasks and the copying ahead, so the copy's CPU is taken from the
-records (see the notes in BENCHMARKS.md). A child forked when the copying starts holds
+records (docs/design.md, "Pre-copy", says why). A child forked when the copying starts holds
 the same state, page for page, and could pickle and send it on another core; the parent
 then pays for the fork and for the pages its records write while the child lives (the
 kernel copies each such page once). This measures both, in one process holding

@@ -1,17 +1,24 @@
 """Render BENCHMARKS.md from the JSON results in bench/results/ (figures are never typed in).
 
-Run after the benchmarks: ``.venv/bin/python bench/report.py``.
+Run after the benchmarks: ``.venv/bin/python bench/report.py``. The page is short: the
+setup, one table per question, the verdicts computed from the rows, and how to re-run
+each benchmark. What a result file holds beyond that (every round, every way of making a
+change, the ``notes`` a run was annotated with) stays in the file, and git keeps the
+history of earlier runs; notes are not rendered. The few notes the page has are written
+here, each a sentence or three, with their figures read from the results.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
+PAGE = HERE.parent / "BENCHMARKS.md"
 
 
 def load(name: str) -> dict | None:
@@ -29,48 +36,46 @@ def fmt(x: object, unit: str = "") -> str:
     return f"{x}{unit}"
 
 
+def _day(date: str) -> str:
+    """The day of an ISO timestamp (``2026-11-26T08:43:01Z`` -> ``2026-11-26``)."""
+    return date.partition("T")[0]
+
+
+def _rerun(command: str) -> str:
+    return f"Re-run: `{command.strip()}`."
+
+
+# The runtime's targets for the word count.
+TARGET_WORDS_PER_S = 400_000
+TARGET_P99_MS = 50.0
+
+
 def throughput_section(d: dict) -> list[str]:
     peak, half = d["max_throughput"], d["latency_at_half"]
     lat = half["latency_ms"]
-    m = d["machine"]
     return [
-        "## Word count throughput and latency (runtime)",
+        "## Throughput and latency of the runtime",
         "",
-        f"Run {d['date']} on {m['cpu']} ({m['cores']} cores), Python {m['python']}; "
-        f"`{d['command'].strip()}`; {d['workers']} local workers, batch {d['config']['batch_size']} "
-        f"records, linger {d['config']['linger_s'] * 1000:g} ms; Zipf {d['workload']['zipf']} over "
-        f"{d['workload']['keys']:,} words, {d['workload']['words_per_sentence']} words per sentence.",
+        f"Word count on {d['workers']} local workers, batches of {d['config']['batch_size']} "
+        f"records or {d['config']['linger_s'] * 1000:g} ms; Zipf {d['workload']['zipf']} over "
+        f"{d['workload']['keys']:,} words, {d['workload']['words_per_sentence']} words per "
+        f"sentence. Latency at half the maximum rate. {_rerun(d['command'])}",
         "",
         "| measure | result | target |",
         "|---|---|---|",
-        f"| max sustained throughput (median of per-second rates) | {fmt(peak['steady_words_per_s'])} words/s | >= 400,000 words/s |",
-        f"| overall rate of the bounded run ({fmt(peak['words'])} words) | {fmt(peak['overall_words_per_s'])} words/s | |",
-        f"| p50 latency at 50% ({fmt(half['measured_words_per_s'])} words/s) | {fmt(lat['p50_ms'])} ms | |",
-        f"| p99 latency at 50% | {fmt(lat['p99_ms'])} ms | < 50 ms |",
-        f"| max latency at 50% | {fmt(lat['max_ms'])} ms | |",
+        f"| max sustained throughput (median of per-second rates) | "
+        f"{fmt(peak['steady_words_per_s'])} words/s | >= {TARGET_WORDS_PER_S:,} words/s |",
+        f"| overall rate of the bounded run ({fmt(peak['words'])} words) | "
+        f"{fmt(peak['overall_words_per_s'])} words/s | |",
+        f"| p50 latency at {fmt(half['measured_words_per_s'])} words/s | {fmt(lat['p50_ms'])} ms | |",
+        f"| p99 latency at that rate | {fmt(lat['p99_ms'])} ms | < {TARGET_P99_MS:g} ms |",
+        f"| max latency at that rate | {fmt(lat['max_ms'])} ms | |",
         "",
-        "For comparison on this workload (from the issue): Bytewax about 166,000 records/s with "
-        "p99 around 230 ms; Spark Structured Streaming 200,000 to 870,000 records/s with p99 of "
-        "1.8 to 3.4 s. Those were not re-measured here.",
-        "",
-        *_notes(d),
     ]
 
 
-# The ways a change is made, in the order of the table's rows.
+# The ways a change is made, in the order the benchmark makes them.
 HOWS = ("live", "live_nocopy", "fluid_all", "fluid", "fluid_steps", "restart", "restart_new")
-
-
-def _run_of(d: dict) -> str:
-    """Where and how a result was obtained: date, machine, the command to re-run it."""
-    m = d["machine"]
-    return f"Run {d['date']} on {m['cpu']} ({m['cores']} cores); `{d['command'].strip()}`"
-
-
-def _notes(d: dict) -> list[str]:
-    """A result's notes as a bulleted list, then a blank line (nothing when it has none)."""
-    notes = d.get("notes", [])
-    return [*(f"- {note}" for note in notes), *([""] if notes else [])]
 
 
 def _runs(n: int) -> str:
@@ -78,8 +83,8 @@ def _runs(n: int) -> str:
 
 
 def _label(how: str, r: dict) -> str:
-    """How a change was made, as a row of the live reconfiguration table says it: the mode,
-    and for ``mode@<n>ms`` the copy-ahead pause budget it ran with."""
+    """How a change was made, in words: the mode, and for ``mode@<n>ms`` the copy-ahead
+    pause budget it ran with."""
     mode, _, budget = how.partition("@")
     label = {
         "live": "pause",
@@ -92,11 +97,11 @@ def _label(how: str, r: dict) -> str:
     return f"{label}, copying ahead to a {budget.removesuffix('ms')} ms pause" if budget else label
 
 
-# The issue's targets for a change against the stop-and-restart on new workers.
+# The targets for a live change against the stop-and-restart on new workers.
 TARGET_RATIO = 10.0  # the baseline at least 10x worse in completion time and peak latency
 TARGET_P99 = 3.0  # p99 during a change under 3x steady
-# Changes the benchmark makes beyond the issue's list (rebalance, scale out and back,
-# migrate a task, swap logic): judged the same way, and said to be extra.
+# Changes the benchmark makes beyond the list the targets were set for (rebalance, scale
+# out and back, migrate a task, swap logic): judged the same way, and said to be extra.
 EXTRA_CHANGES = ("migrate two tasks (swap workers)",)
 
 
@@ -130,179 +135,205 @@ def _judged(c: dict) -> list[Judged]:
     return judged
 
 
+VERDICT_COLUMNS = (
+    "change",
+    "met",
+    "best way",
+    "total ms [range]",
+    "longest pause ms",
+    "restart, new workers: total ms / max latency ms",
+    "completion",
+    "peak latency",
+    "p99 / steady",
+    "ways that met",
+)
+
+
+def _best(c: dict) -> Judged | None:
+    """The way of making a change that met every target with the most to spare in
+    completion time, else the fastest that kept p99 under its bound, else the fastest."""
+    judged = _judged(c)
+    if not judged:
+        return None
+    met = [j for j in judged if j.met]
+    bounded = [j for j in judged if j.p99 < TARGET_P99]
+    return max(met or bounded or judged, key=lambda j: j.completion)
+
+
 def verdicts(size: dict) -> list[str]:
-    """A size's verdict table, computed from its rows: per change, the way of making it
-    that met every target with the most to spare in completion time, else the fastest
-    that kept p99 under its bound (or the fastest of all), marked as missing."""
+    """A size's verdict table, computed from its rows: per change, the best way of making
+    it (:func:`_best`), its figures, the restart's, the ratios and whether all three
+    targets were met. Changes without a completed restart on new workers are left out."""
     out = [
-        f"Targets against the restart on new workers ({TARGET_RATIO:g}x in completion time and "
-        f"in peak latency, with p99 under {TARGET_P99:g}x steady), from the medians above:",
-        "",
-        "| change | met | best way | completion | peak latency | p99 / steady | ways that met |",
-        "|---|---|---|---|---|---|---|",
+        "| " + " | ".join(VERDICT_COLUMNS) + " |",
+        "|" + "---|" * len(VERDICT_COLUMNS),
     ]
     for c in size["changes"]:
-        judged = _judged(c)
-        if not judged:
+        best = _best(c)
+        if best is None:
             continue
-        met = [j for j in judged if j.met]
-        bounded = [j for j in judged if j.p99 < TARGET_P99]
-        how, completion, peak, p99, ok = max(met or bounded or judged, key=lambda j: j.completion)
-        extra = " (beyond the issue's list)" if c["change"] in EXTRA_CHANGES else ""
-        out.append(
-            f"| {c['change']}{extra} | {'yes' if ok else 'no'} | {_label(how, c[how])} | "
-            f"{completion:,.1f}x | {peak:,.1f}x | {p99:,.1f}x | {len(met)} of {len(judged)} |"
+        r, base = c[best.how], c["restart_new"]
+        span = r.get("total_ms_range")
+        total = fmt(r["timings_ms"]["total"]) + (
+            f" [{fmt(span[0])}-{fmt(span[1])}]" if span and r.get("repeats", 1) > 1 else ""
         )
+        extra = " (extra)" if c["change"] in EXTRA_CHANGES else ""
+        cells = (
+            f"{c['change']}{extra}",
+            "yes" if best.met else "no",
+            _label(best.how, r),
+            total,
+            fmt(r.get("max_pause_ms")),
+            f"{fmt(base['timings_ms']['total'])} / {fmt(base['latency_after_ms']['max_ms'])}",
+            f"{best.completion:,.1f}x",
+            f"{best.peak:,.1f}x",
+            f"{best.p99:,.1f}x",
+            f"{sum(j.met for j in _judged(c))} of {len(_judged(c))}",
+        )
+        out.append("| " + " | ".join(cells) + " |")
     return [*out, ""]
 
 
-def reconfig_section(d: dict) -> list[str]:
+def _missed(size: dict) -> list[str]:
+    """The changes of a size for which no way met every target."""
+    return [c["change"] for c in size["changes"] if (b := _best(c)) is not None and not b.met]
+
+
+def _apart(size: dict) -> str:
+    """For a size run apart from the rest: its date and command, read from its ``run``."""
+    run = size.get("run", "")
+    commands = re.findall(r"`([^`]+)`", run)
+    date = re.search(r"\d{4}-\d\d-\d\dT", run)
+    if not commands:
+        return ""
+    when = f" on {date.group(0)[:-1]}" if date else ""
+    return f" Run apart{when}: `{commands[-1]}`."
+
+
+def _rounds(size: dict) -> int:
+    return max(
+        (r.get("repeats", 1) for c in size["changes"] for r in c.values() if isinstance(r, dict)),
+        default=1,
+    )
+
+
+def _cpu(size: dict) -> float | None:
+    usage = size.get("steady_cpu_percent")
+    return round(sum(usage.values())) if usage else None
+
+
+def _size_section(
+    size: dict, again: bool, shipping: dict | None, met_elsewhere: set[str]
+) -> list[str]:
+    mb = size["state_mb_per_task"]
+    rounds = _rounds(size)
+    steady = size.get("steady_p99_before_changes_ms") or size.get("steady_p99_ms")
+    cpu = _cpu(size)
     out = [
-        "## Live reconfiguration against stop-and-restart (word count)",
+        f"### {mb:g} MB of state per count task{', run again' if again else ''}",
         "",
-        f"{_run_of(d)}. "
-        "Word count on 2 of 3 local workers (the third is an idle spare, kept up between "
-        "changes) at the rate in each heading (by default "
-        "half the maximum the padded job itself sustained, measured first in the same run; "
-        "`--rate` sets it); every word carries padding so that each count task holds the "
-        "given state. Migrate a task moves count-0 with its sink to the spare worker (or "
-        "back beside split-0 when it is there); migrate two tasks swaps the workers of "
-        "count-0 and count-1 with their sinks, so both workers send and receive state at "
-        "once. Each change is made live, then "
-        "the same change (or its mirror, which moves as much) with the stop-and-restart "
-        "baseline in the same run. All the changes run in rounds on the same job (`--repeat`, "
-        "see each heading); every figure is the median of its rounds, the completion time "
-        "also with its range [min-max], and the ratios are of medians. Latency: p99 / max of end-to-end latency from the start of "
-        "the change to 3 s after it completed (before: the 4 steady seconds before it; "
-        "also as a multiple of the run's steady p99, the median of the p99s of the windows "
-        "before all its changes, in each heading). "
-        "Throughput: sink records per second over that window, as a ratio of the rate before. "
-        "A move between tasks on the same worker hands the state over without copying it (the "
-        "scale helper places a new task beside the one it takes key groups from when it can), "
-        "which is why scaling moves little state across workers here. Pause: every affected "
-        "task pauses until its part is done; a task whose key groups leave for another worker "
-        "(32 MB or more of them) first copies them ahead while it runs, at idle priority, and "
-        "the update ships what changed since (the prepare time includes that copying, shown, as the median of the rounds that copied, "
-        "after it). Pause, no copy ahead: the same without that copying, as before it existed. "
-        "Fluid, 1 step: tasks that only give or gain key "
-        "groups do not pause, records of a moving group wait for its state. Fluid, n steps: "
-        "the same plan in steps in which no task gives or gains more than a few key groups "
-        "(a migrating task goes through a stand-in); the steps that only move key groups are stages of one live "
-        "reconfiguration (a run: prepare, sync, update), each stage a barrier from the "
-        "upstream tasks, nobody pausing; `a run each` is the same plan with every step its "
-        "own live reconfiguration, as before stages existed, in the same run of the benchmark. "
-        "Restart / live compares a baseline with pause mode (with and without copying "
-        "ahead) and with fluid in 1 step. The "
-        "baseline writes its savepoint to local disk (fsync) and reads it back; `restart` "
-        "reuses the running worker processes (like resubmitting to a Flink session cluster: "
-        "an optimistic baseline, no process start), `restart, new workers` redeploys on new "
-        "worker processes started once the job stopped (like redeploying a Spark application "
-        "or a Flink per-job cluster; Python processes, no JVM start, so still optimistic).",
+        f"{fmt(round(size['rate_words_per_s']))} words/s"
+        + (
+            f" (half the {fmt(round(size['max_words_per_s']))} measured first)"
+            if size.get("max_words_per_s")
+            else ""
+        )
+        + f", {'1 round' if rounds == 1 else f'medians of {rounds} rounds'}"
+        + (f", steady p99 {fmt(steady)} ms" if steady else "")
+        + (
+            f", the processes at {fmt(cpu)}% of the {size['cpu_count'] * 100}% of "
+            f"{size['cpu_count']} cores at steady state"
+            if cpu is not None
+            else ""
+        )
+        + f".{_apart(size)}",
+        "",
+        *verdicts(size),
+    ]
+    missed = [
+        f"{c} (met in the other run of this size)" if c in met_elsewhere else c
+        for c in _missed(size)
+    ]
+    if missed and shipping and shipping["mb"] == mb and cpu is not None:
+        v = shipping["variants"].get("default") or next(iter(shipping["variants"].values()))
+        out += [
+            f"Missed: {', '.join(missed)}. Shipping {mb:g} MB costs the sender "
+            f"{fmt(v['sender_cpu_ms'])} ms and the receiver {fmt(v['receiver_cpu_ms'])} ms of "
+            f"CPU with nothing else running (state shipping below), and the job already used "
+            f"{fmt(cpu)}% of {size['cpu_count'] * 100}%: these moves are bound by the CPU the "
+            "job leaves ([design](docs/design.md#pre-copy-copy-ahead)).",
+            "",
+        ]
+    elif missed:
+        out += [f"Missed: {', '.join(missed)}.", ""]
+    return out
+
+
+def reconfig_section(d: dict, shipping: dict | None = None) -> list[str]:
+    out = [
+        "## Live reconfiguration against stop-and-restart",
+        "",
+        "Word count on 2 of 3 local workers (the third an idle spare), every word padded so "
+        "that each count task holds the state in the heading, at half the rate the padded "
+        "job sustained. Each change is made every way below, then stopped and restarted on "
+        "new worker processes, in the same job. Latency is measured from the start of a "
+        "change to 3 s after it ends; steady p99 is the median p99 of the windows before "
+        f"the changes. {_rerun(d['command'])}",
+        "",
+        "- **pause**: affected tasks pause until their part is done; key groups leaving for "
+        "another worker (32 MB or more of them) are first copied ahead while the job runs.",
+        "- **pause, no copy ahead**: the same without copying ahead.",
+        "- **fluid, 1 step**: tasks that only give or gain key groups run on; records of a "
+        "moving group wait for its state.",
+        "- **fluid, n steps in k runs**: the plan in steps of a few key groups, run as stages "
+        "of k reconfigurations (**a run each**: every step a reconfiguration of its own).",
+        "- **copying ahead to a 20 ms pause**: with a copy-ahead pause budget.",
+        "- **restart, new workers**: savepoint to local disk, stop, redeploy on new worker "
+        "processes (Python, no JVM start: an optimistic baseline).",
+        "",
+        f"**Targets:** the restart at least {TARGET_RATIO:g}x slower in completion time and in "
+        f"peak latency, with p99 during the change under {TARGET_P99:g}x steady. Each table "
+        "names, per change, the way that met them with the most to spare (else the fastest "
+        "within the p99 bound); the ratios are of medians.",
         "",
     ]
-    out += _notes(d)
+    seen: set[float] = set()
     for size in d["state_sizes"]:
-        rounds = max(
-            (
-                r.get("repeats", 1)
-                for c in size["changes"]
-                for r in c.values()
-                if isinstance(r, dict)
-            ),
-            default=1,
-        )
-        out += [
-            f"### {fmt(size['state_mb_per_task'])} MB of state per count task "
-            f"({fmt(round(size['rate_words_per_s']))} words/s, "
-            f"{'1 round' if rounds == 1 else f'median of {rounds} rounds'}"
-            + (
-                f", steady p99 {fmt(size['steady_p99_before_changes_ms'])} ms (the median of the "
-                f"windows before the changes; {fmt(size['steady_p99_ms'])} ms after the warm-up)"
-                if size.get("steady_p99_before_changes_ms")
-                else f", steady p99 {fmt(size['steady_p99_ms'])} ms after the warm-up"
-                if size.get("steady_p99_ms")
-                else ""
-            )
-            + (
-                f", the processes using {fmt(round(sum(size['steady_cpu_percent'].values())))}%"
-                f" of {size['cpu_count']} cores' {size['cpu_count'] * 100}% at steady state"
-                if size.get("steady_cpu_percent")
-                else ""
-            )
-            + ")",
-            "",
-            *([f"{size['run']}.", ""] if size.get("run") else []),  # a size re-run apart
-            "| change | how | status | total ms (prepare / sync / update) | longest pause ms | p99 before -> after ms | max after ms | throughput | restart / live (pause; pause, no copy ahead; fluid, 1 step): completion, peak latency |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        for c in size["changes"]:
-            for how in (h for base in HOWS for h in c if h.partition("@")[0] == base):
-                r = c[how]
-                t = r["timings_ms"]
-                ahead = f" (copy ahead {fmt(t['precopy'])})" if t.get("precopy") else ""
-                phases = (
-                    f"{fmt(t.get('prepare'))}{ahead} / {fmt(t.get('sync'))} / {fmt(t.get('update'))}"
-                    if not how.startswith("restart")
-                    else f"snapshot {fmt(t.get('snapshot'))} / redeploy {fmt(t.get('redeploy'))}"
-                )
-                ratio = ""
-                if how.startswith("restart"):
-                    ratio = "; ".join(
-                        f"{fmt(rr['completion'])}x, {fmt(rr['peak_latency'])}x"
-                        for rr in (
-                            c.get(f"{how}_over_live"),
-                            c.get(f"{how}_over_live_nocopy"),
-                            c.get(f"{how}_over_fluid_all"),
-                        )
-                        if rr
-                    ) + "".join(  # against the other copy-ahead budgets, each named
-                        f"; {_label(live, c[live])}: {fmt(rr['completion'])}x, "
-                        f"{fmt(rr['peak_latency'])}x"
-                        for live in c
-                        if "@" in live and (rr := c.get(f"{how}_over_{live}"))
-                    )
-                span = r.get("total_ms_range")
-                total = fmt(t.get("total")) + (
-                    f" [{fmt(span[0])}-{fmt(span[1])}]" if span and r.get("repeats", 1) > 1 else ""
-                )
-                steady = (
-                    f" ({fmt(r['p99_over_steady'])}x steady)" if r.get("p99_over_steady") else ""
-                )
-                out.append(
-                    f"| {c['change']} | {_label(how, r)} | {r['status']} | {total} ({phases}) | "
-                    f"{fmt(r['max_pause_ms'])} | {fmt(r['latency_before_ms']['p99_ms'])} -> "
-                    f"{fmt(r['latency_after_ms']['p99_ms'])}{steady} | "
-                    f"{fmt(r['latency_after_ms']['max_ms'])} | "
-                    f"{fmt(r.get('throughput_ratio'))} | {ratio} |"
-                )
-        out.append("")
-        out += verdicts(size)
+        mb = size["state_mb_per_task"]
+        met_elsewhere = {
+            c["change"]
+            for other in d["state_sizes"]
+            if other is not size and other["state_mb_per_task"] == mb
+            for c in other["changes"]
+            if (b := _best(c)) is not None and b.met
+        }
+        out += _size_section(size, mb in seen, shipping, met_elsewhere)
+        seen.add(mb)
     out += [
-        "### Sync time against the number of upstream tasks (nearly idle pipeline)",
+        "### Sync time against the number of upstream tasks",
         "",
-        f"Linger {d['linger_ms']:g} ms. A rebalance of the count operator, 7 times each.",
+        f"A rebalance of the count operator on a nearly idle pipeline, "
+        f"{len(d['sync_vs_upstream'][0]['sync_ms'])} times each; linger {d['linger_ms']:g} ms.",
         "",
         "| upstream (split) tasks | sync median ms | sync max ms |",
         "|---|---|---|",
-    ]
-    for s in d["sync_vs_upstream"]:
-        out.append(
+        *(
             f"| {s['upstream_tasks']} | {fmt(s['sync_ms_median'])} | {fmt(s['sync_ms_max'])} |"
-        )
-    out.append("")
+            for s in d["sync_vs_upstream"]
+        ),
+        "",
+    ]
     return out
 
 
 def state_transfer_section(d: dict) -> list[str]:
     out = [
-        "## Shipping key-group state: CPU on each end",
+        "## State shipping: CPU on each end",
         "",
-        f"{_run_of(d)}. A sender process copies {fmt(d['mb'])} MB of word-count state "
-        "(64 key groups) ahead to a receiver process, through the code the workers run "
-        "(`precopy.export_base`, `send_state`, the data server, `StateInbox`), with nothing "
-        "else running; each process's CPU for the transfer, its system share and its page "
-        "faults, medians of the rounds (variants alternate round by round, each in new "
-        "processes).",
+        f"A sender process copies {fmt(d['mb'])} MB of word-count state (64 key groups) "
+        "ahead to a receiver process through the workers' code, with nothing else running; "
+        "medians of the rounds. `no pool` is the receiver without its reused buffers, "
+        f"which faults in every payload's memory afresh. {_rerun(d['command'])}",
         "",
         "| variant | sender CPU ms (system) | receiver CPU ms (system) | receiver page faults "
         "| first byte to last group read ms |",
@@ -314,20 +345,19 @@ def state_transfer_section(d: dict) -> list[str]:
             f"| {fmt(v['receiver_cpu_ms'])} ({fmt(v['receiver_sys_ms'])}) "
             f"| {fmt(v['receiver_page_faults'])} | {fmt(v['wall_ms'])} |"
         )
-    out += ["", *_notes(d)]
-    return out
+    return [*out, ""]
 
 
 def fork_copy_section(d: dict) -> list[str]:
     out = [
-        "## Copying state ahead: on the sending worker's thread or from a forked child",
+        "## Copying state ahead: on the worker's thread or from a forked child",
         "",
-        f"{_run_of(d)}. One process holds {fmt(d['state_mb'])} MB of word-count state (64 key "
-        f"groups) and applies {fmt(d['updates'])} records to it (a new `(count + 1, padding)` "
-        "each) while every group is copied (`precopy.export_base`) and written to a socket "
-        "another process drains: not at all, on its own thread between its records (as the "
-        "copy ahead runs today), or by a child forked first. Medians of the rounds (variants "
-        "alternate); the copy's CPU on the parent is its CPU over the variant with no copy.",
+        f"One process holds {fmt(d['state_mb'])} MB of word-count state and applies "
+        f"{fmt(d['updates'])} records to it while every key group is copied and written to a "
+        "socket: not at all, on its own thread between records (as the workers do), or by a "
+        "child forked first. Medians of the rounds; the copy's CPU is the parent's over "
+        "`none`. A forked copy was tried end to end in the workers and did not shorten "
+        f"changes, so it was left out. {_rerun(d['command'])}",
         "",
         "| variant | parent CPU ms | of it, the copy's | parent page faults | fork ms | wall ms |",
         "|---|---|---|---|---|---|",
@@ -337,30 +367,28 @@ def fork_copy_section(d: dict) -> list[str]:
             f"| {name} | {fmt(v['parent_cpu_ms'])} | {fmt(v['copy_cpu_ms_on_parent'])} "
             f"| {fmt(v['parent_page_faults'])} | {fmt(v['fork_ms'])} | {fmt(v['wall_ms'])} |"
         )
-    out += ["", *_notes(d)]
-    return out
+    return [*out, ""]
 
 
 def spark_section(d: dict) -> list[str]:
-    m = d["machine"]
     local, spark = d["backends"]["local"], d["backends"]["spark"]
 
-    def row(name: str, get, unit: str) -> str:
+    def row(name: str, get: Callable[[dict], Any], unit: str) -> str:
         a, b = get(local), get(spark)
         ratio = f"{b / a:.2f}" if a and b is not None else "n/a"
         return f"| {name} | {fmt(a)}{unit} | {fmt(b)}{unit} | {ratio} |"
 
-    def plan(kind: str, field: str):
+    def plan(kind: str, field: str) -> Callable[[dict], Any]:
         return lambda b: b["plans"][kind][field]
 
     return [
-        "## Spark backend against local (word count)",
+        "## Spark backend against local",
         "",
-        f"Run {d['date']} on {m['cpu']} ({m['cores']} cores), Python {m['python']}; "
-        f"`{d['command'].strip()}`; {d['workers']} workers each, Spark `{d['spark_master']}` "
-        f"(session start {fmt(d['spark_session_start_s'])} s, once). Every figure is the median "
-        f"of {len(local['max_throughput']['steady_words_per_s_rounds'])} interleaved runs per "
-        f"backend; latency and plans at {d.get('load', 0.5):.0%} of the local maximum throughput.",
+        f"Word count on {d['workers']} workers each, Spark `{d['spark_master']}` (session start "
+        f"{fmt(d['spark_session_start_s'])} s, once); medians of "
+        f"{len(local['max_throughput']['steady_words_per_s_rounds'])} interleaved runs per "
+        f"backend; latency and plans at {d.get('load', 0.5):.0%} of the local maximum. "
+        f"{_rerun(d['command'])}",
         "",
         "| measure | local | spark | spark / local |",
         "|---|---|---|---|",
@@ -376,12 +404,6 @@ def spark_section(d: dict) -> list[str]:
         row("scale-out: total", plan("scale_out", "total_ms"), " ms"),
         row("scale-out: longest pause", plan("scale_out", "max_pause_ms"), " ms"),
         "",
-        "Per-run throughput (words/s): local "
-        + ", ".join(fmt(x) for x in local["max_throughput"]["steady_words_per_s_rounds"])
-        + "; spark "
-        + ", ".join(fmt(x) for x in spark["max_throughput"]["steady_words_per_s_rounds"])
-        + ".",
-        "",
     ]
 
 
@@ -393,20 +415,18 @@ def _outcomes(summary: dict) -> str:
     return ", ".join(f"{n} {k}" for k, n in summary["decisions"].items()) or "none"
 
 
-def _reconfigurations(run: dict) -> list[str]:
-    rows = [
-        f"| {fmt(r['t_start'])} s | #{r['id']} {r['origin']} | {r['status']} | {r['ops']} | "
-        f"{fmt(r['timings_ms'].get('total'))} | {fmt(r['max_pause_ms'])} |"
-        for r in run["reconfigurations"]
-    ]
-    if not rows:
-        return ["The controller made no reconfiguration.", ""]
-    return [
-        "| at | reconfiguration | status | operations | total ms | longest pause ms |",
-        "|---|---|---|---|---|---|",
-        *rows,
-        "",
-    ]
+def _reconfigurations(run: dict) -> str:
+    """One sentence on the reconfigurations a controller made in a run."""
+    recs = run["reconfigurations"]
+    if not recs:
+        return "The controller made no reconfiguration."
+    done = sum(r["status"] == "completed" for r in recs)
+    pause = max((r["max_pause_ms"] or 0.0 for r in recs), default=0.0)
+    total = max((r["timings_ms"].get("total") or 0.0 for r in recs), default=0.0)
+    return (
+        f"It made {len(recs)} reconfigurations ({done} completed); the longest took "
+        f"{fmt(total)} ms, the longest pause {fmt(pause)} ms."
+    )
 
 
 def _controller_header(d: dict, title: str, what: str) -> list[str]:
@@ -414,23 +434,17 @@ def _controller_header(d: dict, title: str, what: str) -> list[str]:
     return [
         f"### {title}",
         "",
-        f"{_run_of(d)}; "
-        f"`{d['job']}` with `{json.dumps(d['params'])}` on {d['workers']} local workers, "
-        f"{fmt(d['duration_s'])} s per run. {what} `{c['builtin']}` config "
-        f"`{json.dumps(c['config'])}`, safety `{json.dumps(c['safety'])}`, attached at "
-        f"{fmt(d['warmup_s'])} s; figures over the {fmt(d['sample_s'])} s metrics windows "
-        f"after that (per-window p99 at the sinks).",
+        f"`{d['job']}` on {d['workers']} local workers, {fmt(d['duration_s'])} s per run; "
+        f"`{c['builtin']}` attached at {fmt(d['warmup_s'])} s, figures over the "
+        f"{fmt(d['sample_s'])} s metrics windows after that. {what} {_rerun(d['command'])}",
         "",
         f"![{d['scenario']}](bench/results/controllers_{d['scenario']}.png)",
         "",
     ]
 
 
-def _table(
-    d: dict, controlled: str, static: str, rows: list[str], a: dict, closing: str
-) -> list[str]:
-    """The comparison table of a controlled run and its static twin, then ``closing`` and
-    the notes recorded on the run (``bench/controllers.py --replot --note``)."""
+def _table(controlled: str, static: str, rows: list[str], a: dict, closing: str) -> list[str]:
+    """The comparison table of a controlled run and its static twin, then ``closing``."""
     return [
         f"| measure | {controlled} | {static} |",
         "|---|---|---|",
@@ -439,7 +453,6 @@ def _table(
         "",
         closing,
         "",
-        *_notes(d),
     ]
 
 
@@ -463,8 +476,7 @@ def autoscaler_section(d: dict) -> list[str]:
     out = _controller_header(
         d,
         "Latency autoscaler: stock exchange, order rate stepping up then down",
-        "The order rate steps up at 25% of the run and back at 60% (shaded); static keeps "
-        "parallelism 1 throughout.",
+        "The order rate steps up at 25% of the run and back at 60%; static keeps parallelism 1.",
     )
     rows = [
         _spread_row("p99 latency ms", a["p99_ms"], s["p99_ms"]),
@@ -480,9 +492,10 @@ def autoscaler_section(d: dict) -> list[str]:
         f"{a['samples']} | {s['samples_over_limit']} of {s['samples']} |",
         f"| mean match tasks | {fmt(a['mean_match_tasks'])} | {fmt(s['mean_match_tasks'])} |",
     ]
-    closing = f"High-phase p99 median, autoscaler / static: {_ratio(*high)}."
-    out += _table(d, "latency_autoscaler", "static", rows, a, closing)
-    return out + _reconfigurations(d["runs"]["autoscaler"])
+    closing = f"High-phase p99 median, autoscaler / static: {_ratio(*high)}. " + _reconfigurations(
+        d["runs"]["autoscaler"]
+    )
+    return out + _table("latency_autoscaler", "static", rows, a, closing)
 
 
 def balancer_section(d: dict) -> list[str]:
@@ -509,10 +522,13 @@ def balancer_section(d: dict) -> list[str]:
     closing = (
         f"Mean imbalance, balancer / static: "
         f"{_ratio(a['imbalance']['mean'], s['imbalance']['mean'])}; "
-        f"p99 median: {_ratio(a['p99_ms']['median'], s['p99_ms']['median'])}."
+        f"p99 median: {_ratio(a['p99_ms']['median'], s['p99_ms']['median'])}. "
+        + _reconfigurations(d["runs"]["balancer"])
+        + " At this rate no count task is saturated, so evening their load does not lower "
+        f"latency. The balanced run's p99 bursts (up to {fmt(a['p99_ms']['max'])} ms) did not "
+        "recur in later runs of the same moves; their cause was not found."
     )
-    out += _table(d, "load_balancer", "static", rows, a, closing)
-    return out + _reconfigurations(d["runs"]["balancer"])
+    return out + _table("load_balancer", "static", rows, a, closing)
 
 
 def placement_section(d: dict) -> list[str]:
@@ -520,10 +536,8 @@ def placement_section(d: dict) -> list[str]:
     out = _controller_header(
         d,
         "DSC placement: word count from round-robin placement",
-        "Both runs start from the round-robin placement (task k of the job on worker k mod n, "
-        "applied by one plan before measuring; the runtime's own placement keeps forward "
-        "chains together); the source is unthrottled, so throughput is the most each "
-        "placement sustains.",
+        "Both runs start from round-robin placement (task k on worker k mod n); the source is "
+        "unthrottled, so throughput is the most each placement sustains.",
     )
     rows = [
         _spread_row("MB/s crossing workers", a["cross_mb_per_s"], s["cross_mb_per_s"], _fraction),
@@ -540,12 +554,12 @@ def placement_section(d: dict) -> list[str]:
     if a.get("words_per_s_before_and_after"):
         before, after = a["words_per_s_before_and_after"]
         closing += (
-            f" Within the DSC run, mean words/s counted before its re-placement (round-robin, "
-            f"{fmt(before['mean'])}) and after ({fmt(after['mean'])}): "
-            f"{_ratio(after['mean'], before['mean'])}."
+            f" Unthrottled runs vary from run to run; within the DSC run, words/s after its "
+            f"re-placement over before: {_ratio(after['mean'], before['mean'])}, the fairer "
+            "figure."
         )
-    out += _table(d, "dsc_placement", "round-robin", rows, a, closing)
-    return out + _reconfigurations(d["runs"]["dsc"])
+    closing += " " + _reconfigurations(d["runs"]["dsc"])
+    return out + _table("dsc_placement", "round-robin", rows, a, closing)
 
 
 CONTROLLER_SECTIONS = {
@@ -562,10 +576,9 @@ def controllers_section() -> list[str]:
     out = [
         "## Controllers against static configurations",
         "",
-        "Each scenario runs the job twice, one run after the other on the same machine, each "
-        "on its own `streampilot server` driven through REST: with a built-in controller "
-        "attached, and without (static). The shape of Trisk's evaluation; "
-        "`bench/controllers.py` (see its docstring).",
+        "Each scenario runs the job twice on its own `streampilot server`, driven through "
+        "REST: with a built-in controller attached, and without (static). The plots need the "
+        "`bench` extra (matplotlib).",
         "",
     ]
     for name, d in found.items():
@@ -573,34 +586,63 @@ def controllers_section() -> list[str]:
     return out
 
 
-def main() -> None:
+def setup_section(results: list[dict]) -> list[str]:
+    """Where and when the results were measured, and how to read them."""
+    machines = sorted(
+        {(r["machine"]["cpu"], r["machine"]["cores"], r["machine"]["python"]) for r in results}
+    )
+    days = sorted(_day(r["date"]) for r in results)
+    on = "; ".join(f"{cpu} ({cores} cores), Python {py}" for cpu, cores, py in machines)
+    span = days[0] if days[0] == days[-1] else f"{days[0]} to {days[-1]}"
+    return [
+        "## Setup",
+        "",
+        f"Measured on {on}, a shared VM, from {span}. Local workers are processes on that "
+        "machine. Figures are medians of rounds, with [min-max] ranges where a table shows "
+        "them; the VM's speed drifts from run to run, so compare figures measured in the "
+        "same run (the ratios) rather than absolute times across runs.",
+        "",
+        "Re-run everything with `make bench` (about two hours; it installs the `bench` "
+        "extra), or one benchmark with the command under its table, then "
+        "`.venv/bin/python bench/report.py` to render this page.",
+        "",
+    ]
+
+
+def render() -> str:
+    """The page, from whatever results are present."""
+    tp, rc, st, fc, sp = (
+        load(n) for n in ("throughput", "reconfig", "state_transfer", "fork_copy", "spark")
+    )
+    controllers = [d for n in CONTROLLER_SECTIONS if (d := load(f"controllers_{n}"))]
+    present = [d for d in (tp, rc, st, fc, sp, *controllers) if d]
     lines = [
         "# Benchmarks",
         "",
-        "Figures come from the JSON files in `bench/results/`, written by the benchmarks "
-        "themselves; this page is rendered from them by `bench/report.py`. Re-run with "
-        "`make bench` (or the commands below). The machine is a shared 2-core VM: compare "
-        "ratios measured in the same run rather than absolute times across runs.",
+        "Rendered by `bench/report.py` from the JSON files in `bench/results/`, which the "
+        "benchmarks write; no figure here is typed in. How the mechanisms measured here work "
+        "is in [docs/design.md](docs/design.md).",
         "",
     ]
-    tp = load("throughput")
+    if present:
+        lines += setup_section(present)
     if tp:
         lines += throughput_section(tp)
-    rc = load("reconfig")
     if rc:
-        lines += reconfig_section(rc)
-    st = load("state_transfer")
+        lines += reconfig_section(rc, st)
     if st:
         lines += state_transfer_section(st)
-    fc = load("fork_copy")
     if fc:
         lines += fork_copy_section(fc)
-    sp = load("spark")
     if sp:
         lines += spark_section(sp)
     lines += controllers_section()
-    (HERE.parent / "BENCHMARKS.md").write_text("\n".join(lines))
-    print("wrote BENCHMARKS.md")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    PAGE.write_text(render())
+    print(f"wrote {PAGE.name} ({PAGE.stat().st_size:,} bytes)")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Controllers: the SDK (a Controller base, view and plan types) and the built-in policies.
 
 Pure code: no I/O, no clock, no threads. Imports only itself, the standard library, numpy
-and :mod:`controlplane.abstraction` (DESIGN section 8). The controller host runs each
+and :mod:`controlplane.abstraction` (docs/design.md, section 9). The controller host runs each
 controller in its own subprocess and talks JSON with it; this package is what runs on
 the controller's side of that pipe, plus the safety checks the host applies. A user
 controller::

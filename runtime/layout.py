@@ -158,7 +158,7 @@ def moved_key_groups(old: Layout, new: Layout, tasks: Iterable[str]) -> list[tup
 
 
 def affected_tasks(graph: JobGraph, old: Layout, new: Layout) -> set[str]:
-    """The tasks a change from ``old`` to ``new`` touches (DESIGN section 3, step 1).
+    """The tasks a change from ``old`` to ``new`` touches (docs/design.md, section 3, step 1).
 
     New and removed tasks; tasks whose worker, key groups, weight or logic change; the
     direct upstream tasks of tasks that are new, removed, moved or whose work changes

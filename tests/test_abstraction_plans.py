@@ -112,7 +112,8 @@ def channels(a: Abstraction) -> set[tuple[str, str]]:
 
 
 def expected_effects(old: Abstraction, new: Abstraction) -> dict[str, set[str]]:
-    """DESIGN section 3 step 1, from the tasks' states and the channel pairs of both sides."""
+    """docs/design.md, section 3 step 1, from the tasks' states and the channel pairs of both
+    sides."""
     so = {t.id: t for op in old.operators for t in op.tasks}
     sn = {t.id: t for op in new.operators for t in op.tasks}
     both = so.keys() & sn.keys()

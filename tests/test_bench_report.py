@@ -1,12 +1,15 @@
-"""The verdict table of BENCHMARKS.md is computed from the benchmark's rows, not typed in:
-these check that it judges the issue's targets (10x the restart on new workers in
-completion time and peak latency, p99 under 3x steady) as they are stated, and that the
-steady p99 they are judged against is the run's, not one moment's."""
+"""The verdict tables of BENCHMARKS.md are computed from the benchmark's rows, not typed in:
+these check that they judge the targets (10x the restart on new workers in completion
+time and peak latency, p99 under 3x steady) as they are stated, that the steady p99 they
+are judged against is the run's, not one moment's, and that the rendered page stays short
+and free of session history."""
 
 from __future__ import annotations
 
+import re
+
 from bench.reconfig import steady_before_changes
-from bench.report import verdicts
+from bench.report import render, verdicts
 
 
 def row(total_ms: float, max_ms: float, p99_over_steady: float | None, status="completed"):
@@ -19,10 +22,28 @@ def row(total_ms: float, max_ms: float, p99_over_steady: float | None, status="c
     }
 
 
+# The verdict columns these tests read, in the order they unpack them.
+JUDGED = (
+    "change",
+    "met",
+    "best way",
+    "completion",
+    "peak latency",
+    "p99 / steady",
+    "ways that met",
+)
+
+
 def table(*changes: dict) -> list[list[str]]:
+    """The verdict rows, each as the cells of the :data:`JUDGED` columns."""
     lines = verdicts({"changes": list(changes)})
-    rows = [line for line in lines if line.startswith("| ") and not line.startswith("| change")]
-    return [[cell.strip() for cell in r.strip("|").split("|")] for r in rows]
+    header, *rows = [line for line in lines if line.startswith("| ")]
+
+    def cells(line: str) -> list[str]:
+        return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+    names = cells(header)
+    return [[dict(zip(names, cells(r), strict=True))[c] for c in JUDGED] for r in rows]
 
 
 def test_the_fastest_way_that_meets_every_target_is_named() -> None:
@@ -47,7 +68,7 @@ def test_a_change_that_misses_names_the_fastest_within_the_p99_bound() -> None:
         "live@20ms": row(250.0, 60.0, 2.0),
     }
     [[name, met, how, completion, _, p99, ways]] = table(change)
-    assert name == "migrate two tasks (swap workers) (beyond the issue's list)"
+    assert name == "migrate two tasks (swap workers) (extra)"
     assert (met, how, completion, p99, ways) == ("no", "pause", "9.1x", "1.0x", "0 of 3")
 
 
@@ -85,3 +106,15 @@ def test_steady_p99_is_the_median_of_the_windows_before_the_changes() -> None:
     assert steady_before_changes(samples) == 12.0
     assert [s["p99_over_steady"] for s in samples] == [1.67, 2.5, 5.0, 2.0]
     assert steady_before_changes([sample(0.0, 5.0, count=0)]) is None
+
+
+def test_the_rendered_page_is_short_and_without_session_history() -> None:
+    """From the results in bench/results/: under 15 KB, no paragraph of more than a few
+    sentences, no session numbers, commit hashes or issue references."""
+    page = render()
+    assert len(page.encode()) < 15_000
+    paragraphs = [p for p in page.split("\n\n") if not p.lstrip().startswith("|")]
+    assert max(len(p) for p in paragraphs) < 1_000
+    assert not re.search(r"\bsession \d+", page, re.IGNORECASE)
+    assert not re.search(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b", page)
+    assert "issue" not in page.lower()

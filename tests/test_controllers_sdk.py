@@ -240,8 +240,9 @@ def test_view_of_builds_replay_views() -> None:
 
 
 def test_controllers_import_only_the_abstraction() -> None:
-    """DESIGN 8: controllers import only themselves, stdlib/numpy and the abstraction (which
-    brings the runtime's pure dataflow module); not the server, the database or pydantic."""
+    """docs/design.md, section 9: controllers import only themselves, stdlib/numpy and the
+    abstraction (which brings the runtime's pure dataflow module); not the server, the
+    database or pydantic."""
     code = (
         "import sys, controllers; print(' '.join(sorted(m for m in sys.modules "
         "if m.split('.')[0] in ('controlplane', 'pydantic', 'fastapi', 'sqlalchemy'))))"

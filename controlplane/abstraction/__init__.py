@@ -1,6 +1,6 @@
 """The task-centric abstraction of a job, its plans, their validation and diff (pure).
 
-DESIGN sections 2 and 3 (step 1). No I/O, no asyncio: frozen dataclasses and plain
+docs/design.md, sections 2 and 3 (step 1). No I/O, no asyncio: frozen dataclasses and plain
 functions, shared by the StreamManager, the coordinator and the controllers::
 
     a1 = from_graph(job_id, graph, placement, workers)       # version 1

@@ -2,7 +2,7 @@
 
 :func:`diff` lists, per operator, the key groups that change owner, the weights that
 change, the tasks added, removed or moved to another worker and the tasks whose logic
-changes, then computes the affected set of DESIGN section 3, step 1. Two tasks are
+changes, then computes the affected set of docs/design.md, section 3, step 1. Two tasks are
 *connected* when a channel links them: over a forward edge task i of the upstream operator
 and task i of the downstream one, over any other edge every pair. With *changed work* the
 tasks gaining or losing key groups or weight and *changed place* the tasks added, removed

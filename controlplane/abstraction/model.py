@@ -1,4 +1,4 @@
-"""The task-centric abstraction of a job (DESIGN section 2): frozen, versioned, JSON-able.
+"""The task-centric abstraction of a job (docs/design.md, section 2): frozen, versioned, JSON-able.
 
 An :class:`Abstraction` is one version of a deployed job: its operators, each with its
 tasks (logic, workload, resources; see :mod:`.parts`), and the workers the job may use.
@@ -43,7 +43,7 @@ __all__ = ["Abstraction", "Operator", "from_graph"]
 @dataclass(frozen=True)
 class Operator:
     """One operator: ``kind`` is the runtime kind (source, map, flat_map, filter, keyed,
-    sink); :attr:`design_kind` is DESIGN's (source, map, keyed, sink). ``max_parallelism``
+    sink); :attr:`design_kind` is docs/design.md's (source, map, keyed, sink). ``max_parallelism``
     is the number of key groups of a keyed operator and None for the others.
 
     Raises :class:`SchemaError` for an unknown kind, a task id that is not

@@ -1,4 +1,4 @@
-"""The atomic operations of DESIGN section 2 and the plans that group them.
+"""The atomic operations of docs/design.md (section 2) and the plans that group them.
 
 Three operations, serialized with Trisk's names in an ``"op"`` field:
 

@@ -39,7 +39,8 @@ DEFAULT_SLOTS = 64  # tasks of one job a worker may host unless it says otherwis
 NEW_WORKER = "new"  # the worker of assignResource that asks the backend for a fresh one
 PLACEHOLDER_STATUS = "pending"  # status of a requested worker, until the coordinator has it
 PLACEABLE_STATUSES = frozenset({"alive", PLACEHOLDER_STATUS})  # workers that may get tasks
-DESIGN_KINDS: Mapping[str, str] = {  # runtime kind -> DESIGN kind (JSON "transform" -> "kind")
+# runtime kind (JSON "transform") -> kind of docs/design.md, section 2 (JSON "kind")
+DESIGN_KINDS: Mapping[str, str] = {
     "source": "source",
     "map": "map",
     "flat_map": "map",

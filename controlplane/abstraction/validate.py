@@ -1,4 +1,5 @@
-"""Validation and application of plans (DESIGN section 2): pure, whole-plan, all or nothing.
+"""Validation and application of plans (docs/design.md, section 2): pure, whole-plan, all or
+nothing.
 
 :func:`apply_plan` takes an abstraction and a plan and returns version N+1, or raises a
 :class:`PlanError` whose message names the culprit (and, for an operation at fault, starts

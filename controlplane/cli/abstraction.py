@@ -1,5 +1,5 @@
-"""``streampilot abstraction show|diff``: a job's task-centric abstraction (DESIGN section
-2) and what changed between two of its versions."""
+"""``streampilot abstraction show|diff``: a job's task-centric abstraction (docs/design.md,
+section 2) and what changed between two of its versions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""API shapes of the task-centric abstraction (DESIGN section 2), its versions and diffs.
+"""API shapes of the task-centric abstraction (docs/design.md, section 2), its versions and diffs.
 
 They mirror :meth:`controlplane.abstraction.Abstraction.to_dict` and
 :meth:`controlplane.abstraction.Diff.to_dict` field for field, so the OpenAPI description
