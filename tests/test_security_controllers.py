@@ -2,7 +2,9 @@
 plays the attacker from ``decide()`` against a real server with real workers and a running
 job, each escape of the issue tried and recorded in the controller's log, every one
 blocked; a controller that forks then hangs is failed with the reason and leaves no
-process; and :mod:`controlplane.sandbox` itself against real bubblewrap, no mocking."""
+process; an uploaded script's import-time code runs once, in the process that then serves
+the controller; and :mod:`controlplane.sandbox` itself against real bubblewrap, no
+mocking."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +165,17 @@ FORK_THEN_HANG = textwrap.dedent(
                     time.sleep(3600)
                     os._exit(0)
             time.sleep(3600)
+    """
+)
+
+QUIET = textwrap.dedent(
+    """
+    class Quiet(Controller):
+        interval_s = 0.3
+
+        def decide(self, view):
+            print("decided", flush=True)
+            return None
     """
 )
 
@@ -522,6 +535,90 @@ def test_a_controller_that_forks_then_hangs_is_failed_and_leaves_nothing(
         assert c["failures"] >= 1 and c["restarts"] >= 1, c
         wait_until(lambda: not marked(marker), GONE_TIMEOUT_S, "its processes to exit")
         assert http.get(f"/api/v1/jobs/{job}").json()["status"] == "running"
+
+
+def noting_imports(path: Path, body: str) -> str:
+    """A script that, when imported, connects once to the unix socket at ``path`` and
+    prints ``imported``; then ``body``. (A sandbox writes nowhere the test could look, but
+    reaches a socket anyone may connect to: see :mod:`controlplane.sandbox`.)"""
+    head = textwrap.dedent(
+        f"""
+        import socket
+        from controllers import Controller
+
+        with socket.socket(socket.AF_UNIX) as _note:
+            _note.settimeout({TIMEOUT_S})
+            _note.connect({str(path)!r})
+        print("imported", flush=True)
+        """
+    )
+    return head + body
+
+
+@contextlib.contextmanager
+def counting_connections(path: Path) -> Iterator[Callable[[], int]]:
+    """A unix socket at ``path`` that anyone may connect to; yields a function returning
+    how many connections it has had so far (each is accepted and closed)."""
+    seen = 0
+
+    def connections() -> int:
+        nonlocal seen
+        while True:
+            try:
+                conn, _ = listening.accept()
+            except BlockingIOError:
+                return seen
+            conn.close()
+            seen += 1
+
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(path))
+        try:
+            path.chmod(0o777)  # the sandbox's user connects too
+            listening.listen(16)
+            listening.setblocking(False)
+            yield connections
+        finally:
+            path.unlink()
+
+
+def test_an_uploaded_scripts_import_time_code_runs_once(
+    server: tuple[Api, Settings], job: int, host_dir: Path
+) -> None:
+    """Issue 30, item 4: the upload is checked by the sandboxed process that then serves
+    the controller, so the script is imported once for an upload that then runs (not once
+    to check it, then again to run it), and once for one refused at import (its process
+    killed, nothing recorded). What it printed at import is in the controller's log."""
+    api, _ = server
+    path = host_dir / f"imports-{secrets.token_hex(4)}.sock"
+    with counting_connections(path) as imports, api.client() as http:
+        broken = noting_imports(path, "raise RuntimeError('refused at import')\n")
+        files = {"file": ("ctl.py", broken.encode(), "text/x-python")}
+        r = http.post("/api/v1/controllers", data={"name": "x", "job_id": str(job)}, files=files)
+        assert r.status_code == 422, r.text
+        message = r.json()["error"]["message"]
+        assert "ctl.py, line 9: importing the script raised RuntimeError" in message, message
+        assert imports() == 1
+        assert http.get(f"/api/v1/controllers?job_id={job}").json()["total"] == 0
+        cid = attach(http, job, noting_imports(path, QUIET), {})
+        c = wait_until(
+            lambda: (
+                (c := http.get(f"/api/v1/controllers/{cid}").json())["decisions_without_plan"] >= 2
+                and c
+            ),
+            RUN_TIMEOUT_S,
+            "two decisions",
+        )
+        lines = wait_until(
+            lambda: (ls := log_lines(http, cid)).count("decided") >= 2 and ls,
+            RUN_TIMEOUT_S,
+            "the decisions in the log",
+        )
+        assert http.post(f"/api/v1/controllers/{cid}/stop").status_code == 200
+        assert (c["restarts"], c["failures"]) == (0, 0), c
+        assert imports() == 2, "imported more than once for one upload"
+        assert lines.count("imported") == 1, lines
+        assert lines.index("imported") < lines.index("decided")
 
 
 def test_without_a_sandbox_uploads_are_refused_and_builtins_run(tmp_path: Path) -> None:

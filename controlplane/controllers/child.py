@@ -6,7 +6,9 @@ stderr, which the host keeps as the controller's log. Requests and replies, in o
 
 1. ``{"type": "load", "source", "filename"}`` or ``{"type": "load", "builtin"}``, with
    ``"config"``: load the script (it must define exactly one ``controllers.Controller``
-   subclass) and construct it -> ``{"type": "loaded", "class", "interval_s"}``.
+   subclass) and construct it -> ``{"type": "loaded", "class", "interval_s"}``. For an
+   upload, the host sends it while the upload is being checked and keeps the process to
+   run the controller: the script's import-time code runs once in each process.
 2. ``{"type": "decide", "view": View.to_dict(), "first": bool}``: ``on_start(view)`` first
    when ``first``, then ``decide(view)`` -> ``{"type": "plan", "plan": Plan.to_dict() |
    null}``.
@@ -15,8 +17,9 @@ stderr, which the host keeps as the controller's log. Requests and replies, in o
 
 Any request that fails gets ``{"type": "error", "error": "<what, with the script's line>"}``
 and the process goes on; the host decides whether to go on with it. ``--check`` runs step 1
-alone on a script read from stdin and prints its reply (used at upload). ``--name NAME``
-(the host's ``controller-<id>``) changes nothing: it shows in ``ps`` whose process it is.
+alone on a request read from stdin and prints its reply (a built-in's check at attach).
+``--name NAME`` (the host's ``controller-<id>``) changes nothing: it shows in ``ps``
+whose process it is.
 """
 
 from __future__ import annotations

@@ -4,7 +4,24 @@ One :class:`_Runner` (an asyncio task on the server's loop) per running controll
 child is ``python -m controlplane.controllers.child`` in a bubblewrap sandbox
 (:mod:`controlplane.sandbox`; see :mod:`.process`), killed with the host. Where
 bubblewrap is missing, built-in controllers run unconfined (with the same limits) and
-uploaded ones are marked ``failed`` with the reason, never run. Each period, in order:
+uploaded ones are marked ``failed`` with the reason, never run.
+
+An uploaded script is checked by the process that will run it, so that its import-time
+code runs once per process serving the controller and never in a throwaway one:
+
+1. While the upload's unit of work is open (the controller's row flushed, not committed),
+   :meth:`ControllerHost.load` starts the controller's child and loads the script in it;
+   a script that does not load is refused with the reason and line, and its process is
+   killed.
+2. The loaded process is kept (its output buffered) until the unit of work ends: once it
+   commits, :meth:`ControllerHost.wake` hands it to the controller's runner, which
+   decides with it (its buffered output goes to the controller's log); if it rolls back,
+   :meth:`ControllerHost.discard` kills it.
+
+A new process (after a crash or a hang, a stop and a start, or a restart of the server)
+imports the script again: each process that serves the controller imports it once.
+Built-ins are checked at attach as before (:func:`.service.check_script`) and their
+runner starts their process. Each period, in order:
 
 1. Build the view (the job's current abstraction, its metrics window, the workers, the
    outcomes of this controller's earlier plans). A job that has ended stops its
@@ -31,6 +48,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -48,7 +66,7 @@ from controlplane import db, sandbox
 from controlplane.abstraction import AbstractionError, Plan, PlanError
 from controlplane.config import Settings
 from controlplane.engine import Engine, job_key
-from controlplane.errors import Conflict, PlanRefused, ServiceError
+from controlplane.errors import BadController, Conflict, PlanRefused, ServiceError
 from controlplane.jobs import service as jobs
 from controlplane.jobs.models import TERMINAL_JOB_STATUSES
 from controlplane.metrics import service as metrics
@@ -57,13 +75,16 @@ from controlplane.tracking import Tracker
 from controlplane.versions import service as versions
 
 from . import service
-from .process import ChildFailed, ControllerProcess
+from .process import STOP_GRACE_S, ChildExited, ChildFailed, ChildHung, ControllerProcess
 
 __all__ = ["ControllerHost"]
 
 logger = logging.getLogger(__name__)
 
 SPAWN_TIMEOUT_S = 30.0  # a child loads its script (imports, constructor) within this
+LOAD_WAIT_S = SPAWN_TIMEOUT_S + 3 * STOP_GRACE_S  # an upload waits for a load, then for
+# the killing of a child that hung or died (its exit, then the end of its output)
+MAX_LOAD_OUTPUT = 500  # characters of a dead child's output an upload's refusal quotes
 OUTCOME_TIMEOUT_S = 150.0  # a reconfiguration ends within this (prepare + sync + update)
 OUTCOME_POLL_S = 0.2  # how often the outcome of a submitted plan is looked up
 MIN_WINDOW_S = 2.0  # a view's window: its period (two per-second reports at least), so
@@ -72,11 +93,20 @@ MAX_WINDOW_S = 300.0  # and at most what the coordinator keeps
 LOG_FLUSH_S = 1.0  # a child's output is written to the database this often
 
 
+@dataclass
+class _Loaded:
+    """A process that has loaded an uploaded script, waiting for its controller's commit."""
+
+    child: ControllerProcess
+    lines: list[str]  # what it printed meanwhile
+
+
 class ControllerHost:
     """Starts, stops and supervises controller runners (see the module docstring).
 
-    :meth:`start` and :meth:`close` run on the server's event loop; :meth:`wake` may be
-    called from any thread (request handlers, after their unit of work committed)."""
+    :meth:`start` and :meth:`close` run on the server's event loop; :meth:`wake` and
+    :meth:`discard` may be called from any thread (request handlers, after their unit of
+    work ended), :meth:`load` from any thread but the loop's."""
 
     def __init__(
         self,
@@ -91,6 +121,8 @@ class ControllerHost:
         self.sessions = sessions
         self.runners: dict[int, _Runner] = {}
         self.retired: set[_Runner] = set()  # replaced runners still winding down
+        self.loaded: dict[int, _Loaded] = {}  # by controller id: loaded, not yet committed
+        self.discarded: set[asyncio.Task[None]] = set()  # their kills, under way
         self.loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
@@ -101,16 +133,70 @@ class ControllerHost:
             self._ensure(cid)
 
     async def close(self) -> None:
-        """Stop every runner and wait until their processes have exited."""
+        """Stop every runner and wait until their processes, and those loaded for uploads
+        not yet committed, have exited."""
         runners, self.runners = [*self.runners.values(), *self.retired], {}
         for r in runners:
             r.task.cancel()
-        await asyncio.gather(*(r.finished() for r in runners), return_exceptions=True)
+        for cid in list(self.loaded):
+            self._discard(cid)
+        await asyncio.gather(
+            *(r.finished() for r in runners), *self.discarded, return_exceptions=True
+        )
 
     def wake(self, controller_id: int) -> None:
-        """Start or stop the runner of a controller to match its recorded status."""
+        """Start or stop the runner of a controller to match its recorded status; the
+        process :meth:`load` kept for it, if any, becomes its runner's."""
         if self.loop is not None:
             self.loop.call_soon_threadsafe(self._ensure, controller_id)
+
+    def load(self, controller_id: int, request: dict[str, Any]) -> dict[str, Any]:
+        """Step 1 of an upload (module docstring): start controller ``controller_id``'s
+        process in the sandbox and load the script of ``request`` (``source``,
+        ``filename``, ``config``) in it. Returns its ``loaded`` reply (``class``,
+        ``interval_s``) and keeps the process for :meth:`wake` or :meth:`discard`; a
+        script that does not load is a :class:`BadController` with the reason and line,
+        and leaves no process. Blocks the calling thread (never the loop's) for at most
+        :data:`LOAD_WAIT_S`."""
+        if self.loop is None:
+            raise RuntimeError("the controller host has not started")
+        future = asyncio.run_coroutine_threadsafe(self._load(controller_id, request), self.loop)
+        try:
+            return future.result(LOAD_WAIT_S)
+        except TimeoutError:  # _load is bounded more tightly: a loop too busy to run it
+            future.cancel()  # its process is killed
+            raise BadController(
+                f"{request.get('filename')}: loading the controller did not finish within "
+                f"{LOAD_WAIT_S:.0f}s"
+            ) from None
+
+    def discard(self, controller_id: int) -> None:
+        """Step 2 of an upload that rolled back: kill the process :meth:`load` kept."""
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self._discard, controller_id)
+
+    async def _load(self, controller_id: int, request: dict[str, Any]) -> dict[str, Any]:
+        doing = f"{request.get('filename')}: loading the controller"
+        lines: list[str] = []
+        child = await ControllerProcess.spawn(
+            self.settings, lines.append, name=f"controller-{controller_id}"
+        )
+        self.loaded[controller_id] = _Loaded(child, lines)  # close() kills it from now on
+        try:
+            return await child.call({**request, "type": "load"}, SPAWN_TIMEOUT_S, doing)
+        except BaseException as exc:
+            self.loaded.pop(controller_id, None)
+            await child.kill()  # its output has all been read when this returns
+            if isinstance(exc, ChildFailed):
+                raise _refusal(exc, doing, lines) from None
+            raise
+
+    def _discard(self, controller_id: int) -> None:
+        loaded = self.loaded.pop(controller_id, None)
+        if loaded is not None:
+            task = asyncio.create_task(loaded.child.kill())
+            self.discarded.add(task)
+            task.add_done_callback(self.discarded.discard)
 
     def _ensure(self, controller_id: int) -> None:
         runner = self.runners.get(controller_id)
@@ -118,22 +204,46 @@ class ControllerHost:
             runner.task.cancel()  # it re-reads its row: restart with the latest status
             self.retired.add(runner)
             runner.task.add_done_callback(lambda _t, r=runner: self.retired.discard(r))
-        self.runners[controller_id] = _Runner(self, controller_id)
+        loaded = self.loaded.pop(controller_id, None)
+        self.runners[controller_id] = _Runner(self, controller_id, loaded)
 
     def _call(self, fn: Any, **kwargs: Any) -> Any:
         with db.unit_of_work(self.sessions) as session:
             return fn(session=session, **kwargs)
 
 
-class _Runner:
-    """Drives one controller: the numbered steps of the module docstring, forever."""
+def _refusal(exc: ChildFailed, doing: str, lines: list[str]) -> BadController:
+    """Why an upload is refused, as the upload check has always said it."""
+    if isinstance(exc, ChildHung):
+        return BadController(
+            f"{doing} did not finish within {SPAWN_TIMEOUT_S:.0f}s; move long-running work "
+            "out of module level"
+        )
+    if isinstance(exc, ChildExited):
+        detail = "\n".join(lines).strip()[-MAX_LOAD_OUTPUT:]
+        return BadController(
+            f"{doing}: the interpreter exited with code {exc.code} without an answer"
+            f"{': ' + detail if detail else ''}; code must not exit or crash at import"
+        )
+    return BadController(str(exc))
 
-    def __init__(self, host: ControllerHost, controller_id: int) -> None:
+
+class _Runner:
+    """Drives one controller: the numbered steps of the module docstring, forever; with
+    the process an upload loaded (``loaded``), or else one it starts."""
+
+    def __init__(
+        self, host: ControllerHost, controller_id: int, loaded: _Loaded | None = None
+    ) -> None:
         self.host = host
         self.id = controller_id
         self.settings = host.settings
         self.child: ControllerProcess | None = None
         self.logs: list[tuple[str, str]] = []
+        if loaded is not None:
+            self.child = loaded.child
+            self.logs += [("script", line) for line in loaded.lines]
+            self.child.on_line = self._on_line
         self.task = asyncio.create_task(self._main(), name=f"controller-{controller_id}")
         self._flusher = asyncio.create_task(self._flush_logs())
 

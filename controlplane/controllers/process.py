@@ -9,8 +9,11 @@ own, so :meth:`ControllerProcess.kill` kills its process group: in a sandbox tha
 bwrap's monitor, whose death takes every process of the sandbox with it.
 :meth:`ControllerProcess.call` sends one request and waits for the reply (see
 :mod:`.child` for the protocol); every way it can go wrong is a :class:`ChildFailed`
-saying what happened and whether the process must be restarted. Its stderr (what the
-script prints, and what bwrap says if the sandbox cannot start) goes to ``on_line``.
+saying what happened and whether the process must be restarted (:class:`ChildHung` when
+it did not answer in time, :class:`ChildExited` when it ended without answering). Its
+stderr (what the script prints, and what bwrap says if the sandbox cannot start) goes to
+``on_line``, which its owner may replace (a process loaded at upload is handed over to
+the controller's runner with its output).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 from controlplane import sandbox
 from controlplane.config import Settings
 
-__all__ = ["ChildFailed", "ControllerProcess"]
+__all__ = ["ChildExited", "ChildFailed", "ChildHung", "ControllerProcess"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,13 +45,29 @@ class ChildFailed(Exception):
         self.restart = restart
 
 
+class ChildHung(ChildFailed):
+    """The child did not answer within the timeout; it has been killed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, restart=True)
+
+
+class ChildExited(ChildFailed):
+    """The child's process ended (exit status ``code``, None if unknown) without answering."""
+
+    def __init__(self, message: str, *, code: int | None) -> None:
+        super().__init__(message, restart=True)
+        self.code = code
+
+
 class ControllerProcess:
     """A controller's process and its JSON-lines protocol (see :mod:`.child`)."""
 
     def __init__(self, proc: asyncio.subprocess.Process, on_line: Any) -> None:
         self.proc = proc
+        self.on_line = on_line  # called with each line it prints on stderr
         self.last_line = ""  # the last line it printed on stderr: bwrap's, if it failed
-        self._pump = asyncio.create_task(self._read_stderr(on_line))
+        self._pump = asyncio.create_task(self._read_stderr())
 
     @classmethod
     async def spawn(
@@ -69,15 +88,16 @@ class ControllerProcess:
         )
         return cls(proc, on_line)
 
-    async def _read_stderr(self, on_line: Any) -> None:
+    async def _read_stderr(self) -> None:
         assert self.proc.stderr is not None
         while line := await self.proc.stderr.readline():
             self.last_line = line.decode("utf-8", "replace").rstrip()
-            on_line(self.last_line)
+            self.on_line(self.last_line)
 
     async def call(self, request: dict[str, Any], timeout: float, doing: str) -> dict[str, Any]:
-        """Send one request and return the reply; :class:`ChildFailed` if the child dies,
-        hangs past ``timeout`` (it is then killed) or answers with an error."""
+        """Send one request and return the reply; :class:`ChildExited` if the child dies,
+        :class:`ChildHung` if it hangs past ``timeout`` (it is then killed), and
+        :class:`ChildFailed` if it answers with an error or garbage."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         try:
             self.proc.stdin.write((json.dumps(request) + "\n").encode())
@@ -85,9 +105,8 @@ class ControllerProcess:
             line = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
         except TimeoutError:
             await self.kill()
-            raise ChildFailed(
-                f"{doing} did not return within {timeout:g}s; the process was killed",
-                restart=True,
+            raise ChildHung(
+                f"{doing} did not return within {timeout:g}s; the process was killed"
             ) from None
         except (ConnectionError, BrokenPipeError):
             line = b""
@@ -101,7 +120,7 @@ class ControllerProcess:
             }.get(code or 0, "")
             if not why and self.last_line:
                 why = f" ({self.last_line[-300:]})"
-            raise ChildFailed(f"the controller's process exited with {code}{why}", restart=True)
+            raise ChildExited(f"the controller's process exited with {code}{why}", code=code)
         try:
             reply = json.loads(line)
         except json.JSONDecodeError:

@@ -67,11 +67,12 @@ def attach_controller(
     ] = None,
     dry_run: Annotated[bool, Form(description="record plans without applying them")] = False,
 ) -> ControllerRead:
-    """Attach a controller to a running job and start it. The script is loaded once in a
-    throwaway sandboxed interpreter first: 422 with the line and the reason if it does not
-    compile, does not define exactly one Controller subclass, or refuses its config; 503
-    (``sandbox_unavailable``) for a script on a server where no sandbox can start
-    (bubblewrap missing), built-ins still accepted."""
+    """Attach a controller to a running job and start it. The script is loaded by the
+    sandboxed process that then runs it: 422 with the line and the reason if it does not
+    compile, does not define exactly one Controller subclass, or refuses its config
+    (nothing is recorded, the process is gone); 503 (``sandbox_unavailable``) for a script
+    on a server where no sandbox can start (bubblewrap missing), built-ins still
+    accepted."""
     data = file.file.read(MAX_SOURCE_BYTES + 1) if file is not None else None
     limits = _json_object("safety", safety)
     limits["dry_run"] = dry_run or bool(limits.get("dry_run", False))
@@ -85,6 +86,7 @@ def attach_controller(
         config=_json_object("config", config),
         safety=limits,
         settings=request.app.state.settings,
+        loader=request.app.state.controllers,
     )
     _wake(request, session, row.id)
     return ControllerRead.model_validate(row)

@@ -1,14 +1,16 @@
 """Controllers: attach (check, store), list, read, start/stop, and the records the host
 keeps (views it builds, decisions, outcomes, failures, log lines).
 
-Attaching checks the script in a throwaway interpreter (``python -m
-controlplane.controllers.child --check``, bounded by :data:`CHECK_TIMEOUT_S`) in the same
-sandbox as the controller's own process (:func:`controlplane.isolation.run_check`): it
-must compile, define exactly one ``controllers.Controller`` subclass and accept its
-config; a built-in is looked up by name the same way. Where no sandbox can start, an
-uploaded script is refused (:class:`SandboxUnavailable`) before anything of it runs;
-built-ins are still checked and run. Functions take the session as a keyword argument and
-never commit.
+Attaching an uploaded script loads it in the sandboxed process that will then run it (a
+:class:`Loader`: the host, :meth:`.host.ControllerHost.load`), so its import-time code
+never runs in a throwaway process: it must compile, define exactly one
+``controllers.Controller`` subclass and accept its config, else the attach is refused
+with the reason and line and nothing is recorded. A built-in is looked up by name in a
+throwaway interpreter (``python -m controlplane.controllers.child --check``, bounded by
+:data:`CHECK_TIMEOUT_S`, :func:`controlplane.isolation.run_check`) and started by the
+host once attached. Where no sandbox can start, an uploaded script is refused
+(:class:`SandboxUnavailable`) before anything of it runs; built-ins are still checked and
+run. Functions take the session as a keyword argument and never commit.
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ import json
 import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from controlplane import sandbox
+from controlplane import db, sandbox
 from controlplane.config import Settings
 from controlplane.errors import BadController, Conflict, NotFound, Unavailable
 from controlplane.events import service as events
@@ -37,6 +39,7 @@ from .models import Controller, ControllerDecision, ControllerLog
 __all__ = [
     "CHECK_TIMEOUT_S",
     "MAX_LOG_LINES",
+    "Loader",
     "SandboxUnavailable",
     "attach",
     "fail",
@@ -49,7 +52,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-CHECK_TIMEOUT_S = 30.0  # loading a script (imports, constructor) takes at most this
+CHECK_TIMEOUT_S = 30.0  # looking a built-in up (imports, constructor) takes at most this
 MAX_LOG_LINES = 2000  # log lines kept per controller (older ones are dropped)
 MAX_LOG_LINE = 2000  # characters kept of one log line
 HISTORY = 50  # outcomes of earlier plans a view carries (plus those the limits count)
@@ -63,11 +66,26 @@ class SandboxUnavailable(Unavailable):
     code = "sandbox_unavailable"
 
 
+class Loader(Protocol):
+    """Loads an uploaded script in the process that will run the controller (the host)."""
+
+    def load(self, controller_id: int, request: dict[str, Any]) -> dict[str, Any]:
+        """Start the controller's process and load ``request`` (``source``, ``filename``,
+        ``config``) in it: its ``loaded`` reply (``class``, ``interval_s``), the process
+        kept for the controller; :class:`BadController` with the reason and line, and
+        no process, if the script does not load."""
+        ...
+
+    def discard(self, controller_id: int) -> None:
+        """Kill the process :meth:`load` kept (the attach rolled back)."""
+        ...
+
+
 def check_script(
     request: Mapping[str, Any], filename: str, *, settings: Settings
 ) -> dict[str, Any]:
-    """Load the controller in a throwaway process; its ``loaded`` reply, or
-    :class:`BadController` with the reason and line."""
+    """Load the controller in a throwaway process (used for built-ins, our code); its
+    ``loaded`` reply, or :class:`BadController` with the reason and line."""
     reply = run_check(
         "controlplane.controllers.child",
         ["--check", filename],
@@ -93,10 +111,13 @@ def attach(
     config: Mapping[str, Any] | None,
     safety: Mapping[str, Any],
     settings: Settings,
+    loader: Loader,
 ) -> Controller:
-    """Check and record a controller for ``job_id``, status ``running`` (the host starts it
-    once the unit of work commits). An uploaded script where no sandbox can start is a
-    :class:`SandboxUnavailable`."""
+    """Check and record a controller for ``job_id``, status ``running``: a script is loaded
+    by ``loader`` in the process that will run it (killed if the unit of work rolls back),
+    a built-in checked in a throwaway one; the host runs it once the unit of work commits
+    (:meth:`.host.ControllerHost.wake`). An uploaded script where no sandbox can start is
+    a :class:`SandboxUnavailable`; one that does not load, a :class:`BadController`."""
     from controllers import SafetyConfig
 
     job = jobs.get_row(session=session, job_id=job_id)
@@ -118,11 +139,11 @@ def attach(
             )
         filename = filename or "controller.py"
         source = python_source(filename, data, error=BadController)
-        request: dict[str, Any] = {"source": source, "config": config}
+        loaded: dict[str, Any] = {"class": "", "interval_s": 0.0}  # its process says, below
     else:
         filename = None
         request = {"builtin": builtin, "config": config}
-    loaded = check_script(request, filename or f"<builtin {builtin}>", settings=settings)
+        loaded = check_script(request, f"<builtin {builtin}>", settings=settings)
     row = Controller(
         name=name,
         job_id=job_id,
@@ -140,7 +161,14 @@ def attach(
         decisions_without_plan=0,
     )
     session.add(row)
-    session.flush()
+    session.flush()  # the id names the controller's process
+    if source is not None:
+        controller_id = row.id
+        db.after_rollback(session, lambda: loader.discard(controller_id))
+        script = {"source": source, "filename": filename, "config": config}
+        loaded = loader.load(controller_id, script)
+        row.class_name, row.interval_s = str(loaded["class"]), float(loaded["interval_s"])
+        session.flush()
     _event(session, row, "attached", f"{builtin or filename} ({row.class_name})")
     logger.info("controller %s (%s) attached to job %s", row.id, row.class_name, job_id)
     return row
