@@ -52,7 +52,7 @@ import functools
 import logging
 import pickle
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +69,15 @@ from .dataflow import JobGraph, OperatorSpec
 from .handover import IdleBudget, send_state, ships_within
 from .keygroups import key_group_fn
 from .layout import Layout, affected_tasks, in_place_owners, split_task_id, sync_only_tasks
+from .messages import (
+    ChannelConfig,
+    Paused,
+    Restore,
+    Snapshot,
+    StageDone,
+    Updated,
+    UpdateFailed,
+)
 from .metrics import TaskMetrics
 from .operators import KeyedProcessor, SinkProcessor, make_processor
 from .partitioning import BroadcastEdge, Edge, ForwardEdge, KeyGroupEdge, Outputs, RebalanceEdge
@@ -141,18 +150,27 @@ class _Pending:
 class JobRuntime:
     """The tasks of one job that run on this worker, and their channels."""
 
-    def __init__(self, worker: Worker, msg: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        worker: Worker,
+        job_id: str,
+        graph: bytes,
+        layout: Layout,
+        peers: Mapping[str, tuple[str, int]],
+        config: ChannelConfig,
+        restore: Mapping[str, Restore] | None = None,
+    ) -> None:
+        """The job ``job_id`` here, as a ``deploy`` (or a ``prepare`` that makes this worker
+        join it) describes it: ``graph`` pickled (its code installed already), every
+        worker's data address, and per task what it restarts from (:meth:`deploy`)."""
         self.worker = worker
-        self.job_id: str = msg["job_id"]
-        self.graph: JobGraph = pickle.loads(msg["graph"])
-        self.layout = Layout.from_wire(msg["layout"])
-        self.peers: dict[str, tuple[str, int]] = {
-            w: (a[0], int(a[1])) for w, a in msg["workers"].items()
-        }
-        config = dict(msg.get("config", {}))
-        self.batch_size = int(config.get("batch_size", 512))
-        self.linger_s = float(config.get("linger_s", 0.005))
-        self.credits = int(config.get("credits", 8))
+        self.job_id = job_id
+        self.graph: JobGraph = pickle.loads(graph)
+        self.layout = layout
+        self.peers: dict[str, tuple[str, int]] = dict(peers)
+        self.batch_size = config.batch_size
+        self.linger_s = config.linger_s
+        self.credits = config.credits
         self.tasks: dict[str, BaseTask] = {}
         self.inputs: dict[str, InputChannel] = {}
         self.links: dict[str, PeerLink] = {}
@@ -165,7 +183,7 @@ class JobRuntime:
         # no part in the later stages): cut short, it must still end here where it ended.
         self.ended_early: _Pending | None = None
         self.savepoint_id: int | None = None
-        self.restore: dict[str, dict] = dict(msg.get("restore") or {})
+        self.restore: dict[str, Restore] = dict(restore or {})
         self._stage_work: set[asyncio.Future] = set()  # key groups moving in a fluid stage
         self._connecting: dict[tuple[str, bool], asyncio.Future[PeerLink]] = {}
 
@@ -313,19 +331,19 @@ class JobRuntime:
             self.tasks[tid] = await self._make_task(tid, self.layout, gates[tid])
         for tid, entry in self.restore.items():  # a restart from a snapshot
             task = self.tasks[tid]
-            groups = dict(entry.get("groups") or {})
             if (
-                groups
+                entry.groups
                 and isinstance(task, StreamTask)
                 and isinstance(task.processor, KeyedProcessor)
             ):
-                for g, data in groups.items():
-                    task.processor.state.import_group(int(g), data)
+                for g, data in entry.groups.items():
+                    task.processor.state.import_group(g, data)
 
     def start(self, start_time: float) -> None:
         self.start_time = start_time
         for tid, task in self.tasks.items():
-            position = self.restore.get(tid, {}).get("position")
+            entry = self.restore.get(tid)
+            position = None if entry is None else entry.position
             if isinstance(task, SourceTask):
                 task.start(start_time, position, len(self.layout.tasks_of(task.op.name)))
             else:
@@ -339,16 +357,17 @@ class JobRuntime:
 
     def snapshot_and_halt(self, task: BaseTask) -> None:
         """Send ``task``'s whole state to the coordinator; the task then stays paused."""
-        msg: dict[str, Any] = {"type": "snapshot", "job_id": self.job_id, "task": task.task_id}
+        position: Any = None
+        groups: dict[int, bytes] = {}
         if isinstance(task, SourceTask) and task.reader is not None:
-            msg["position"] = task.reader.position()
+            position = task.reader.position()
         elif isinstance(task, StreamTask) and isinstance(task.processor, KeyedProcessor):
             state = task.processor.state
-            msg["groups"] = {g: state.export_group(g) for g in state.owned()}
+            groups = {g: state.export_group(g) for g in state.owned()}
         elif isinstance(task, StreamTask) and isinstance(task.processor, SinkProcessor):
             task.processor.close()
-        msg["metrics"] = task.snapshot_metrics()  # its last counts: the task stops here
-        self.worker.send(msg)
+        metrics = task.snapshot_metrics()  # its last counts: the task stops here
+        self.worker.send(Snapshot(self.job_id, task.task_id, metrics, groups, position))
 
     def inject(self, barrier: Barrier) -> None:
         for task in self.tasks.values():
@@ -386,7 +405,7 @@ class JobRuntime:
         tid = task.task_id
         if tid not in p.affected:
             return False
-        self.worker.send({"type": "paused", "job_id": self.job_id, "rid": p.rid, "task": tid})
+        self.worker.send(Paused(self.job_id, p.rid, tid))
         if tid in p.sync_only:  # it has taken in all a moving upstream task sent before
             return False
         if p.stages and tid not in p.involved[0]:  # its part comes in a later stage
@@ -705,7 +724,7 @@ class JobRuntime:
             if task is not None and task.status == "running":
                 task.inject(barrier)  # type: ignore[attr-defined]
         if p is None or p.rid != rid or not p.stages:
-            self.worker.send({"type": "stage_done", "job_id": self.job_id, "rid": rid, "stage": k})
+            self.worker.send(StageDone(self.job_id, rid, k))
         else:
             self._stage_check(p)
 
@@ -818,9 +837,7 @@ class JobRuntime:
 
     def _stage_failed(self, p: _Pending, k: int, tid: str, exc: BaseException) -> None:
         error = f"worker {self.me}: {tid} in stage {k}: {exc}"
-        self.worker.send(
-            {"type": "update_failed", "job_id": self.job_id, "rid": p.rid, "error": error}
-        )
+        self.worker.send(UpdateFailed(self.job_id, p.rid, error))
 
     def _stage_task_done(self, p: _Pending, k: int, tid: str) -> None:
         p.completed.setdefault(k, set()).add(tid)
@@ -844,7 +861,7 @@ class JobRuntime:
         the reconfiguration is over on this worker."""
         p.reported.add(k)
         self.layout = p.stages[k]
-        self.worker.send({"type": "stage_done", "job_id": self.job_id, "rid": p.rid, "stage": k})
+        self.worker.send(StageDone(self.job_id, p.rid, k))
         if k >= max((p.last_stage.get(t, 0) for t in self.tasks), default=0):
             self.layout = p.layout
             self.pending = None
@@ -991,17 +1008,16 @@ class JobRuntime:
                 p.pause_s[tid] = pause_s
                 return
             t0 = p.t_update
-        msg = {
-            "type": "updated",
-            "job_id": self.job_id,
-            "rid": p.rid,
-            "task": tid,
-            "pause_ms": round(pause_s * 1000, 3),
-            "update_ms": round((time.perf_counter() - t0) * 1000, 3),
-        }
-        if final_metrics is not None:
-            msg["metrics"] = final_metrics  # the last counts of a task that left this worker
-        self.worker.send(msg)
+        self.worker.send(
+            Updated(
+                self.job_id,
+                p.rid,
+                tid,
+                pause_ms=round(pause_s * 1000, 3),
+                update_ms=round((time.perf_counter() - t0) * 1000, 3),
+                metrics=final_metrics,  # the last counts of a task that left this worker
+            )
+        )
 
     async def _ship_out(
         self, p: _Pending, task: BaseTask, old: Layout, new: Layout, everything: bool

@@ -1,44 +1,19 @@
-"""The wire protocol between the coordinator and workers, and between workers.
+"""Frames on the wire between the coordinator and workers, and between workers; the data
+plane.
 
-This is the one module the control plane uses to talk to workers. Every TCP connection
-(TLS when the cluster has certificates) starts with the handshake of
-:mod:`runtime.handshake`: raw bytes in which both ends prove they hold the key of what
-the connection is for, derived from the cluster secret, which itself never travels.
+Every TCP connection (TLS when the cluster has certificates) starts with the handshake
+of :mod:`runtime.handshake`: raw bytes in which both ends prove they hold the key of
+what the connection is for, derived from the cluster secret, which itself never travels.
 Nothing a peer sends is decoded before it has proved itself: a stranger gets the
 server's greeting and a closed connection, after at most ``handshake.MAX_PROOF`` bytes
 or ``handshake.HANDSHAKE_TIMEOUT_S``. Then the connection carries length-prefixed
 frames: a 4-byte big-endian length, then a msgpack body (in which extension type 1 is a
 pickle: only authenticated peers' frames are decoded).
 
-Control connection (worker dials the coordinator; handshake context ``"control"``, the
-control key). Messages are msgpack maps with a ``type`` field; the worker speaks first:
-
-1. worker -> ``register`` {host, pid, cpus, memory_mb, data_host, data_port, name,
-   executor_id}
-2. coordinator -> ``registered`` {worker_id} or ``refused`` {reason}, then closes.
-3. coordinator -> ``deploy`` {job_id, graph (pickled JobGraph), layout (see
-   :class:`runtime.layout.Layout`), workers {worker: [host, port]}, config {batch_size,
-   linger_s, credits}, code {module: source} (uploaded modules the pickles name, see
-   :mod:`runtime.codeload`; installed before unpickling)}
-   worker -> ``deployed`` {job_id} or ``deploy_failed`` {job_id, error}
-4. coordinator -> ``start`` {job_id}; worker -> ``started`` {job_id}. The workers that
-   host none of the job's tasks (and any that registers later) get ``warm`` {job_id,
-   graph, code}: they import the job's code then, not when a task moves there; no reply.
-5. worker -> ``metrics`` {worker_id, time, cpu_percent, rss_mb, jobs {job: {task: snapshot}}}
-   every second; worker -> ``task_finished`` {job_id, task} and
-   ``task_failed`` {job_id, task, error}; coordinator -> ``stop`` {job_id}.
-   coordinator -> ``inject_barrier`` {job_id, kind, id}; worker -> ``barrier_ack``
-   {job_id, task, kind, id} for checkpoint barriers.
-6. Reconfiguration (see :mod:`runtime.deployment`): coordinator -> ``prepare`` {job_id,
-   rid, barrier_id, layout, affected, workers, code}; worker -> ``prepared`` / ``prepare_failed``
-   {job_id, rid, error}; the reconfiguration barrier is injected; worker -> ``paused``
-   {job_id, rid, task} per affected task; coordinator -> ``update`` {job_id, rid};
-   worker -> ``updated`` {job_id, rid, task, pause_ms, update_ms} per task, or
-   ``update_failed`` {job_id, rid, error}; coordinator -> ``abort`` {job_id, rid}.
-7. When the control connection closes, the worker stops its tasks and exits.
-
-Heartbeat connection (a thread of the worker dials the coordinator once registered;
-context ``"heartbeat:<worker id>"``, the control key): ``{"type": "hb"}`` every second.
+Control and heartbeat connections (a worker dials the coordinator; handshake context
+``"control"``, or ``"heartbeat:<worker id>"``, with the control key) carry control
+messages, one per frame: :mod:`runtime.messages` lists and documents them all. When
+the control connection closes, the worker stops its tasks and exits.
 
 Data connection (the sending worker dials the receiving worker's data address, one per
 job and direction, and one more for the job's key-group state; context

@@ -12,8 +12,9 @@ Run as ``python -m runtime.worker --coordinator HOST:PORT --secret-fd N`` (or
    registers its resources (host, pid, cpus, memory, data address, and the Spark executor
    id when a Spark task started it); a refusal or a wrong secret ends the process with
    exit code 2 and the reason on stderr;
-4. obeys ``deploy`` / ``start`` / ``stop`` / ``inject_barrier`` messages, and reports
-   task outcomes, barrier acks and, every second, metrics (per task, plus CPU and RSS);
+4. obeys the coordinator's messages (:mod:`runtime.messages` lists them all: deploy,
+   start, stop, barriers, reconfigurations), and reports task outcomes, barrier acks and,
+   every second, metrics (per task, plus CPU and RSS);
 5. exits by itself when the control connection closes (the coordinator went away).
 
 Workers are identical whatever started them (the local backend, Spark, a person).
@@ -39,11 +40,10 @@ from typing import Any
 
 import psutil
 
-from . import codeload, handshake, heap, protocol
+from . import codeload, handshake, heap, messages, protocol
 from .channels import DataServer, InputChannel, wait_while
 from .deployment import JobRuntime
 from .handover import StateInbox
-from .layout import Layout
 from .records import Barrier, BarrierKind
 from .task import BaseTask
 
@@ -134,27 +134,20 @@ class Worker:
         if self._dry_waiters and not self.behind():
             self._dry.set()
 
-    def send(self, msg: dict[str, Any]) -> None:
+    def send(self, msg: messages.ToCoordinator) -> None:
+        """Queue ``msg`` for the coordinator (dropped before registration and once the
+        connection is closing): every message of this worker goes through here."""
         if self._writer is not None and not self._writer.is_closing():
-            protocol.write_frame(self._writer, msg)
+            protocol.write_frame(self._writer, messages.encode(msg))
 
     def task_finished(self, task: BaseTask) -> None:
         job = self.jobs.get(task.job_id)  # type: ignore[attr-defined]
         if job is not None:
             job.task_ended(task)
-        self.send(
-            {
-                "type": "task_finished",
-                "job_id": task.job_id,
-                "task": task.task_id,  # type: ignore[attr-defined]
-                "metrics": task.snapshot_metrics(),
-            }
-        )
+        self.send(messages.TaskFinished(task.job_id, task.task_id, task.snapshot_metrics()))  # type: ignore[attr-defined]
 
     def task_failed(self, task: BaseTask, error: str) -> None:
-        self.send(
-            {"type": "task_failed", "job_id": task.job_id, "task": task.task_id, "error": error}
-        )  # type: ignore[attr-defined]
+        self.send(messages.TaskFailed(task.job_id, task.task_id, error))  # type: ignore[attr-defined]
 
     def barrier_aligned(self, task: BaseTask, barrier: Barrier) -> bool:
         """Checkpoint barriers are acked; for a reconfiguration, the job says who pauses."""
@@ -164,25 +157,12 @@ class Worker:
         if job is not None and barrier.id == job.savepoint_id:
             job.snapshot_and_halt(task)
             return True
-        self.send(
-            {
-                "type": "barrier_ack",
-                "job_id": task.job_id,  # type: ignore[attr-defined]
-                "task": task.task_id,
-                "kind": barrier.kind.value,
-                "id": barrier.id,
-            }
-        )
+        self.send(messages.BarrierAck(task.job_id, task.task_id, barrier.kind, barrier.id))  # type: ignore[attr-defined]
         return False
 
     def peer_failed(self, job: JobRuntime, peer: str, exc: BaseException) -> None:
-        self.send(
-            {
-                "type": "worker_error",
-                "job_id": job.job_id,
-                "error": f"worker {self.worker_id}: data link to worker {peer} failed: {exc}",
-            }
-        )
+        error = f"worker {self.worker_id}: data link to worker {peer} failed: {exc}"
+        self.send(messages.WorkerError(job.job_id, error))
 
     def changing(self, rids: set[int]) -> set[str]:
         """The jobs here whose pending reconfiguration is one of ``rids``."""
@@ -210,13 +190,7 @@ class Worker:
         for job in self.jobs.values():
             if job.job_id not in job_ids:
                 continue
-            self.send(
-                {
-                    "type": "worker_error",
-                    "job_id": job.job_id,
-                    "error": f"worker {self.worker_id}: {error}",
-                }
-            )
+            self.send(messages.WorkerError(job.job_id, f"worker {self.worker_id}: {error}"))
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -245,29 +219,35 @@ class Worker:
             ) from exc
         self._writer = writer
         self.send(
-            {
-                "type": "register",
-                "host": self.host,
-                "pid": os.getpid(),
-                "cpus": self.cpus,
-                "memory_mb": self.memory_mb,
-                "data_host": data_host,
-                "data_port": data_port,
-                "name": self.name,
-                "executor_id": self.executor_id,
-            }
+            messages.Register(
+                host=self.host,
+                pid=os.getpid(),
+                cpus=self.cpus,
+                memory_mb=self.memory_mb,
+                data_host=data_host,
+                data_port=data_port,
+                name=self.name,
+                executor_id=self.executor_id,
+            )
         )
         try:
-            reply = await asyncio.wait_for(
+            frame = await asyncio.wait_for(
                 protocol.read_frame(reader, "coordinator"), REGISTER_TIMEOUT_S
             )
+            reply = messages.decode(frame, "coordinator", messages.ToWorker)
         except (EOFError, TimeoutError) as exc:
             raise RegistrationRefused(
                 "the coordinator closed the connection without answering"
             ) from exc
-        if reply.get("type") != "registered":
-            raise RegistrationRefused(str(reply.get("reason", reply)))
-        self.worker_id = reply["worker_id"]
+        except messages.MessageError as exc:
+            raise RegistrationRefused(str(exc)) from exc
+        match reply:
+            case messages.Registered(worker_id=worker_id):
+                self.worker_id = worker_id
+            case messages.Refused(reason=reason):
+                raise RegistrationRefused(reason)
+            case _:
+                raise RegistrationRefused(f"the coordinator answered {reply.TYPE}, not registered")
         logger.info("registered as %s (data %s:%s)", self.worker_id, data_host, data_port)
         beat_stop = threading.Event()
         beat = threading.Thread(
@@ -302,114 +282,92 @@ class Worker:
                     sock = stack.enter_context(self.client_tls.wrap_socket(sock))
                 context = f"heartbeat:{self.worker_id}"
                 handshake.dial_socket(sock, handshake.control_key(self.secret), context)
-                beat = protocol.encode({"type": "hb"})
+                beat = protocol.encode(messages.encode(messages.Heartbeat()))
                 while not stop.wait(HEARTBEAT_INTERVAL_S):
                     sock.sendall(beat)
         except OSError as exc:  # a HandshakeError too
             logger.info("heartbeat connection ended: %s", exc)
 
     async def _control_loop(self, reader: asyncio.StreamReader) -> None:
+        """Obey the coordinator's messages, in order, until it says ``shutdown`` or goes
+        away. A message that does not decode is logged and dropped."""
         while True:
             try:
-                msg = await protocol.read_frame(reader, "coordinator")
+                frame = await protocol.read_frame(reader, "coordinator")
             except (EOFError, ConnectionError):
                 logger.info("coordinator went away; exiting")
                 return
-            kind = msg.get("type")
-            if kind == "deploy":
-                await self._deploy(msg)
-            elif kind == "start":
-                job = self.jobs.get(msg["job_id"])
-                if job is not None:
-                    job.start(float(msg["start_time"]))
-                    self.send({"type": "started", "job_id": job.job_id})
-            elif kind == "inject_barrier":
-                job = self.jobs.get(msg["job_id"])
-                if job is not None:
-                    job.inject(Barrier(BarrierKind(msg["kind"]), int(msg["id"])))
-            elif kind == "stage":
-                job = self.jobs.get(msg["job_id"])
-                if job is not None:
-                    job.stage(
-                        int(msg["rid"]),
-                        int(msg["stage"]),
-                        int(msg["barrier_id"]),
-                        list(msg.get("inject", ())),
-                    )
-            elif kind == "stage_withdraw":
-                job = self.jobs.get(msg["job_id"])
-                clean = job is None or job.withdraw_stage(
-                    int(msg["rid"]),
-                    int(msg["stage"]),
-                    int(msg["barrier_id"]),
-                    list(msg.get("inject", ())),
-                )
-                self.send(
-                    {
-                        "type": "stage_withdrawn",
-                        "job_id": msg["job_id"],
-                        "rid": msg["rid"],
-                        "stage": msg["stage"],
-                        "clean": clean,
-                    }
-                )
-            elif kind == "stages_end":
-                job = self.jobs.get(msg["job_id"])
-                if job is not None:
-                    job.end_stages(int(msg["rid"]), int(msg["last"]))
-            elif kind == "savepoint":
-                job = self.jobs.get(msg["job_id"])
-                if job is not None:
-                    job.savepoint(int(msg["id"]))
-            elif kind == "warm":
-                self._warm(msg)
-            elif kind == "prepare":
-                await self._prepare(msg)
-            elif kind == "update":
-                job = self.jobs.get(msg["job_id"])
-                if job is not None:  # before a later prepare of this job can be read
-                    job.update_received(int(msg["rid"]))
-                self.background(self._update(msg))
-            elif kind == "abort":
-                job = self.jobs.get(msg["job_id"])
-                if job is not None:
-                    job.abort(int(msg["rid"]))
-                self.send({"type": "aborted", "job_id": msg["job_id"], "rid": msg["rid"]})
-            elif kind == "stop":
-                job = self.jobs.pop(msg["job_id"], None)
-                final: dict[str, Any] = {}
-                if job is not None:
-                    # The counts since the last report, so a stopped job's totals are whole.
-                    final = {
-                        tid: task.snapshot_metrics()
-                        for tid, task in job.tasks.items()
-                        if task.status == "running"
-                    }
-                    await job.stop()
-                self.send({"type": "stopped", "job_id": msg["job_id"], "metrics": final})
-            elif kind == "shutdown":
-                return
-            else:
-                logger.warning("ignoring unknown message %r", kind)
+            try:
+                msg = messages.decode(frame, "coordinator", messages.ToWorker)
+            except messages.MessageError as exc:
+                logger.warning("refused a message: %s", exc)
+                continue
+            match msg:
+                case messages.Deploy():
+                    await self._deploy(msg)
+                case messages.Start(job_id=job_id, start_time=start_time):
+                    if (job := self.jobs.get(job_id)) is not None:
+                        job.start(start_time)
+                case messages.InjectBarrier(job_id=job_id, kind=kind, barrier_id=barrier_id):
+                    if (job := self.jobs.get(job_id)) is not None:
+                        job.inject(Barrier(kind, barrier_id))
+                case messages.StageStart(job_id, rid, stage, barrier_id, inject):
+                    if (job := self.jobs.get(job_id)) is not None:
+                        job.stage(rid, stage, barrier_id, list(inject))
+                case messages.StageWithdraw(job_id, rid, stage, barrier_id, inject):
+                    job = self.jobs.get(job_id)
+                    clean = job is None or job.withdraw_stage(rid, stage, barrier_id, list(inject))
+                    self.send(messages.StageWithdrawn(job_id, rid, stage, clean))
+                case messages.StagesEnd(job_id=job_id, rid=rid, last=last):
+                    if (job := self.jobs.get(job_id)) is not None:
+                        job.end_stages(rid, last)
+                case messages.Savepoint(job_id=job_id, barrier_id=barrier_id):
+                    if (job := self.jobs.get(job_id)) is not None:
+                        job.savepoint(barrier_id)
+                case messages.Warm():
+                    self._warm(msg)
+                case messages.Prepare():
+                    await self._prepare(msg)
+                case messages.Update(job_id=job_id, rid=rid):
+                    if (job := self.jobs.get(job_id)) is not None:
+                        job.update_received(rid)  # before a later prepare of this job is read
+                    self.background(self._update(msg))
+                case messages.Abort(job_id=job_id, rid=rid):
+                    if (job := self.jobs.get(job_id)) is not None:
+                        job.abort(rid)
+                case messages.Stop(job_id=job_id):
+                    final: dict[str, dict[str, Any]] = {}
+                    if (job := self.jobs.pop(job_id, None)) is not None:
+                        # The counts since the last report, so a stopped job's totals are whole.
+                        final = {
+                            tid: task.snapshot_metrics()
+                            for tid, task in job.tasks.items()
+                            if task.status == "running"
+                        }
+                        await job.stop()
+                    self.send(messages.Stopped(job_id, final))
+                case messages.Shutdown():
+                    return
+                case messages.Registered() | messages.Refused():
+                    logger.warning("coordinator: unexpected %s message, dropped", msg.TYPE)
 
-    def _warm(self, msg: dict[str, Any]) -> None:
+    def _warm(self, msg: messages.Warm) -> None:
         """Import a job's code before any of its tasks comes here (the coordinator sends it
         to the workers a job does not use), so that taking a task later does not wait for
         it. A failure is left to the prepare that needs the code, which reports it."""
-        if msg["job_id"] in self.jobs:
+        if msg.job_id in self.jobs:
             return
         try:
-            codeload.install_many(msg.get("code", {}))
-            pickle.loads(msg["graph"])
+            codeload.install_many(msg.code)
+            pickle.loads(msg.graph)
         except Exception:
-            logger.debug("could not load the code of job %s ahead", msg["job_id"], exc_info=True)
+            logger.debug("could not load the code of job %s ahead", msg.job_id, exc_info=True)
 
-    async def _prepare(self, msg: dict[str, Any]) -> None:
-        job = self.jobs.get(msg["job_id"])
-        reply = {"job_id": msg["job_id"], "rid": msg["rid"]}
+    async def _prepare(self, msg: messages.Prepare) -> None:
+        job = self.jobs.get(msg.job_id)
         try:
-            codeload.install_many(msg.get("code", {}))  # before any logic is unpickled
-            if "graph" in msg:  # the coordinator places none of the job's tasks here
+            codeload.install_many(msg.code)  # before any logic is unpickled
+            if msg.graph is not None:  # the coordinator places none of the job's tasks here
                 if job is not None:
                     # Tasks of the job were here before; what this worker knew of the job
                     # when the last one left is stale once the job changed elsewhere.
@@ -420,70 +378,70 @@ class Worker:
                         )
                     await self._drop_job(job.job_id)
                 # This worker joins the job: it hosts none of its tasks yet.
-                job = JobRuntime(self, {**msg, "layout": msg["current_layout"]})
-                job.start_time = float(msg["start_time"])
+                if msg.current_layout is None or msg.config is None or msg.start_time is None:
+                    raise RuntimeError(
+                        f"joining job {msg.job_id}: the prepare lacks its layout, "
+                        "config or start time"
+                    )
+                job = JobRuntime(
+                    self, msg.job_id, msg.graph, msg.current_layout, msg.workers, msg.config
+                )
+                job.start_time = msg.start_time
                 self.jobs[job.job_id] = job
             if job is None:
-                raise RuntimeError(f"job {msg['job_id']} does not run here")
-            peers = {w: (a[0], int(a[1])) for w, a in msg.get("workers", {}).items()}
+                raise RuntimeError(f"job {msg.job_id} does not run here")
             await job.prepare(
-                int(msg["rid"]),
-                int(msg["barrier_id"]),
-                Layout.from_wire(msg["layout"]),
-                set(msg["affected"]),
-                peers,
-                fluid=bool(msg.get("fluid", False)),
-                stages=[Layout.from_wire(x) for x in msg.get("stages") or ()],
-                stage_barriers=[int(b) for b in msg.get("stage_barriers") or ()],
-                precopy_min_bytes=msg.get("precopy_min_bytes"),
-                precopy_budget_s=float(msg.get("precopy_s", 0.0)),
-                precopy_pause_s=float(msg.get("precopy_pause_s", 0.0)),
+                msg.rid,
+                msg.barrier_id,
+                msg.layout,
+                set(msg.affected),
+                dict(msg.workers),
+                fluid=msg.fluid,
+                stages=list(msg.stages),
+                stage_barriers=list(msg.stage_barriers),
+                precopy_min_bytes=msg.precopy_min_bytes,
+                precopy_budget_s=msg.precopy_budget_s,
+                precopy_pause_s=msg.precopy_pause_s,
             )
         except Exception as exc:
             logger.debug("prepare failed", exc_info=True)
-            self._prepare_failed(reply, exc)
+            self._prepare_failed(msg, exc)
             return
-        copying = job.precopying(int(msg["rid"]))
+        copying = job.precopying(msg.rid)
         if copying is None:
-            self.send({"type": "prepared", **reply})
+            self.send(messages.Prepared(msg.job_id, msg.rid))
             return
         # Replied once the state is copied ahead; the control loop goes on meanwhile (an
         # abort can come).
-        self.background(self._prepared_after(copying, reply))
+        self.background(self._prepared_after(copying, msg))
 
-    async def _prepared_after(self, copying: asyncio.Task, reply: dict[str, Any]) -> None:
+    async def _prepared_after(self, copying: asyncio.Task, msg: messages.Prepare) -> None:
         try:
             copied = await copying
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             logger.debug("copying state ahead failed", exc_info=True)
-            self._prepare_failed(reply, exc, "copying state ahead: ")
+            self._prepare_failed(msg, exc, "copying state ahead: ")
             return
-        self.send({"type": "prepared", **reply, "precopy": copied})
+        self.send(messages.Prepared(msg.job_id, msg.rid, copied))
 
-    def _prepare_failed(self, reply: dict[str, Any], exc: BaseException, what: str = "") -> None:
+    def _prepare_failed(self, msg: messages.Prepare, exc: BaseException, what: str = "") -> None:
         error = f"worker {self.worker_id}: {what}{type(exc).__name__}: {exc}"
-        self.send({"type": "prepare_failed", **reply, "error": error})
+        self.send(messages.PrepareFailed(msg.job_id, msg.rid, error))
 
-    async def _update(self, msg: dict[str, Any]) -> None:
-        job = self.jobs.get(msg["job_id"])
-        reply = {"job_id": msg["job_id"], "rid": msg["rid"]}
+    async def _update(self, msg: messages.Update) -> None:
+        job = self.jobs.get(msg.job_id)
         try:
             if job is None:
-                raise RuntimeError(f"job {msg['job_id']} does not run here")
-            await job.update(int(msg["rid"]))
+                raise RuntimeError(f"job {msg.job_id} does not run here")
+            await job.update(msg.rid)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             logger.debug("update failed", exc_info=True)
-            self.send(
-                {
-                    "type": "update_failed",
-                    **reply,
-                    "error": f"worker {self.worker_id}: {type(exc).__name__}: {exc}",
-                }
-            )
+            error = f"worker {self.worker_id}: {type(exc).__name__}: {exc}"
+            self.send(messages.UpdateFailed(msg.job_id, msg.rid, error))
 
     def background(self, work: Coroutine[Any, Any, Any]) -> None:
         """Run ``work`` beside the control loop; it is cancelled if the worker shuts down."""
@@ -505,26 +463,23 @@ class Worker:
         if job is not None:
             await job.stop()
 
-    async def _deploy(self, msg: dict[str, Any]) -> None:
-        job_id = msg["job_id"]
+    async def _deploy(self, msg: messages.Deploy) -> None:
+        job_id = msg.job_id
         try:
-            codeload.install_many(msg.get("code", {}))  # before the graph is unpickled
+            codeload.install_many(msg.code)  # before the graph is unpickled
             await self._drop_job(job_id)  # left from when tasks of the job were here
-            job = JobRuntime(self, msg)
+            job = JobRuntime(
+                self, job_id, msg.graph, msg.layout, msg.workers, msg.config, msg.restore
+            )
             self.jobs[job_id] = job
             await job.deploy()
         except Exception as exc:
             logger.debug("deploy of %s failed", job_id, exc_info=True)
             await self._drop_job(job_id)
-            self.send(
-                {
-                    "type": "deploy_failed",
-                    "job_id": job_id,
-                    "error": f"worker {self.worker_id}: {type(exc).__name__}: {exc}",
-                }
-            )
+            error = f"worker {self.worker_id}: {type(exc).__name__}: {exc}"
+            self.send(messages.DeployFailed(job_id, error))
             return
-        self.send({"type": "deployed", "job_id": job_id, "tasks": sorted(job.tasks)})
+        self.send(messages.Deployed(job_id, tuple(sorted(job.tasks))))
 
     async def _report_metrics(self) -> None:
         proc = self._process
@@ -540,14 +495,13 @@ class Worker:
                 for job_id, job in self.jobs.items()
             }
             self.send(
-                {
-                    "type": "metrics",
-                    "worker_id": self.worker_id,
-                    "time": time.time(),
-                    "cpu_percent": proc.cpu_percent(),
-                    "rss_mb": round(proc.memory_info().rss / 2**20, 1),
-                    "jobs": jobs,
-                }
+                messages.Metrics(
+                    worker_id=self.worker_id,
+                    time=time.time(),
+                    cpu_percent=proc.cpu_percent(),
+                    rss_mb=round(proc.memory_info().rss / 2**20, 1),
+                    jobs=jobs,
+                )
             )
             if self._writer is not None:
                 with contextlib.suppress(ConnectionError):

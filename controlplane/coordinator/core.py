@@ -1,7 +1,7 @@
 """The coordinator: worker registrations, job deployment, outcomes, barriers, metrics.
 
 It runs on the control plane's asyncio loop, listens for workers on a TCP port and speaks
-the protocol of :mod:`runtime.protocol`. Deployment of a job:
+the protocol of :mod:`runtime.messages` (framed by :mod:`runtime.protocol`). Deployment of a job:
 
 1. Place the tasks (:meth:`runtime.layout.Layout.initial`).
 2. Send ``deploy`` to every worker hosting a task; each creates its tasks and channels.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import pickle
@@ -27,7 +28,7 @@ from typing import Any
 
 from controlplane.abstraction import Resolver, resolve_importable
 from controlplane.backends import BackendError
-from runtime import codeload, handshake, protocol
+from runtime import codeload, handshake, messages, protocol
 from runtime.dataflow import JobGraph
 from runtime.layout import Layout
 from runtime.records import BarrierKind
@@ -53,9 +54,10 @@ class _WorkerConn:
         self.info = info
         self.writer = writer
 
-    def send(self, msg: dict[str, Any]) -> None:
+    def send(self, msg: messages.ToWorker) -> None:
+        """Queue ``msg`` for this worker (dropped once the connection is closing)."""
         if not self.writer.is_closing():
-            protocol.write_frame(self.writer, msg)
+            protocol.write_frame(self.writer, messages.encode(msg))
 
 
 class Coordinator:
@@ -119,7 +121,7 @@ class Coordinator:
             if not job.done:
                 await self.stop_job(job.id)
         for conn in self._conns.values():
-            conn.send({"type": "shutdown"})
+            conn.send(messages.Shutdown())
             conn.writer.close()
         if self._monitor is not None:
             self._monitor.cancel()
@@ -181,27 +183,26 @@ class Coordinator:
         return job
 
     async def _deploy(
-        self, job: Job, layout: Layout, restore: dict[str, dict] | None = None
+        self, job: Job, layout: Layout, restore: dict[str, messages.Restore] | None = None
     ) -> str | None:
         """Steps 2-3: deploy ``layout`` on its workers; returns an error, or None when deployed.
 
-        ``restore`` (task -> {"groups": {key group: bytes}, "position": source position})
-        seeds tasks with state, for a restart from a snapshot.
+        ``restore`` (task -> its key groups' state and source position) seeds tasks with
+        state, for a restart from a snapshot.
         """
         used = layout.workers_used()
         missing = [w for w in used if w not in self._conns]
         if missing:
             return f"workers {missing} are not connected"
         graph = pickle.dumps(job.graph)
-        base = {
-            "type": "deploy",
-            "job_id": job.id,
-            "graph": graph,
-            "code": codeload.sources_for([graph, *layout.logic.values()]),
-            "layout": layout.to_wire(),
-            "workers": {w.id: [w.data_host, w.data_port] for w in self.alive_workers()},
-            "config": self.config.to_dict(),
-        }
+        base = messages.Deploy(
+            job_id=job.id,
+            graph=graph,
+            code=codeload.sources_for([graph, *layout.logic.values()]),
+            layout=layout,
+            workers=self.data_addresses(),
+            config=self.channel_config(),
+        )
         loop = asyncio.get_running_loop()
         job._deploy_replies = {}
         # Step 2. Deploy everywhere.
@@ -210,7 +211,7 @@ class Coordinator:
             msg = base
             if restore:
                 mine = {t: r for t, r in restore.items() if layout.placement.get(t) == wid}
-                msg = {**base, "restore": mine}
+                msg = dataclasses.replace(base, restore=mine)
             self._conns[wid].send(msg)
         # Step 3. Wait for every worker's answer.
         try:
@@ -224,7 +225,7 @@ class Coordinator:
 
     def _start(self, job: Job) -> None:
         for wid in job.layout.workers_used():
-            self._send(wid, {"type": "start", "job_id": job.id, "start_time": job.started_at})
+            self._send(wid, messages.Start(job.id, job.started_at))
         self._warm(job, [w.id for w in self.alive_workers()])
 
     def _warm(self, job: Job, workers: list[str]) -> None:
@@ -237,12 +238,9 @@ class Coordinator:
         if not idle:
             return
         graph = pickle.dumps(job.graph)
-        msg = {
-            "type": "warm",
-            "job_id": job.id,
-            "graph": graph,
-            "code": codeload.sources_for([graph, *job.layout.logic.values()]),
-        }
+        msg = messages.Warm(
+            job.id, graph, codeload.sources_for([graph, *job.layout.logic.values()])
+        )
         for wid in idle:
             self._conns[wid].send(msg)
 
@@ -282,9 +280,7 @@ class Coordinator:
         pending = set(job.graph.task_ids()) - job.finished_tasks
         job._barrier_waits[bid] = (pending, fut)
         for wid in job.layout.workers_used():
-            self._conns[wid].send(
-                {"type": "inject_barrier", "job_id": job_id, "kind": kind.value, "id": bid}
-            )
+            self._conns[wid].send(messages.InjectBarrier(job_id, kind, bid))
         try:
             await asyncio.wait_for(fut, timeout)
         except TimeoutError:
@@ -345,7 +341,18 @@ class Coordinator:
     def _next_barrier_id(self) -> int:
         return next(self._barrier_ids)
 
-    def _send(self, worker_id: str, msg: dict[str, Any]) -> None:
+    def data_addresses(self) -> dict[str, tuple[str, int]]:
+        """Every alive worker's data address, as workers are told it."""
+        return {w.id: (w.data_host, w.data_port) for w in self.alive_workers()}
+
+    def channel_config(self) -> messages.ChannelConfig:
+        """How the workers' channels batch and buffer, as they are told it."""
+        return messages.ChannelConfig(
+            self.config.batch_size, self.config.linger_s, self.config.credits
+        )
+
+    def _send(self, worker_id: str, msg: messages.ToWorker) -> None:
+        """Send ``msg`` to worker ``worker_id``; nothing if it is not connected."""
         conn = self._conns.get(worker_id)
         if conn is not None:
             conn.send(msg)
@@ -365,7 +372,7 @@ class Coordinator:
         """Tell every worker to stop ``job``: also those its tasks are leaving in a change
         under way (a worker forgets a job once none of its tasks is left there)."""
         for conn in list(self._conns.values()):
-            conn.send({"type": "stop", "job_id": job.id})
+            conn.send(messages.Stop(job.id))
 
     # -- worker connections ---------------------------------------------------------------------
 
@@ -392,26 +399,33 @@ class Coordinator:
             except (TimeoutError, EOFError, ConnectionError) as exc:
                 logger.warning("connection from %s did not register: %s", peer, exc)
                 return
-            if not isinstance(msg, dict) or msg.get("type") != "register":
+            try:
+                register = messages.decode(msg, f"connection from {peer}", messages.ToCoordinator)
+                if not isinstance(register, messages.Register):
+                    raise messages.UnknownMessage(
+                        f"connection from {peer}", f"expected register, got {register.TYPE}"
+                    )
+            except messages.MessageError as exc:
+                logger.warning("refused: %s", exc)
                 protocol.write_frame(
-                    writer, {"type": "refused", "reason": "expected a register message"}
+                    writer, messages.encode(messages.Refused(f"expected a register message: {exc}"))
                 )
                 return
             info = WorkerInfo(
                 id=f"w{next(self._ids)}",
-                host=str(msg["host"]),
-                pid=int(msg["pid"]),
-                cpus=float(msg["cpus"]),
-                memory_mb=int(msg["memory_mb"]),
-                data_host=str(msg["data_host"]),
-                data_port=int(msg["data_port"]),
-                name=str(msg["name"]),
-                executor_id=None if msg.get("executor_id") is None else str(msg["executor_id"]),
+                host=register.host,
+                pid=register.pid,
+                cpus=register.cpus,
+                memory_mb=register.memory_mb,
+                data_host=register.data_host,
+                data_port=register.data_port,
+                name=register.name,
+                executor_id=register.executor_id,
             )
             conn = _WorkerConn(info, writer)
             self.workers[info.id] = info
             self._conns[info.id] = conn
-            conn.send({"type": "registered", "worker_id": info.id})
+            conn.send(messages.Registered(info.id))
             logger.info(
                 "worker %s registered (pid %s, data %s:%s)",
                 info.id,
@@ -424,11 +438,18 @@ class Coordinator:
                     self._warm(job, [info.id])
             async with self._registered:
                 self._registered.notify_all()
+            name = f"worker {info.id}"
             while True:
                 try:
-                    msg = await protocol.read_frame(reader, f"worker {info.id}")
+                    frame = await protocol.read_frame(reader, name)
                 except EOFError:
                     break
+                info.last_seen = time.monotonic()
+                try:
+                    msg = messages.decode(frame, name, messages.ToCoordinator)
+                except messages.MessageError as exc:  # dropped; the connection goes on
+                    logger.warning("refused a message: %s", exc)
+                    continue
                 self._handle(info, msg)
         except (ConnectionError, OSError) as exc:
             if conn is not None and conn.info.error is None:
@@ -452,14 +473,22 @@ class Coordinator:
         return None
 
     async def _serve_heartbeats(self, worker_id: str, reader: asyncio.StreamReader) -> None:
-        """A worker's heartbeat connection (authenticated for ``worker_id``): each frame
-        proves the process is alive."""
+        """A worker's heartbeat connection (authenticated for ``worker_id``): each
+        ``heartbeat`` proves the process is alive; anything else is refused (logged)."""
         info = self.workers[worker_id]
+        name = f"heartbeats of {info.id}"
         while True:
             try:
-                await protocol.read_frame(reader, f"heartbeats of {info.id}")
+                frame = await protocol.read_frame(reader, name)
             except (EOFError, ConnectionError):
                 return
+            try:
+                beat = messages.decode(frame, name, messages.ToCoordinator)
+                if not isinstance(beat, messages.Heartbeat):
+                    raise messages.UnknownMessage(name, f"expected heartbeat, got {beat.TYPE}")
+            except messages.MessageError as exc:
+                logger.warning("refused a message: %s", exc)
+                continue
             info.last_seen = time.monotonic()
 
     async def _watch_heartbeats(self) -> None:
@@ -480,7 +509,7 @@ class Coordinator:
         conn = self._conns.get(worker_id)
         if conn is None:
             return False
-        conn.send({"type": "shutdown"})
+        conn.send(messages.Shutdown())
         return True
 
     async def retire_worker(self, worker_id: str, reason: str) -> None:
@@ -541,96 +570,108 @@ class Coordinator:
                 logger.warning("job %s failed: %s", job.id, msg)
                 self._stop_everywhere(job)
 
-    def _handle(self, info: WorkerInfo, msg: dict[str, Any]) -> None:
-        info.last_seen = time.monotonic()
-        kind = msg.get("type")
-        if kind == "metrics":
-            info.cpu_percent = float(msg.get("cpu_percent", 0.0))
-            info.rss_mb = float(msg.get("rss_mb", 0.0))
-            now = float(msg.get("time", time.time()))
-            for job in self.jobs.values():
-                if info.id in job.layout.workers_used():
-                    job.metrics.add_worker(info.id, info.cpu_percent, info.rss_mb)
-            for job_id, tasks in dict(msg.get("jobs", {})).items():
-                job = self.jobs.get(job_id)
-                if job is None:
-                    continue
-                for task, snap in dict(tasks).items():
-                    job.metrics.add(now, task, snap)
-            return
-        job = self.jobs.get(msg.get("job_id", ""))
+    def _handle(self, info: WorkerInfo, msg: messages.ToCoordinator) -> None:
+        """React to ``msg`` from worker ``info`` (decoded: see :mod:`runtime.messages`)."""
+        match msg:
+            case messages.Metrics():
+                self._took_metrics(info, msg)
+                return
+            case messages.Register() | messages.Heartbeat():
+                logger.warning("worker %s: unexpected %s message, dropped", info.id, msg.TYPE)
+                return
+        job = self.jobs.get(msg.job_id)  # type: ignore[attr-defined]
         if job is None:
             return
-        if kind in ("deployed", "deploy_failed"):
-            fut = job._deploy_replies.get(info.id)
-            if fut is not None and not fut.done():
-                fut.set_result(msg.get("error") if kind == "deploy_failed" else None)
-        elif kind == "task_finished":
-            if "metrics" in msg:
-                job.metrics.add(time.time(), msg["task"], msg["metrics"])
-            job.finished_tasks.add(msg["task"])
-            active = job.active
-            if active is not None:
-                active.on_task_finished(msg["task"])
-            self._check_barriers(job, msg["task"], None)
-            if len(job.finished_tasks) == len(job.layout.placement) and job._end("finished"):
-                logger.info("job %s finished", job.id)
-                self._stop_everywhere(job)
-        elif kind == "task_failed":
-            job.failed_tasks[msg["task"]] = msg["error"]
-            active = job.active
-            if active is not None:  # a reconfiguration under way ends with the task's error
-                active.on_failed(msg["error"])
-            if job._end("failed", msg["error"]):
-                logger.warning("job %s failed: %s", job.id, msg["error"])
-                self._stop_everywhere(job)
-        elif kind == "worker_error":
-            if job._end("failed", msg["error"]):
-                self._stop_everywhere(job)
-        elif kind == "stopped":
-            for task, snap in dict(msg.get("metrics") or {}).items():
-                job.metrics.add(time.time(), task, snap)
-            fut = job._stop_replies.get(info.id)
-            if fut is not None and not fut.done():
-                fut.set_result(None)
-        elif kind == "snapshot":
-            if "metrics" in msg:
-                job.metrics.add(time.time(), msg["task"], msg["metrics"])
-            snap = job._snapshot
-            if snap is not None:
-                snap.add(msg["task"], msg)
-        elif kind == "barrier_ack":
-            self._check_barriers(job, msg["task"], int(msg["id"]))
-        elif kind in (
-            "prepared",
-            "prepare_failed",
-            "paused",
-            "updated",
-            "update_failed",
-            "stage_done",
-            "stage_withdrawn",
-        ):
-            rec = job.active
-            if rec is None or rec.id != msg.get("rid"):
-                return
-            if kind == "prepared":
-                rec.on_prepared(info.id, None, msg.get("precopy"))
-            elif kind == "prepare_failed":
-                rec.on_prepared(info.id, msg["error"])
-            elif kind == "paused":
-                rec.on_paused(msg["task"])
-            elif kind == "stage_done":
-                rec.on_stage_done(info.id, int(msg["stage"]))
-            elif kind == "stage_withdrawn":
-                rec.on_stage_withdrawn(info.id, bool(msg["clean"]))
-            elif kind == "updated":
-                if "metrics" in msg:
-                    job.metrics.add(time.time(), msg["task"], msg["metrics"])
-                rec.on_updated(
-                    info.id, msg["task"], float(msg["pause_ms"]), float(msg["update_ms"])
-                )
-            else:
-                rec.on_failed(msg["error"])
+        match msg:
+            case messages.Deployed() | messages.DeployFailed():
+                fut = job._deploy_replies.get(info.id)
+                if fut is not None and not fut.done():
+                    fut.set_result(msg.error if isinstance(msg, messages.DeployFailed) else None)
+            case messages.TaskFinished(task=task, metrics=metrics):
+                job.metrics.add(time.time(), task, metrics)
+                job.finished_tasks.add(task)
+                active = job.active
+                if active is not None:
+                    active.on_task_finished(task)
+                self._check_barriers(job, task, None)
+                if len(job.finished_tasks) == len(job.layout.placement) and job._end("finished"):
+                    logger.info("job %s finished", job.id)
+                    self._stop_everywhere(job)
+            case messages.TaskFailed(task=task, error=error):
+                job.failed_tasks[task] = error
+                active = job.active
+                if active is not None:  # a reconfiguration under way ends with the task's error
+                    active.on_failed(error)
+                if job._end("failed", error):
+                    logger.warning("job %s failed: %s", job.id, error)
+                    self._stop_everywhere(job)
+            case messages.WorkerError(error=error):
+                if job._end("failed", error):
+                    self._stop_everywhere(job)
+            case messages.Stopped(metrics=metrics):
+                for task, snap in metrics.items():
+                    job.metrics.add(time.time(), task, snap)
+                fut = job._stop_replies.get(info.id)
+                if fut is not None and not fut.done():
+                    fut.set_result(None)
+            case messages.Snapshot(task=task, metrics=metrics):
+                job.metrics.add(time.time(), task, metrics)
+                snap = job._snapshot
+                if snap is not None:
+                    snap.add(msg)
+            case messages.BarrierAck(task=task, barrier_id=bid):
+                self._check_barriers(job, task, bid)
+            case (
+                messages.Prepared()
+                | messages.PrepareFailed()
+                | messages.Paused()
+                | messages.Updated()
+                | messages.UpdateFailed()
+                | messages.StageDone()
+                | messages.StageWithdrawn()
+            ):
+                self._reconfiguration_reply(job, info, msg)
+
+    def _took_metrics(self, info: WorkerInfo, msg: messages.Metrics) -> None:
+        info.cpu_percent = msg.cpu_percent
+        info.rss_mb = msg.rss_mb
+        for job in self.jobs.values():
+            if info.id in job.layout.workers_used():
+                job.metrics.add_worker(info.id, info.cpu_percent, info.rss_mb)
+        for job_id, tasks in msg.jobs.items():
+            job = self.jobs.get(job_id)
+            if job is None:
+                continue
+            for task, snap in tasks.items():
+                job.metrics.add(msg.time, task, snap)
+
+    def _reconfiguration_reply(
+        self, job: Job, info: WorkerInfo, msg: messages.ToCoordinator
+    ) -> None:
+        """A worker's reply in the reconfiguration under way; one of an earlier (ended)
+        reconfiguration is dropped."""
+        rec = job.active
+        if rec is None or rec.id != msg.rid:  # type: ignore[attr-defined]
+            return
+        match msg:
+            case messages.Prepared(precopy=precopy):
+                rec.on_prepared(info.id, None, precopy)
+            case messages.PrepareFailed(error=error):
+                rec.on_prepared(info.id, error)
+            case messages.Paused(task=task):
+                rec.on_paused(task)
+            case messages.StageDone(stage=stage):
+                rec.on_stage_done(info.id, stage)
+            case messages.StageWithdrawn(clean=clean):
+                rec.on_stage_withdrawn(info.id, clean)
+            case messages.Updated(
+                task=task, pause_ms=pause_ms, update_ms=update_ms, metrics=metrics
+            ):
+                if metrics is not None:
+                    job.metrics.add(time.time(), task, metrics)
+                rec.on_updated(info.id, task, pause_ms, update_ms)
+            case messages.UpdateFailed(error=error):
+                rec.on_failed(error)
 
     def _check_barriers(self, job: Job, task: str, bid: int | None) -> None:
         for b, (pending, fut) in job._barrier_waits.items():

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import itertools
 import logging
@@ -57,6 +58,15 @@ from runtime.layout import (
     only_key_groups_move,
     stage_entry,
     stages_can_overlap,
+)
+from runtime.messages import (
+    Abort,
+    InjectBarrier,
+    Prepare,
+    StagesEnd,
+    StageStart,
+    StageWithdraw,
+    Update,
 )
 from runtime.records import BarrierKind
 
@@ -85,7 +95,7 @@ PREPARE_TIMEOUT_S = 15.0  # workers create idle tasks and channels and load logi
 PRECOPY_BUDGET_S = 10.0
 SYNC_TIMEOUT_S = 10.0  # the barrier reaches every affected task within this, or we abort
 UPDATE_TIMEOUT_S = 60.0  # state moves and tasks resume within this (100 MB over loopback: ~1 s)
-ABORT_TIMEOUT_S = 5.0  # workers confirm an abort within this
+ABORT_TIMEOUT_S = 5.0  # workers answer a stage's withdrawal within this
 
 ENDED = ("completed", "failed", "aborted", "cancelled")
 
@@ -400,36 +410,34 @@ async def _run(
     # Step 1. Prepare.
     rec.status = "preparing"
     rec.barrier_id = coordinator._next_barrier_id()
-    peers = {w.id: [w.data_host, w.data_port] for w in coordinator.alive_workers()}
     graph = pickle.dumps(job.graph)
-    msg = {
-        "type": "prepare",
-        "job_id": job.id,
-        "rid": rec.id,
-        "barrier_id": rec.barrier_id,
-        "layout": rec.new.to_wire(),
-        "affected": sorted(rec.affected),
-        "workers": peers,
-        "code": codeload.sources_for([graph, *rec.new.logic.values()]),
-        "fluid": fluid,
-        "precopy_min_bytes": coordinator.config.precopy_min_bytes,
-        "precopy_s": PRECOPY_BUDGET_S,
-        "precopy_pause_s": coordinator.config.precopy_pause_ms / 1000,
-    }
     stage_barriers = [coordinator._next_barrier_id() for _ in rec.stages[1:]]
-    if rec.stages:
-        msg["stages"] = [layout.to_wire() for layout in rec.stages]
-        msg["stage_barriers"] = stage_barriers
-    joining = {  # what a worker that hosts none of the job's tasks yet needs to take some
-        "graph": graph,
-        "current_layout": rec.old.to_wire(),
-        "config": coordinator.config.to_dict(),
-        "start_time": job.started_at,
-    }
+    msg = Prepare(
+        job_id=job.id,
+        rid=rec.id,
+        barrier_id=rec.barrier_id,
+        layout=rec.new,
+        affected=tuple(sorted(rec.affected)),
+        workers=coordinator.data_addresses(),
+        code=codeload.sources_for([graph, *rec.new.logic.values()]),
+        fluid=fluid,
+        precopy_min_bytes=coordinator.config.precopy_min_bytes,
+        precopy_budget_s=PRECOPY_BUDGET_S,
+        precopy_pause_s=coordinator.config.precopy_pause_ms / 1000,
+        stages=tuple(rec.stages),
+        stage_barriers=tuple(stage_barriers),
+    )
+    joining = dataclasses.replace(  # a worker that hosts none of the job's tasks yet
+        msg,
+        graph=graph,
+        current_layout=rec.old,
+        config=coordinator.channel_config(),
+        start_time=job.started_at,
+    )
     hosting = set(rec.old.workers_used())
     for wid in workers:
         rec._prepared[wid] = loop.create_future()
-        coordinator._send(wid, msg if wid in hosting else {**msg, **joining})
+        coordinator._send(wid, msg if wid in hosting else joining)
     try:
         errors = await asyncio.wait_for(asyncio.gather(*rec._prepared.values()), PREPARE_TIMEOUT_S)
         failure = "; ".join(dict.fromkeys(e for e in errors if e))  # one failure, told once
@@ -461,15 +469,7 @@ async def _run(
         await _abort(coordinator, rec, workers, rec.cancelled, "cancelled", t_start)
         return
     for wid in rec.old.workers_used():
-        coordinator._send(
-            wid,
-            {
-                "type": "inject_barrier",
-                "job_id": job.id,
-                "kind": BarrierKind.RECONFIG.value,
-                "id": rec.barrier_id,
-            },
-        )
+        coordinator._send(wid, InjectBarrier(job.id, BarrierKind.RECONFIG, rec.barrier_id))
     try:
         await asyncio.wait_for(rec._synced.wait(), sync_timeout_s)
     except TimeoutError:
@@ -496,7 +496,7 @@ async def _run(
     # Step 3. Update: every affected task applies its part and resumes.
     rec.status = "updating"
     for wid in workers:
-        coordinator._send(wid, {"type": "update", "job_id": job.id, "rid": rec.id})
+        coordinator._send(wid, Update(job.id, rec.id))
     driver = None
     if rec.stages:
         driver = asyncio.ensure_future(
@@ -612,7 +612,7 @@ async def _drive_stages(
         withdrawn: _Stage | None = None
         for stage in sorted(under_way.values(), key=lambda s: -s.k):
             if not await stage.withdraw(coordinator, rec):
-                stage.tell(coordinator, "stage")  # told again: it goes on
+                stage.tell(coordinator, StageStart)  # told again: it goes on
                 break
             withdrawn = stage
         for j in sorted(j for j in under_way if withdrawn is None or j < withdrawn.k):
@@ -637,7 +637,9 @@ class _Stage:
     report it done, and when it started."""
 
     k: int
-    msg: dict[str, Any]
+    job_id: str
+    rid: int
+    barrier_id: int
     prev: Layout
     nxt: Layout
     entry: list[str]
@@ -651,9 +653,8 @@ class _Stage:
         prev, nxt = rec.stages[k - 1], rec.stages[k]
         entry = _stage_entry(job, prev, nxt)
         done_by = {prev.placement[t] for t in affected_tasks(job.graph, prev, nxt) | set(entry)}
-        msg = {"job_id": job.id, "rid": rec.id, "stage": k, "barrier_id": barrier}
-        stage = cls(k, msg, prev, nxt, entry, done_by, time.perf_counter())
-        stage.tell(coordinator, "stage")
+        stage = cls(k, job.id, rec.id, barrier, prev, nxt, entry, done_by, time.perf_counter())
+        stage.tell(coordinator, StageStart)
         return stage
 
     def allows(self, job: Job, rec: Reconfiguration, k: int) -> bool:
@@ -661,19 +662,19 @@ class _Stage:
         prev, nxt = rec.stages[k - 1], rec.stages[k]
         return stages_can_overlap(job.graph, (self.prev, self.nxt), (prev, nxt))
 
-    def tell(self, coordinator: Coordinator, kind: str) -> None:
+    def tell(self, coordinator: Coordinator, kind: type[StageStart] | type[StageWithdraw]) -> None:
         """Send this stage's ``kind`` message to its workers, each with the entry tasks it
         hosts."""
         for wid in sorted(self.done_by):
-            inject = [t for t in self.entry if self.prev.placement[t] == wid]
-            coordinator._send(wid, {"type": kind, **self.msg, "inject": inject})
+            inject = tuple(t for t in self.entry if self.prev.placement[t] == wid)
+            coordinator._send(wid, kind(self.job_id, self.rid, self.k, self.barrier_id, inject))
 
     async def withdraw(self, coordinator: Coordinator, rec: Reconfiguration) -> bool:
         """Take this stage's barrier back where it has not started; True if it had
         started nowhere (nothing of it happened, nor will)."""
         loop = asyncio.get_running_loop()
         rec._withdrawals = {wid: loop.create_future() for wid in self.done_by}
-        self.tell(coordinator, "stage_withdraw")
+        self.tell(coordinator, StageWithdraw)
         try:
             replies = await asyncio.wait_for(
                 asyncio.gather(*rec._withdrawals.values()), ABORT_TIMEOUT_S
@@ -695,9 +696,7 @@ def _end_stages(
 ) -> None:
     """Tell every worker of the change that it ends at stage ``last``."""
     for wid in workers:
-        coordinator._send(
-            wid, {"type": "stages_end", "job_id": job.id, "rid": rec.id, "last": last}
-        )
+        coordinator._send(wid, StagesEnd(job.id, rec.id, last))
 
 
 def _driver_ended(rec: Reconfiguration, driver: asyncio.Future) -> None:
@@ -720,7 +719,7 @@ async def _abort(
     rec.status = status
     rec.error = error
     for wid in workers:
-        coordinator._send(wid, {"type": "abort", "job_id": rec.job_id, "rid": rec.id})
+        coordinator._send(wid, Abort(rec.job_id, rec.id))
     logger.warning("reconfiguration %s of job %s %s: %s", rec.id, rec.job_id, status, error)
 
 

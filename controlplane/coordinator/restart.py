@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runtime.layout import Layout, affected_tasks
+from runtime.messages import Restore, Savepoint, Snapshot
 
 from .reconfig import Reconfiguration, ReconfigurationError, _ids, _ms
 from .workers import start_workers
@@ -59,12 +60,13 @@ class _Snapshot:
         self.positions: dict[str, Any] = {}  # source task -> position
         self.done = asyncio.Event()
 
-    def add(self, task: str, msg: dict[str, Any]) -> None:
+    def add(self, msg: Snapshot) -> None:
+        task = msg.task
         op = task.rpartition("-")[0]
-        for g, data in dict(msg.get("groups", {})).items():
-            self.groups.setdefault(op, {})[int(g)] = data
-        if msg.get("position") is not None:
-            self.positions[task] = msg["position"]
+        for g, data in msg.groups.items():
+            self.groups.setdefault(op, {})[g] = data
+        if msg.position is not None:
+            self.positions[task] = msg.position
         self.waiting.discard(task)
         if not self.waiting:
             self.done.set()
@@ -157,7 +159,7 @@ async def restart_locked(
         job._snapshot = snap
         bid = coordinator._next_barrier_id()
         for wid in job.layout.workers_used():
-            coordinator._send(wid, {"type": "savepoint", "job_id": job.id, "id": bid})
+            coordinator._send(wid, Savepoint(job.id, bid))
         try:
             await asyncio.wait_for(snap.done.wait(), SNAPSHOT_TIMEOUT_S)
         except TimeoutError:
@@ -182,19 +184,16 @@ async def restart_locked(
         # Step 3. Read the savepoint, redeploy with the state, then start.
         rec.status = "updating"
         await asyncio.to_thread(snap.load, savepoint)
-        restore: dict[str, dict] = {}
+        restore: dict[str, Restore] = {}
         for op in job.graph.operators:
             for tid in new.tasks_of(op.name):
-                entry: dict[str, Any] = {}
-                if op.keyed:
-                    groups = snap.groups.get(op.name, {})
-                    entry["groups"] = {
-                        g: groups[g] for g in new.assignment.get(tid, ()) if g in groups
-                    }
-                if tid in snap.positions:
-                    entry["position"] = snap.positions[tid]
-                if entry:
-                    restore[tid] = entry
+                if not op.keyed and tid not in snap.positions:
+                    continue
+                groups = snap.groups.get(op.name, {}) if op.keyed else {}
+                restore[tid] = Restore(
+                    groups={g: groups[g] for g in new.assignment.get(tid, ()) if g in groups},
+                    position=snap.positions.get(tid),
+                )
         job.finished_tasks.clear()
         error = await coordinator._deploy(job, new, restore)
         if error:

@@ -1,0 +1,167 @@
+"""Messages the coordinator sends a worker (documented in :mod:`runtime.messages`)."""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import Any
+
+from ..layout import Layout
+from ..records import BarrierKind
+from ._codec import ToWorker, message, struct
+
+__all__ = [
+    "Abort",
+    "Address",
+    "ChannelConfig",
+    "Deploy",
+    "InjectBarrier",
+    "Prepare",
+    "Refused",
+    "Registered",
+    "Restore",
+    "Savepoint",
+    "Shutdown",
+    "StageStart",
+    "StageWithdraw",
+    "StagesEnd",
+    "Start",
+    "Stop",
+    "Update",
+    "Warm",
+]
+
+Address = tuple[str, int]  # a worker's data address, (host, port)
+
+
+@struct
+class ChannelConfig:
+    """How channels batch and buffer (from the coordinator's ``RuntimeConfig``)."""
+
+    batch_size: int
+    linger_s: float
+    credits: int
+
+
+@struct
+class Restore:
+    """What a task starts from in a restart: its key groups' state and its source
+    position (None: from the start)."""
+
+    groups: dict[int, bytes] = field(default_factory=dict)
+    position: Any = None
+
+
+@message("registered")
+class Registered(ToWorker):
+    worker_id: str
+
+
+@message("refused")
+class Refused(ToWorker):
+    reason: str
+
+
+@message("deploy")
+class Deploy(ToWorker):
+    job_id: str
+    graph: bytes
+    code: dict[str, str]
+    layout: Layout
+    workers: dict[str, Address]
+    config: ChannelConfig
+    restore: dict[str, Restore] = field(default_factory=dict)
+
+
+@message("warm")
+class Warm(ToWorker):
+    job_id: str
+    graph: bytes
+    code: dict[str, str]
+
+
+@message("start")
+class Start(ToWorker):
+    job_id: str
+    start_time: float
+
+
+@message("inject_barrier")
+class InjectBarrier(ToWorker):
+    job_id: str
+    kind: BarrierKind
+    barrier_id: int
+
+
+@message("stop")
+class Stop(ToWorker):
+    job_id: str
+
+
+@message("prepare")
+class Prepare(ToWorker):
+    job_id: str
+    rid: int
+    barrier_id: int
+    layout: Layout
+    affected: tuple[str, ...]
+    workers: dict[str, Address]
+    code: dict[str, str]
+    fluid: bool = False
+    precopy_min_bytes: int | None = None
+    precopy_budget_s: float = 0.0
+    precopy_pause_s: float = 0.0
+    stages: tuple[Layout, ...] = ()
+    stage_barriers: tuple[int, ...] = ()
+    # For a worker that hosts none of the job's tasks yet (it joins the job), else None.
+    graph: bytes | None = None
+    current_layout: Layout | None = None
+    config: ChannelConfig | None = None
+    start_time: float | None = None
+
+
+@message("update")
+class Update(ToWorker):
+    job_id: str
+    rid: int
+
+
+@message("abort")
+class Abort(ToWorker):
+    job_id: str
+    rid: int
+
+
+@message("stage")
+class StageStart(ToWorker):
+    job_id: str
+    rid: int
+    stage: int
+    barrier_id: int
+    inject: tuple[str, ...]
+
+
+@message("stage_withdraw")
+class StageWithdraw(ToWorker):
+    job_id: str
+    rid: int
+    stage: int
+    barrier_id: int
+    inject: tuple[str, ...]
+
+
+@message("stages_end")
+class StagesEnd(ToWorker):
+    job_id: str
+    rid: int
+    last: int
+
+
+@message("savepoint")
+class Savepoint(ToWorker):
+    job_id: str
+    barrier_id: int
+
+
+@message("shutdown")
+class Shutdown(ToWorker):
+    pass
