@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
@@ -34,6 +35,17 @@ def no_leftover_processes() -> Iterator[None]:
     while (left := _children() - before) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not left, f"processes left behind: {sorted(left)}"
+
+
+@pytest.fixture
+def held_end(tmp_path: Path) -> Iterator[Path]:
+    """A file that holds back the end of the jobs a test submits through
+    ``e2e_jobs.held_until_released`` while it exists: they run until the test removes it.
+    Removed after the test too, so that a job a failing test left running ends."""
+    path = tmp_path / "held-end"
+    path.touch()
+    yield path
+    path.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="session", params=["sqlite", "postgresql"])

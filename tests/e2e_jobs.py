@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any
 
 from runtime import Dataflow
+from runtime.dataflow import JobGraph
+from runtime.io import Source, SourceReader
 from runtime.sinks import Collect, Null
 from runtime.sources import Generator
 
@@ -204,3 +208,69 @@ def ordered_job(params: dict[str, Any]) -> Dataflow:
     )
     counts.sink("out", Collect(params["output"], mode="last", key=first))
     return flow
+
+
+HELD_END_RECHECK_S = 0.05  # how often a held-back end looks at its file again
+
+
+@dataclass(frozen=True)
+class EndsWhenReleased(Source):
+    """``source``'s records, as it emits them, with its end held back while the file
+    ``held`` exists: a bounded job that stays running whatever the machine's speed, until
+    the test removes the file; its output is then that of ``source`` alone."""
+
+    source: Source
+    held: str
+
+    def open(self, index: int, parallelism: int, start_time: float) -> SourceReader:
+        return _EndsWhenReleasedReader(self.source.open(index, parallelism, start_time), self.held)
+
+
+class _EndsWhenReleasedReader(SourceReader):
+    def __init__(self, reader: SourceReader, held: str) -> None:
+        self._reader = reader
+        self._held = held
+        self._spent = False  # the inner reader is exhausted; only the file keeps it open
+
+    def poll(self, now: float, max_records: int) -> tuple[list, list[float]] | None:
+        polled = self._reader.poll(now, max_records)
+        self._spent = polled is None
+        if polled is None and os.path.exists(self._held):
+            return [], []
+        return polled
+
+    def next_due(self, now: float) -> float:
+        return now + HELD_END_RECHECK_S if self._spent else self._reader.next_due(now)
+
+    def position(self) -> Any:
+        return self._reader.position()
+
+    def seek(self, position: Any) -> None:
+        self._reader.seek(position)
+        self._spent = False
+
+    def close(self) -> None:
+        self._reader.close()
+
+
+def held_until_released(graph: JobGraph, held: Any) -> JobGraph:
+    """``graph`` with each source's end held back while the file ``held`` exists (see
+    :class:`EndsWhenReleased`)."""
+    return JobGraph.of(
+        graph.name,
+        [
+            dataclasses.replace(op, logic=EndsWhenReleased(op.logic, str(held)))
+            if op.kind == "source"
+            else op
+            for op in graph.operators
+        ],
+    )
+
+
+def held_wordcount(params: dict[str, Any]) -> JobGraph:
+    """``examples.wordcount:build`` with the other params, its end held back while the file
+    params["held"] exists (see :class:`EndsWhenReleased`)."""
+    from examples import wordcount
+
+    rest = {k: v for k, v in params.items() if k != "held"}
+    return held_until_released(wordcount.build(rest).compile(), params["held"])

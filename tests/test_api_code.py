@@ -6,13 +6,12 @@ uploads are 422 naming the file and line; scopes are enforced."""
 from __future__ import annotations
 
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from api_support import Api
+from api_support import Api, wait_until
 
 from examples import wordcount
 
@@ -93,24 +92,34 @@ def test_job_built_from_uploaded_code_runs_it_on_the_workers(
     assert wordcount.read_results(params["output"]) == expected
 
 
+def sink_flows(http: httpx.Client, job_id: int) -> bool:
+    """True once the job's sink reports records (workers report once a second)."""
+    r = http.get(f"/api/v1/jobs/{job_id}/metrics", params={"window_s": 5.0})
+    assert r.status_code == 200, r.text
+    return any(o["kind"] == "sink" and o["in_per_s"] > 0 for o in r.json()["operators"])
+
+
 def test_logic_swap_to_uploaded_code_is_exactly_once(
-    api: Api, code: dict[str, Any], tmp_path: Path
+    api: Api, code: dict[str, Any], tmp_path: Path, held_end: Path
 ) -> None:
     params = {"records": 30_000, "rate": 8000, "keys": 300, "output": str(tmp_path / "out")}
     ref = f"code:{code['id']}:count_again"
     with api.client() as http:
+        # The word count, running until the test lets its end come (see e2e_jobs).
+        held = {**params, "held": str(held_end)}
         r = http.post(
             "/api/v1/jobs",
-            json={"name": "swap", "job": "examples.wordcount:build", "params": params},
+            json={"name": "swap", "job": "tests.e2e_jobs:held_wordcount", "params": held},
         )
         assert r.status_code == 201, r.text
         job_id = r.json()["id"]
         api.wait_job(http, job_id, {"running"})
-        time.sleep(0.5)
+        wait_until(lambda: sink_flows(http, job_id), 60.0, "records at the sink")
         r = http.post(f"/api/v1/jobs/{job_id}/logic", json={"operator": "count", "logic": ref})
         assert r.status_code == 202, r.text
         rec = api.wait_reconfiguration(http, job_id, r.json()["id"])
         assert rec["status"] == "completed", rec
+        held_end.unlink()
         job = api.wait_job(http, job_id, {"finished", "failed"}, timeout=60)
         assert job["status"] == "finished", job
         count = next(

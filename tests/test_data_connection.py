@@ -13,6 +13,8 @@ import asyncio
 import logging
 import socket
 import struct
+import time
+from collections.abc import Callable
 
 import pytest
 
@@ -23,6 +25,20 @@ from runtime.records import BarrierKind, EndOfStream
 SECRET = "cluster-secret"
 KEY = protocol.channel_key("job-1", "split-0", "count-0")
 JOB_KEY = handshake.data_key(SECRET, "job-1")  # the data key of job-1's connections
+# A stream a peer ends last: the server routes a connection's frames in order, so once it
+# is closed, the server has read all the peer sent before. Closed, it counts for nothing
+# when the connection breaks (only open streams, state and detaches do).
+PROBE = protocol.channel_key("job-1", "split-1", "count-0")
+WAIT_S = 30.0  # the longest wait for the server or a link to take something in
+
+
+async def until(condition: Callable[[], object], what: str) -> None:
+    """Wait until ``condition()``; fails the test after ``WAIT_S``."""
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not happen within {WAIT_S:g}s")
+        await asyncio.sleep(0.01)
 
 
 async def reset_peer(caplog: pytest.LogCaptureFixture, *, running: bool, ended: bool) -> list:
@@ -47,11 +63,10 @@ async def send_then_reset(
     data server made with ``options`` and reading ``inputs`` (by default KEY, read here);
     returns the errors the server reported once it has taken the reset in."""
     errors: list = []
+    inputs = {KEY: InputChannel(KEY, "split-0")} if inputs is None else inputs
+    probe = inputs[PROBE] = InputChannel(PROBE, "split-1")
     server = DataServer(
-        SECRET,
-        {KEY: InputChannel(KEY, "split-0")} if inputs is None else inputs,
-        on_error=lambda message, jobs: errors.append((message, jobs)),
-        **options,
+        SECRET, inputs, on_error=lambda message, jobs: errors.append((message, jobs)), **options
     )
     host, port = await server.start("127.0.0.1")
     try:
@@ -61,17 +76,16 @@ async def send_then_reset(
         for frame in frames:
             protocol.write_frame(writer, frame)
         writer.write(payload)
+        protocol.write_frame(writer, [protocol.END, PROBE])
         await writer.drain()
-        await asyncio.sleep(0.1)  # the server has read the frames
+        await until(lambda: probe.closed, "the server reading the frames")
         sock = writer.get_extra_info("socket")
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         writer.close()  # with linger 0: a reset, not a clean close
-        for _ in range(100):  # the server logs or reports the reset within a second
-            if errors or "reset after its streams" in caplog.text:
-                break
-            await asyncio.sleep(0.01)
-        else:
-            pytest.fail("the data server did not take the reset in within 1 s")
+        await until(
+            lambda: errors or "reset after its streams" in caplog.text,
+            "the data server taking the reset in",
+        )
         return errors
     finally:
         await server.close()
@@ -113,8 +127,7 @@ def test_a_reset_after_its_reader_moved_away_is_quiet(caplog: pytest.LogCaptureF
 
     async def scenario() -> list:
         async def unregister_once_read() -> None:
-            while not inputs[KEY].items:
-                await asyncio.sleep(0.01)
+            await until(lambda: inputs[KEY].items, "the server reading the barrier")
             del inputs[KEY]
 
         watcher = asyncio.ensure_future(unregister_once_read())
@@ -168,16 +181,21 @@ async def send_until_refused() -> str:
     server = DataServer(SECRET, {}, on_error=lambda message, jobs: None)
     host, port = await server.start("127.0.0.1")
     link = await PeerLink.connect("w1", host, port, "w9", job_id="job-1", key=JOB_KEY)
+    refused: list[str] = []
+
+    def send_refused() -> bool:
+        try:
+            link.send([protocol.DATA, KEY, ["word"], [0.0]])
+        except ChannelError as exc:
+            refused.append(str(exc))
+        return bool(refused)
+
     try:
-        await asyncio.sleep(0.1)  # the server has taken the hello
+        # The server answered the handshake before connect returned: the connection is
+        # its own, and closing the server closes it.
         await server.close()
-        for _ in range(100):
-            try:
-                link.send([protocol.DATA, KEY, ["word"], [0.0]])
-            except ChannelError as exc:
-                return str(exc)
-            await asyncio.sleep(0.01)
-        pytest.fail("sends on a link whose peer closed it did not fail within 1 s")
+        await until(send_refused, "a send on the link whose peer closed it to fail")
+        return refused[0]
     finally:
         await link.close()
 
@@ -215,11 +233,10 @@ async def reset_by_peer(caplog: pytest.LogCaptureFixture, settle: str) -> list:
             channel.detach()
         await link.writer.drain()
         settled.set()
-        for _ in range(100):  # the link reports or logs the reset within a second
-            if errors or "reset once unused" in caplog.text:
-                return errors
-            await asyncio.sleep(0.01)
-        pytest.fail("the link did not take the peer's reset in within 1 s")
+        await until(
+            lambda: errors or "reset once unused" in caplog.text, "the link taking the reset in"
+        )
+        return errors
     finally:
         await link.close()
         server.close()

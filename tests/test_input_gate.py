@@ -31,7 +31,7 @@ def test_a_gate_says_its_task_ran_dry_only_once_nothing_is_left() -> None:
             _, item = await gate.next()
             events.append(f"took {item.values}")
         reader = asyncio.create_task(gate.next())
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0)  # one turn of the loop (no time): the reader runs until it waits
         assert not reader.done()  # waiting for input, and said so
         channel.push(batch(4))
         _, item = await asyncio.wait_for(reader, 1.0)
@@ -47,7 +47,8 @@ def test_a_gate_without_a_listener_waits_as_before() -> None:
         channel = InputChannel("job-1/split-0/count-0", "split-0")
         gate.add(channel)
         reader = asyncio.create_task(gate.next())
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0)  # one turn of the loop (no time): the reader runs until it waits
+        assert not reader.done()
         channel.push(batch(7))
         _, item = await asyncio.wait_for(reader, 1.0)
         return item.values

@@ -67,6 +67,12 @@ def run(coro_fn) -> None:
     asyncio.run(coro_fn())
 
 
+async def turns(n: int = 10) -> None:
+    """Let the event loop run ``n`` turns (no time passes): other tasks run until they wait."""
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
 # ---------------------------------------------------------------- forward, broadcast
 
 
@@ -283,6 +289,7 @@ def test_everything_is_sent_once_the_linger_has_passed() -> None:
         out.emit(values, stamps)
         await out.flush()
         assert ch.batches() == [values[:4]]
+        # The linger is what is under test: past its deadline (however late), all goes.
         await asyncio.sleep(out.flush_deadline() - time.monotonic() + 0.01)
         await out.flush()
         assert ch.batches() == [values[:4], values[4:]]
@@ -344,11 +351,11 @@ def test_flush_waits_for_credit_and_keeps_order() -> None:
         values, stamps = records(range(5))
         out.emit(values, stamps)
         flushing = asyncio.create_task(out.flush(force=True))
-        await asyncio.sleep(0.01)
+        await turns()
         assert ch.batches() == [values[:2]]  # out of credit: the rest waits
         for n in (1, 2):
             ch.grant(1)
-            await asyncio.sleep(0.01)
+            await turns()
             assert len(ch.batches()) == 1 + n
         await flushing
         assert ch.delivered() == values

@@ -132,13 +132,15 @@ def test_copies_ahead_are_read_only_once_the_tasks_have_caught_up() -> None:
             for g in (1, 2):
                 data, memo = precopy.export_base({"k": g})
                 inbox.put(3, "count-0", precopy.part_name("base", g), b"".join(data))
-            await asyncio.sleep(0.01)
+            for _ in range(10):  # turns of the loop (no time): the reader runs until it waits
+                await asyncio.sleep(0)
             assert len(inbox._unread) == 2 and not inbox._bases  # the tasks are busy
             delta = precopy.export_delta({"k": 20}, {"k"}, memo)
             inbox.put(3, "count-0", precopy.part_name("delta", 2), delta)
             assert inbox._parts[(3, "count-0")] == {2: {"k": 20}}
             idle.set()
-            await asyncio.sleep(0.01)
+            for _ in range(10):  # turns of the loop (no time): the reader reads the copy
+                await asyncio.sleep(0)
             assert not inbox._unread and list(inbox._bases) == [(3, "count-0", 1)]
         finally:
             reader.cancel()

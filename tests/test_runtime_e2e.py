@@ -19,7 +19,11 @@ from examples import wordcount
 from runtime import handshake, protocol
 from runtime.dataflow import load_job
 from runtime.records import BarrierKind
+from tests.api_support import wait_until
 from tests.e2e_jobs import counting_reference, final_counts
+from tests.test_reconfig_e2e import finish, flowing, submit_running
+
+REPORTS_TIMEOUT_S = 60.0  # workers report every second; this much on the busiest machine
 
 pytestmark = pytest.mark.slow
 
@@ -42,8 +46,21 @@ def test_wordcount_on_two_workers_equals_reference(
 
 def test_metrics_report_rates_key_groups_traffic_and_latency(cluster: BackgroundCluster) -> None:
     job = cluster.submit(load_job("tests.e2e_jobs:counting_job", {"rate": 20_000}))
+
+    def every_task_reported_records_and_a_sink_latency() -> bool:
+        samples = list(job.metrics.samples)
+        busy = {task for _, task, snap in samples if snap.get("records_in")}
+        timed = any(
+            task == "out-0" and snap.get("latency", {}).get("buckets") for _, task, snap in samples
+        )
+        return busy >= set(job.graph.task_ids()) and timed
+
     try:
-        time.sleep(2.5)
+        wait_until(
+            every_task_reported_records_and_a_sink_latency,
+            REPORTS_TIMEOUT_S,
+            "every task to report records",
+        )
         samples = list(job.metrics.samples)
     finally:
         cluster.call(cluster.coordinator.stop_job(job.id))
@@ -66,15 +83,11 @@ def test_metrics_report_rates_key_groups_traffic_and_latency(cluster: Background
 
 
 def test_barriers_align_across_workers_without_changing_results(
-    any_cluster: BackgroundCluster, tmp_path
+    any_cluster: BackgroundCluster, tmp_path, held_end
 ) -> None:
     records = 60_000
-    job = any_cluster.submit(
-        load_job(
-            "tests.e2e_jobs:counting_job",
-            {"records": records, "rate": 30_000, "output": str(tmp_path)},
-        )
-    )
+    params = {"records": records, "rate": 30_000, "output": str(tmp_path)}
+    job = submit_running(any_cluster, "tests.e2e_jobs:counting_job", params, held_end)
     ids = [
         any_cluster.call(
             any_cluster.coordinator.inject_barrier(job.id, BarrierKind.CHECKPOINT, timeout=10)
@@ -82,7 +95,7 @@ def test_barriers_align_across_workers_without_changing_results(
         for _ in range(3)
     ]
     assert ids == sorted(ids) and len(set(ids)) == 3
-    assert any_cluster.wait(job, 30) == "finished", job.error
+    finish(any_cluster, job, held_end)
     assert final_counts(tmp_path) == counting_reference(records)
 
 
@@ -103,46 +116,44 @@ def test_sink_that_cannot_open_fails_deploy_with_cause(cluster: BackgroundCluste
     assert "disk full" in job.error and "worker w" in job.error
 
 
-def test_killed_worker_fails_the_job_within_seconds(no_leftover_processes: None) -> None:
-    async def main() -> tuple[str, str, float]:
+def test_killed_worker_fails_the_job_at_once(no_leftover_processes: None) -> None:
+    """The job fails on the lost connection, not later on the heartbeat timeout."""
+
+    async def main() -> tuple[str, str]:
         async with LocalCluster(2) as c:
             job = await c.coordinator.submit(
                 load_job("tests.e2e_jobs:counting_job", {"rate": 20_000})
             )
-            await asyncio.sleep(1.0)
+            await flowing(job)
             victim = c.coordinator.workers["w2"]
-            t0 = time.monotonic()
             assert c.backend is not None
             c.backend.kill_worker(victim.pid)
             status = await job.wait(10)
-            return status, job.error or "", time.monotonic() - t0
+            return status, job.error or ""
 
-    status, error, took = asyncio.run(main())
+    status, error = asyncio.run(main())
     assert status == "failed"
-    assert "w2" in error
-    assert took < 5
+    assert "w2" in error and "no heartbeat" not in error, error
 
 
 def test_hung_worker_is_declared_lost_by_heartbeat(no_leftover_processes: None) -> None:
-    async def main() -> tuple[str, str, float]:
+    async def main() -> tuple[str, str]:
         async with LocalCluster(2, heartbeat_timeout_s=2.0) as c:
             job = await c.coordinator.submit(
                 load_job("tests.e2e_jobs:counting_job", {"rate": 5_000})
             )
-            await asyncio.sleep(0.5)
+            await flowing(job)
             victim = c.coordinator.workers["w1"]
-            t0 = time.monotonic()
             os.kill(victim.pid, signal.SIGSTOP)
             try:
                 status = await job.wait(10)
             finally:
                 os.kill(victim.pid, signal.SIGCONT)
-            return status, job.error or "", time.monotonic() - t0
+            return status, job.error or ""
 
-    status, error, took = asyncio.run(main())
+    status, error = asyncio.run(main())
     assert status == "failed"
     assert "w1" in error and "no heartbeat" in error
-    assert took < 5
 
 
 @pytest.mark.parametrize(
@@ -246,7 +257,7 @@ async def main():
     print(port, flush=True)
     await c.wait_for_workers(1, 30)
     print("registered", flush=True)
-    await asyncio.sleep(60)
+    await asyncio.sleep(60)  # up until the test kills it (its death is under test)
 asyncio.run(main())
 """
 
@@ -292,7 +303,15 @@ def test_two_jobs_on_the_same_workers_keep_their_metrics_apart(cluster: Backgrou
     slow = cluster.submit(load_job("tests.e2e_jobs:counting_job", {"rate": 2_000}))
     fast = cluster.submit(load_job("tests.e2e_jobs:counting_job", {"rate": 8_000}))
     try:
-        time.sleep(3.0)
+        # Three reports of each source task: the 2 s window below is past the start-up.
+        wait_until(
+            lambda: all(
+                sum(task == "keys-0" for _, task, _ in job.metrics.samples) >= 3
+                for job in (slow, fast)
+            ),
+            REPORTS_TIMEOUT_S,
+            "three reports of each job's sources",
+        )
         rates = {}
         for job in (slow, fast):
             window = job.metrics.window(2.0)["tasks"]
@@ -307,7 +326,7 @@ def test_two_jobs_on_the_same_workers_keep_their_metrics_apart(cluster: Backgrou
 
 def test_a_stopped_job_counts_what_it_did_up_to_the_stop(cluster: BackgroundCluster) -> None:
     job = cluster.submit(load_job("tests.e2e_jobs:counting_job", {"rate": 5_000}))
-    time.sleep(2.5)
+    time.sleep(2.5)  # the job counts for a while: how long does not matter (see below)
     cluster.call(cluster.coordinator.stop_job(job.id))
     elapsed = job.ended_at - job.started_at
     counted = job.summary()["source_records"]
