@@ -24,7 +24,7 @@ to at least that much state, copies them ahead, coldest first, while it runs; th
 replies ``prepared`` when that is done (or its time is up). Its update then ships only
 what changed in those groups since. Nothing running changes: an abort drops the copies.
 
-Fluid mode (``prepare(..., fluid=True)``, DESIGN section 3) pauses key groups rather than
+Fluid mode (``prepare(..., fluid=True)``, docs/design.md, section 3) pauses key groups rather than
 tasks: a keyed task whose only change is which key groups it owns
 (:func:`~runtime.layout.in_place_owners`) acks the barrier without pausing. What it gives
 away is shipped while it goes on with the rest, hottest groups first; records of a group

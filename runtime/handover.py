@@ -54,9 +54,9 @@ STATE_CHUNK_BYTES = 4 << 20
 # migration is to relieve) held each key group for the whole Worker.caught_up wait, and
 # a sender waiting for a receiver's room with it: 3.4 s for 64 groups of 12 MB in a test,
 # 1.3 s with this bound. Past it, a group goes per turn of the loop. At half load the
-# waits came to 24-602 ms per copy ahead of 100 MB (bench/reconfig.py, session 20). Not a
-# wait that ends early once the worker is found busy: copying at once then kept it busy,
-# and at half load p99 after a change went from 15 to 86 ms (a throwaway A/B, session 20).
+# waits came to 24-602 ms per copy ahead of 100 MB (bench/reconfig.py). Not a wait that
+# ends early once the worker is found busy: copying at once then kept it busy, and at half
+# load p99 after a change went from 15 to 86 ms (measured A/B against this bound).
 PRECOPY_IDLE_BUDGET_S = 1.0
 
 
@@ -85,7 +85,7 @@ def ships_within(
     bytes: pickling and writing) plus the receivers' (``reading_s`` for the ``read``
     bytes they have read so far; the sender's alone until they have read any). The two
     add up: in a swap each worker does both in the update, and counted alone the
-    sender's share left pauses three times the budget (``BENCHMARKS.md``, session 22);
+    sender's share left pauses three times the budget (docs/design.md, "Pre-copy");
     where the ends overlap (one worker sending, another reading), the pause comes out
     under the budget instead."""
     if sent <= 0:

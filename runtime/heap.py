@@ -3,7 +3,7 @@ comes later.
 
 A process that takes a task's state over (a migration, a scale out) writes it into fresh
 memory, and the kernel faults in each 4 KB page of it on first touch: on the 2-core VM of
-``BENCHMARKS.md`` about 2 us a page, so taking 100 MB of word-count state in cost 55 ms of
+the benchmarks about 2 us a page (docs/design.md, "Pre-copy"), so taking 100 MB of word-count state in cost 55 ms of
 CPU instead of 17 (``precopy.load_base`` alone, the copy's 5,000 payloads of 21 KB). A
 worker started with a reserve (``--reserve-mb``) grows its C heap by that much at start,
 touching every page, and tells the C library to keep what is freed up to that size (glibc
