@@ -13,14 +13,21 @@ from typing import TYPE_CHECKING
 
 from runtime.handshake import TlsFiles
 
-from .base import BackendError, WorkerBackend
+from .base import BackendError, RegisteredWorker, WorkerBackend, WorkerRegistry
 from .local import LocalBackend
 
 if TYPE_CHECKING:
     from controlplane.config import Settings
-    from controlplane.coordinator import Coordinator
 
-__all__ = ["BackendError", "LocalBackend", "WorkerBackend", "make_backend", "tls_files"]
+__all__ = [
+    "BackendError",
+    "LocalBackend",
+    "RegisteredWorker",
+    "WorkerBackend",
+    "WorkerRegistry",
+    "make_backend",
+    "tls_files",
+]
 
 
 def tls_files(settings: Settings) -> TlsFiles | None:
@@ -30,7 +37,9 @@ def tls_files(settings: Settings) -> TlsFiles | None:
     return TlsFiles(settings.tls_cert, settings.tls_key, settings.tls_ca)
 
 
-async def make_backend(settings: Settings, coordinator: Coordinator, secret: str) -> WorkerBackend:
+async def make_backend(
+    settings: Settings, coordinator: WorkerRegistry, secret: str
+) -> WorkerBackend:
     """The backend ``settings.backend`` names, for a started ``coordinator``. For ``spark``
     this creates the SparkSession (in a thread, bounded: see :func:`.spark.spark_session`),
     which the backend stops when it closes (a session this process already ran is used and

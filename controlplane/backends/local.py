@@ -19,7 +19,7 @@ import sys
 
 from .base import BackendError, WorkerBackend
 
-__all__ = ["LocalBackend", "secret_pipe"]
+__all__ = ["LocalBackend", "die_with_parent", "secret_pipe"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def secret_pipe(secret: str) -> int:
     return read_fd
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:  # runs in the child between fork and exec
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -94,7 +94,7 @@ class LocalBackend(WorkerBackend):
                     env=env,
                     stdin=asyncio.subprocess.DEVNULL,
                     pass_fds=(secret_fd,),
-                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                    preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
                     start_new_session=True,  # a Ctrl+C aimed at the control plane is its to handle
                 )
             except OSError as exc:

@@ -49,13 +49,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .base import BackendError, WorkerBackend
-from .local import _die_with_parent, secret_pipe
+from .base import BackendError, WorkerBackend, WorkerRegistry
+from .local import die_with_parent, secret_pipe
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-    from controlplane.coordinator import Coordinator
 
 __all__ = ["SparkBackend", "session_running", "spark_reason", "spark_session"]
 
@@ -209,7 +207,7 @@ class SparkBackend(WorkerBackend):
 
     def __init__(
         self,
-        coordinator: Coordinator,
+        coordinator: WorkerRegistry,
         secret: str,
         session: SparkSession,
         *,
@@ -437,7 +435,7 @@ def _worker_task(specs: Iterator[dict[str, Any]], secret: str) -> Iterator[dict[
                 stdin=subprocess.DEVNULL,
                 pass_fds=(secret_fd,),
                 stderr=stderr,
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
                 # Its own session, as a local worker: the kernel shares CPU between
                 # sessions (autogroups), and a worker must not share one with the executor.
                 start_new_session=True,

@@ -35,6 +35,7 @@ from controlplane.abstraction import (
 )
 from runtime.layout import Layout, only_key_groups_move
 
+from .layouts import layout_of, refresh_workers, substitute_new_workers
 from .reconfig import (
     Cancellation,
     Reconfiguration,
@@ -44,8 +45,8 @@ from .reconfig import (
 )
 
 if TYPE_CHECKING:
-    from .core import Coordinator
     from .model import Job
+    from .ports import JobHost
 
 __all__ = ["run_fluid"]
 
@@ -57,7 +58,7 @@ JOIN_STAGES = True
 
 
 async def run_fluid(
-    coordinator: Coordinator,
+    coordinator: JobHost,
     job: Job,
     current: Abstraction,
     plan: Plan,
@@ -70,8 +71,6 @@ async def run_fluid(
     """Carry out ``plan`` (validated against ``current``, the job's version) step by step;
     the caller holds ``job.lock``. Returns the shared record; ``version`` is the version
     the job is left at. Workers started for its steps are added to ``started``."""
-    from .plans import layout_of, refresh_workers, substitute_new_workers
-
     cancellation = cancellation or Cancellation(fluid=True)
     steps = fluid_steps(current, plan, resolve_logic=coordinator.resolve_logic)
     outer = new_record(job, job.layout, plan)
@@ -193,7 +192,7 @@ async def run_fluid(
 
 
 def _join_stages(
-    coordinator: Coordinator,
+    coordinator: JobHost,
     job: Job,
     later: list,
     targets: list[Abstraction],
@@ -202,8 +201,6 @@ def _join_stages(
     """Extend ``targets`` / ``layouts`` (one step so far) with the steps of ``later`` that
     follow it and only move key groups: they run as later stages of the same live
     reconfiguration (:func:`.reconfig._drive_stages`), each still its own version."""
-    from .plans import layout_of
-
     for ops in later:
         try:
             plan = Plan(targets[-1].version, ops)

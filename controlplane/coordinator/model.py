@@ -80,7 +80,7 @@ class Job:
         self.abstraction: Any = None  # the current version (controlplane.abstraction)
         self.versions: list = []  # every version, oldest first
         self.lock = asyncio.Lock()  # one reconfiguration at a time
-        self._snapshot: Any = None  # a stop-and-restart in progress collects snapshots here
+        self.snapshot: Any = None  # a stop-and-restart in progress collects snapshots here
         self.status = "starting"  # starting | running | finished | failed | stopped
         self.error: str | None = None
         self.started_at: float | None = None
@@ -90,9 +90,11 @@ class Job:
         operator_of = {t: op.name for op in graph.operators for t in op.task_ids()}
         self.metrics = JobMetrics(operator_of, {op.name: op.kind for op in graph.operators})
         self._done = asyncio.Event()
-        self._deploy_replies: dict[str, asyncio.Future] = {}
-        self._stop_replies: dict[str, asyncio.Future] = {}
-        self._barrier_waits: dict[int, tuple[set[str], asyncio.Future]] = {}
+        # Replies the coordinator waits for: worker -> its deploy's error (or None), worker
+        # -> its last counts of a stopped job, barrier id -> (tasks yet to ack, done).
+        self.deploy_replies: dict[str, asyncio.Future] = {}
+        self.stop_replies: dict[str, asyncio.Future] = {}
+        self.barrier_waits: dict[int, tuple[set[str], asyncio.Future]] = {}
 
     @property
     def done(self) -> bool:
@@ -103,7 +105,10 @@ class Job:
         await asyncio.wait_for(self._done.wait(), timeout)
         return self.status
 
-    def _end(self, status: str, error: str | None = None) -> bool:
+    def end(self, status: str, error: str | None = None) -> bool:
+        """End the job as ``status`` (with ``error``) unless it has ended: a reconfiguration
+        under way fails, barriers waited for fail with :class:`CoordinatorError`, and
+        :meth:`wait` returns. True if this call ended it."""
         if self.done:
             return False
         for rec in [*self.reconfigurations, self.active]:
@@ -113,7 +118,7 @@ class Job:
         self.error = error
         self.ended_at = time.time()
         self._done.set()
-        for _, fut in self._barrier_waits.values():
+        for _, fut in self.barrier_waits.values():
             if not fut.done():
                 fut.set_exception(
                     CoordinatorError(f"job {self.id} ended ({status}) before the barrier completed")

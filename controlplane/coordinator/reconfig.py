@@ -71,8 +71,8 @@ from runtime.messages import (
 from runtime.records import BarrierKind
 
 if TYPE_CHECKING:
-    from .core import Coordinator
     from .model import Job
+    from .ports import JobHost
 
 __all__ = [
     "PREPARE_TIMEOUT_S",
@@ -82,6 +82,9 @@ __all__ = [
     "Reconfiguration",
     "ReconfigurationBusy",
     "ReconfigurationError",
+    "elapsed_ms",
+    "new_record",
+    "next_record_id",
     "reconfigure",
     "refuse_if_busy",
     "run_locked",
@@ -100,6 +103,11 @@ ABORT_TIMEOUT_S = 5.0  # workers answer a stage's withdrawal within this
 ENDED = ("completed", "failed", "aborted", "cancelled")
 
 _ids = itertools.count(1)
+
+
+def next_record_id() -> int:
+    """A reconfiguration id never handed out before (live runs and restarts share them)."""
+    return next(_ids)
 
 
 class ReconfigurationError(RuntimeError):
@@ -269,7 +277,7 @@ class Reconfiguration:
 
 
 async def reconfigure(
-    coordinator: Coordinator,
+    coordinator: JobHost,
     job: Job,
     new: Layout,
     *,
@@ -291,7 +299,7 @@ async def reconfigure(
 def new_record(job: Job, layout: Layout, plan: Any) -> Reconfiguration:
     """A record, kept in the job's history, for a change that starts from ``layout`` and
     whose target and affected tasks are filled in as it goes (fluid mode)."""
-    rec = Reconfiguration(next(_ids), job.id, layout, layout, set(), plan=plan)
+    rec = Reconfiguration(next_record_id(), job.id, layout, layout, set(), plan=plan)
     job.reconfigurations.append(rec)
     return rec
 
@@ -303,7 +311,7 @@ def refuse_if_busy(job: Job, wait: bool) -> None:
 
 
 async def run_locked(
-    coordinator: Coordinator,
+    coordinator: JobHost,
     job: Job,
     new: Layout,
     *,
@@ -338,7 +346,7 @@ async def run_locked(
         raise ReconfigurationError("stages after the first may only move key groups (fluid)")
     path = [job.layout, *stages] if len(stages) > 1 else [job.layout, new]
     affected = set().union(*(affected_tasks(job.graph, a, b) for a, b in itertools.pairwise(path)))
-    rec = Reconfiguration(next(_ids), job.id, job.layout, new, affected, plan=plan)
+    rec = Reconfiguration(next_record_id(), job.id, job.layout, new, affected, plan=plan)
     rec.stages = stages if len(stages) > 1 else []
     rec.cancellation = cancellation
     if record:
@@ -377,7 +385,7 @@ async def run_locked(
     return rec
 
 
-def _check_layout(coordinator: Coordinator, job: Job, new: Layout) -> None:
+def _check_layout(coordinator: JobHost, job: Job, new: Layout) -> None:
     alive = {w.id for w in coordinator.alive_workers()}
     unknown = sorted(set(new.placement.values()) - alive)
     if unknown:
@@ -402,16 +410,16 @@ def _check_layout(coordinator: Coordinator, job: Job, new: Layout) -> None:
 
 
 async def _run(
-    coordinator: Coordinator, job: Job, rec: Reconfiguration, sync_timeout_s: float, fluid: bool
+    coordinator: JobHost, job: Job, rec: Reconfiguration, sync_timeout_s: float, fluid: bool
 ) -> None:
     loop = asyncio.get_running_loop()
     t_start = time.perf_counter()
     workers = rec.workers()
     # Step 1. Prepare.
     rec.status = "preparing"
-    rec.barrier_id = coordinator._next_barrier_id()
+    rec.barrier_id = coordinator.next_barrier_id()
     graph = pickle.dumps(job.graph)
-    stage_barriers = [coordinator._next_barrier_id() for _ in rec.stages[1:]]
+    stage_barriers = [coordinator.next_barrier_id() for _ in rec.stages[1:]]
     msg = Prepare(
         job_id=job.id,
         rid=rec.id,
@@ -437,14 +445,14 @@ async def _run(
     hosting = set(rec.old.workers_used())
     for wid in workers:
         rec._prepared[wid] = loop.create_future()
-        coordinator._send(wid, msg if wid in hosting else joining)
+        coordinator.send(wid, msg if wid in hosting else joining)
     try:
         errors = await asyncio.wait_for(asyncio.gather(*rec._prepared.values()), PREPARE_TIMEOUT_S)
         failure = "; ".join(dict.fromkeys(e for e in errors if e))  # one failure, told once
     except TimeoutError:
         failure = f"prepare timed out after {PREPARE_TIMEOUT_S:.0f}s"
     t_prepared = time.perf_counter()
-    rec.timings_ms["prepare"] = _ms(t_start, t_prepared)
+    rec.timings_ms["prepare"] = elapsed_ms(t_start, t_prepared)
     if rec.precopied:  # part of the prepare: the longest a worker spent copying ahead
         rec.timings_ms["precopy"] = max(c["ms"] for c in rec.precopied.values())
     if failure:
@@ -469,12 +477,12 @@ async def _run(
         await _abort(coordinator, rec, workers, rec.cancelled, "cancelled", t_start)
         return
     for wid in rec.old.workers_used():
-        coordinator._send(wid, InjectBarrier(job.id, BarrierKind.RECONFIG, rec.barrier_id))
+        coordinator.send(wid, InjectBarrier(job.id, BarrierKind.RECONFIG, rec.barrier_id))
     try:
         await asyncio.wait_for(rec._synced.wait(), sync_timeout_s)
     except TimeoutError:
         waiting = sorted(rec._to_pause)
-        rec.timings_ms["sync"] = _ms(t_prepared, time.perf_counter())
+        rec.timings_ms["sync"] = elapsed_ms(t_prepared, time.perf_counter())
         await _abort(
             coordinator,
             rec,
@@ -485,7 +493,7 @@ async def _run(
         )
         return
     t_synced = time.perf_counter()
-    rec.timings_ms["sync"] = _ms(t_prepared, t_synced)
+    rec.timings_ms["sync"] = elapsed_ms(t_prepared, t_synced)
     if rec._failure:  # nothing changed yet: the job goes on unchanged unless it ended
         status = "failed" if job.done else "aborted"
         await _abort(coordinator, rec, workers, rec._failure, status, t_start)
@@ -496,7 +504,7 @@ async def _run(
     # Step 3. Update: every affected task applies its part and resumes.
     rec.status = "updating"
     for wid in workers:
-        coordinator._send(wid, Update(job.id, rec.id))
+        coordinator.send(wid, Update(job.id, rec.id))
     driver = None
     if rec.stages:
         driver = asyncio.ensure_future(
@@ -515,12 +523,12 @@ async def _run(
         driver.cancel()  # done by now unless the update failed; an error was reported
         await asyncio.gather(driver, return_exceptions=True)
     t_updated = time.perf_counter()
-    rec.timings_ms["update"] = _ms(t_synced, t_updated)
-    rec.timings_ms["total"] = _ms(t_start, t_updated)
+    rec.timings_ms["update"] = elapsed_ms(t_synced, t_updated)
+    rec.timings_ms["total"] = elapsed_ms(t_start, t_updated)
     if rec._failure:
         rec.status = "failed"
         rec.error = rec._failure
-        await coordinator._fail(
+        await coordinator.fail(
             job, f"reconfiguration {rec.id} failed during update: {rec._failure}"
         )
         return
@@ -540,7 +548,7 @@ async def _run(
 
 
 async def _drive_stages(
-    coordinator: Coordinator,
+    coordinator: JobHost,
     job: Job,
     rec: Reconfiguration,
     workers: set[str],
@@ -574,7 +582,7 @@ async def _drive_stages(
     under_way: dict[int, _Stage] = {}
 
     def made(stage: _Stage) -> None:
-        rec.stage_ms.append(_ms(stage.started, time.perf_counter()))
+        rec.stage_ms.append(elapsed_ms(stage.started, time.perf_counter()))
         rec.stages_made = stage.k + 1
         del under_way[stage.k]
 
@@ -648,7 +656,7 @@ class _Stage:
 
     @classmethod
     def start(
-        cls, coordinator: Coordinator, job: Job, rec: Reconfiguration, k: int, barrier: int
+        cls, coordinator: JobHost, job: Job, rec: Reconfiguration, k: int, barrier: int
     ) -> _Stage:
         prev, nxt = rec.stages[k - 1], rec.stages[k]
         entry = _stage_entry(job, prev, nxt)
@@ -662,14 +670,14 @@ class _Stage:
         prev, nxt = rec.stages[k - 1], rec.stages[k]
         return stages_can_overlap(job.graph, (self.prev, self.nxt), (prev, nxt))
 
-    def tell(self, coordinator: Coordinator, kind: type[StageStart] | type[StageWithdraw]) -> None:
+    def tell(self, coordinator: JobHost, kind: type[StageStart] | type[StageWithdraw]) -> None:
         """Send this stage's ``kind`` message to its workers, each with the entry tasks it
         hosts."""
         for wid in sorted(self.done_by):
             inject = tuple(t for t in self.entry if self.prev.placement[t] == wid)
-            coordinator._send(wid, kind(self.job_id, self.rid, self.k, self.barrier_id, inject))
+            coordinator.send(wid, kind(self.job_id, self.rid, self.k, self.barrier_id, inject))
 
-    async def withdraw(self, coordinator: Coordinator, rec: Reconfiguration) -> bool:
+    async def withdraw(self, coordinator: JobHost, rec: Reconfiguration) -> bool:
         """Take this stage's barrier back where it has not started; True if it had
         started nowhere (nothing of it happened, nor will)."""
         loop = asyncio.get_running_loop()
@@ -692,11 +700,11 @@ def _stage_entry(job: Job, prev: Layout, nxt: Layout) -> list[str]:
 
 
 def _end_stages(
-    coordinator: Coordinator, job: Job, rec: Reconfiguration, workers: set[str], last: int
+    coordinator: JobHost, job: Job, rec: Reconfiguration, workers: set[str], last: int
 ) -> None:
     """Tell every worker of the change that it ends at stage ``last``."""
     for wid in workers:
-        coordinator._send(wid, StagesEnd(job.id, rec.id, last))
+        coordinator.send(wid, StagesEnd(job.id, rec.id, last))
 
 
 def _driver_ended(rec: Reconfiguration, driver: asyncio.Future) -> None:
@@ -708,20 +716,21 @@ def _driver_ended(rec: Reconfiguration, driver: asyncio.Future) -> None:
 
 
 async def _abort(
-    coordinator: Coordinator,
+    coordinator: JobHost,
     rec: Reconfiguration,
     workers: list[str],
     error: str,
     status: str,
     t_start: float,
 ) -> None:
-    rec.timings_ms["total"] = _ms(t_start, time.perf_counter())
+    rec.timings_ms["total"] = elapsed_ms(t_start, time.perf_counter())
     rec.status = status
     rec.error = error
     for wid in workers:
-        coordinator._send(wid, Abort(rec.job_id, rec.id))
+        coordinator.send(wid, Abort(rec.job_id, rec.id))
     logger.warning("reconfiguration %s of job %s %s: %s", rec.id, rec.job_id, status, error)
 
 
-def _ms(t0: float, t1: float) -> float:
+def elapsed_ms(t0: float, t1: float) -> float:
+    """Milliseconds from ``t0`` to ``t1`` (``time.perf_counter`` readings), to the microsecond."""
     return round((t1 - t0) * 1000, 3)

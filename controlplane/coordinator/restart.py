@@ -37,12 +37,12 @@ from typing import TYPE_CHECKING, Any
 from runtime.layout import Layout, affected_tasks
 from runtime.messages import Restore, Savepoint, Snapshot
 
-from .reconfig import Reconfiguration, ReconfigurationError, _ids, _ms
+from .reconfig import Reconfiguration, ReconfigurationError, elapsed_ms, next_record_id
 from .workers import start_workers
 
 if TYPE_CHECKING:
-    from .core import Coordinator
     from .model import Job
+    from .ports import JobHost
 
 __all__ = ["SNAPSHOT_TIMEOUT_S", "restart_locked", "restart_with"]
 
@@ -89,7 +89,7 @@ class _Snapshot:
             self.groups, self.positions = pickle.load(f)
 
 
-async def _retire(coordinator: Coordinator, workers: list[str]) -> None:
+async def _retire(coordinator: JobHost, workers: list[str]) -> None:
     """Ask ``workers`` to exit and wait (at most ``RETIRE_TIMEOUT_S``) until they are gone,
     so that the job's next version no longer offers them; one that lingers is only logged."""
     for wid in workers:
@@ -104,7 +104,7 @@ async def _retire(coordinator: Coordinator, workers: list[str]) -> None:
 
 
 async def restart_with(
-    coordinator: Coordinator, job: Job, new: Layout, new_workers: bool = False
+    coordinator: JobHost, job: Job, new: Layout, new_workers: bool = False
 ) -> Reconfiguration:
     """Stop ``job`` with a snapshot, redeploy it as ``new`` with that state (on new worker
     processes with ``new_workers``), start it again."""
@@ -113,7 +113,7 @@ async def restart_with(
 
 
 async def restart_locked(
-    coordinator: Coordinator,
+    coordinator: JobHost,
     job: Job,
     new: Layout,
     on_change: Callable[[Reconfiguration], None] | None = None,
@@ -143,7 +143,7 @@ async def restart_locked(
                 f"job {other}: restart on the same workers instead"
             )
     rec = Reconfiguration(
-        next(_ids), job.id, job.layout, new, affected_tasks(job.graph, job.layout, new)
+        next_record_id(), job.id, job.layout, new, affected_tasks(job.graph, job.layout, new)
     )
     rec.affected = set(job.layout.placement) | set(new.placement)
     job.reconfigurations.append(rec)
@@ -156,10 +156,10 @@ async def restart_locked(
         # Step 1. Snapshot at a savepoint barrier.
         rec.status = "syncing"
         snap = _Snapshot(set(job.layout.placement))
-        job._snapshot = snap
-        bid = coordinator._next_barrier_id()
+        job.snapshot = snap
+        bid = coordinator.next_barrier_id()
         for wid in job.layout.workers_used():
-            coordinator._send(wid, Savepoint(job.id, bid))
+            coordinator.send(wid, Savepoint(job.id, bid))
         try:
             await asyncio.wait_for(snap.done.wait(), SNAPSHOT_TIMEOUT_S)
         except TimeoutError:
@@ -171,12 +171,12 @@ async def restart_locked(
         snap.groups, snap.positions = {}, {}
         t1 = time.perf_counter()
         # Step 2. Stop everywhere (workers handle it before the deploy that follows).
-        coordinator._stop_everywhere(job)
+        coordinator.stop_everywhere(job)
         if new_workers:  # the new processes take the old ones' places in the layout
             try:
                 fresh = await start_workers(coordinator, len(replaced), "a restart on new workers")
             except ReconfigurationError as exc:  # the job's tasks are stopped already
-                await coordinator._fail(job, f"restart failed: {exc}")
+                await coordinator.fail(job, f"restart failed: {exc}")
                 raise
             rec.worker_map = {old: info.id for old, info in zip(replaced, fresh, strict=True)}
             new = new.replace(placement={t: rec.worker_map[w] for t, w in new.placement.items()})
@@ -195,21 +195,21 @@ async def restart_locked(
                     position=snap.positions.get(tid),
                 )
         job.finished_tasks.clear()
-        error = await coordinator._deploy(job, new, restore)
+        error = await coordinator.deploy(job, new, restore)
         if error:
-            await coordinator._fail(job, f"restart failed: {error}")
+            await coordinator.fail(job, f"restart failed: {error}")
             raise ReconfigurationError(error)
         job.layout = new
         job.metrics.track_tasks({t: t.rpartition("-")[0] for t in new.placement})
         job.status = "running"
-        coordinator._start(job)
+        coordinator.start_deployed(job)
         t2 = time.perf_counter()
         if rec.worker_map:  # nothing of the job runs on the old workers now: they exit
             await _retire(coordinator, list(rec.worker_map))
         rec.timings_ms = {
-            "snapshot": _ms(t0, t1),
-            "redeploy": _ms(t1, t2),
-            "total": _ms(t0, t2),
+            "snapshot": elapsed_ms(t0, t1),
+            "redeploy": elapsed_ms(t1, t2),
+            "total": elapsed_ms(t0, t2),
         }
         rec.pause_ms = dict.fromkeys(sorted(new.placement), rec.timings_ms["total"])
         with contextlib.suppress(OSError):
@@ -220,7 +220,7 @@ async def restart_locked(
         rec.error = str(exc)
         raise
     finally:
-        job._snapshot = None
+        job.snapshot = None
         if job.status == "reconfiguring":
             job.status = "running"
         rec.ended_at = time.time()

@@ -12,15 +12,15 @@ from controlplane.backends import BackendError
 from .reconfig import ReconfigurationError
 
 if TYPE_CHECKING:
-    from .core import Coordinator
     from .model import WorkerInfo
+    from .ports import Membership
 
 __all__ = ["NEW_WORKER_TIMEOUT_S", "remap_workers", "start_workers"]
 
 NEW_WORKER_TIMEOUT_S = 30.0  # a worker asked of the backend registers within this
 
 
-async def start_workers(coordinator: Coordinator, n: int, why: str) -> list[WorkerInfo]:
+async def start_workers(coordinator: Membership, n: int, why: str) -> list[WorkerInfo]:
     """Start ``n`` workers and wait until they registered; returns them in registration
     order. ``why`` ends the error's "cannot start ..." sentence."""
     if coordinator.backend is None:
@@ -73,8 +73,7 @@ def remap_workers(a: Abstraction, mapping: dict[str, WorkerInfo], backend: str) 
     return Abstraction.from_dict(data)
 
 
-async def _registered(coordinator: Coordinator, before: set[str], n: int) -> None:
-    async with coordinator._registered:
-        await coordinator._registered.wait_for(
-            lambda: len([w for w in coordinator.alive_workers() if w.id not in before]) >= n
-        )
+async def _registered(coordinator: Membership, before: set[str], n: int) -> None:
+    await coordinator.until_registered(
+        lambda: len([w for w in coordinator.alive_workers() if w.id not in before]) >= n
+    )
