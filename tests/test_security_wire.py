@@ -38,7 +38,7 @@ from runtime.handshake import (
     ServerHandshake,
     TlsFiles,
 )
-from tests.e2e_jobs import counting_reference, final_counts
+from tests.e2e_jobs import counting_reference, final_counts, held_until_released
 
 # A server closes a silent stranger after HANDSHAKE_TIMEOUT_S: waits for that are bounded
 # by this, generously (a loaded machine, two processes' event loops in between).
@@ -160,15 +160,15 @@ def check_refused(outcomes: dict[str, object]) -> None:
 
 
 def test_strangers_on_the_coordinator_and_data_ports_change_nothing(
-    cluster: BackgroundCluster, tmp_path: Path
+    cluster: BackgroundCluster, tmp_path: Path, held_end: Path
 ) -> None:
     """While a job runs, every stranger's move on the coordinator's port and on a worker's
     data port at once: each connection is closed, no code runs, the job's output is exact."""
-    # 20 s of records: the attacks take about 5 (the silent connection's deadline), and
-    # a loaded machine slows them, not the source's pace.
-    records = 60_000
-    params = {"records": records, "rate": 3_000, "output": str(tmp_path / "out")}
-    job = cluster.submit(load_job("tests.e2e_jobs:counting_job", params))
+    # The job's end is held until the attacks are over, however long they take.
+    records = 10_000
+    params = {"records": records, "rate": 5_000, "output": str(tmp_path / "out")}
+    graph = load_job("tests.e2e_jobs:counting_job", params)
+    job = cluster.submit(held_until_released(graph, held_end))
     workers_before = set(cluster.coordinator.workers)
     alive_before = {w.id for w in cluster.coordinator.alive_workers()}
     # A worker reading the job's records (the shared cluster may have lost others before).
@@ -208,9 +208,10 @@ def test_strangers_on_the_coordinator_and_data_ports_change_nothing(
         return out["coordinator"], out["data"]
 
     on_coordinator, on_data = asyncio.run(all_at_once())
-    assert job.status == "running", "the attacks ended after the job: they tested nothing"
+    assert job.status == "running", job.error
     check_refused(on_coordinator)
     check_refused(on_data)
+    held_end.unlink()
     assert cluster.wait(job, JOB_WAIT_S) == "finished", job.error
     assert final_counts(tmp_path / "out") == counting_reference(records)
     assert not (tmp_path / "pwned-coordinator").exists()
@@ -219,13 +220,17 @@ def test_strangers_on_the_coordinator_and_data_ports_change_nothing(
     assert {w.id for w in cluster.coordinator.alive_workers()} == alive_before
 
 
-def test_a_peer_of_one_job_cannot_feed_another(cluster: BackgroundCluster, tmp_path: Path) -> None:
+def test_a_peer_of_one_job_cannot_feed_another(
+    cluster: BackgroundCluster, tmp_path: Path, held_end: Path
+) -> None:
     """A peer that holds job A's data key sends records on a channel of job B: the
     connection is refused (failing A, whose link it was), and B's output is exact."""
-    records = 20_000
+    records = 10_000
     a = cluster.submit(load_job("tests.e2e_jobs:counting_job", {"rate": 2_000}))
-    params = {"records": records, "rate": 4_000, "output": str(tmp_path)}
-    b = cluster.submit(load_job("tests.e2e_jobs:counting_job", params))
+    params = {"records": records, "rate": 5_000, "output": str(tmp_path)}
+    b = cluster.submit(
+        held_until_released(load_job("tests.e2e_jobs:counting_job", params), held_end)
+    )
     w1 = cluster.coordinator.workers[b.layout.placement["count-0"]]
     secret = cluster.cluster.secret
     target = protocol.channel_key(b.id, "keys-0", "count-0")  # read on w1
@@ -243,6 +248,7 @@ def test_a_peer_of_one_job_cannot_feed_another(cluster: BackgroundCluster, tmp_p
             writer.close()
 
     assert asyncio.run(feed_b_as_a()) == b""  # closed, not a credit given
+    held_end.unlink()
     assert cluster.wait(b, JOB_WAIT_S) == "finished", b.error
     assert final_counts(tmp_path) == counting_reference(records)
     assert cluster.wait(a, JOB_WAIT_S) == "failed"
