@@ -67,7 +67,7 @@ def run_check(
     timeout: float,
     error: type[InvalidRequest],
     doing: str,
-    settings: Settings | None = None,
+    settings: Settings,
 ) -> dict[str, Any]:
     """The JSON object ``python -m module *args`` prints last; ``error`` (saying ``doing``
     went wrong) if it runs past ``timeout`` seconds or exits without printing one.
@@ -75,12 +75,9 @@ def run_check(
     Where :func:`controlplane.sandbox.unavailable` says sandboxes start, the child runs in
     one configured from ``settings`` (the database and data directory it hides, the user
     it runs as when the server is root, ``settings.controller_*`` limits); on timeout the
-    whole sandbox is killed. Without ``settings``, they are read from the environment
-    (``Settings()``): callers in the server should pass theirs, which may differ by the
-    command line's options. **Where bubblewrap is missing, the child is a plain process**
+    whole sandbox is killed. **Where bubblewrap is missing, the child is a plain process**
     with :func:`user_code_env` and nothing else: it can read what the server's user can,
     reach the network, see and signal other processes (a warning is logged)."""
-    settings = settings if settings is not None else Settings()
     missing = sandbox.unavailable(settings)
     if missing is None:
         command = sandbox.command(settings, module, args)

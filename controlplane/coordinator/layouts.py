@@ -14,7 +14,7 @@ import pickle
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from controlplane.abstraction import NEW_WORKER, Abstraction, Worker, from_graph
+from controlplane.abstraction import Abstraction, Worker, from_graph
 from runtime.dataflow import JobGraph, LogicRef, logic_ref
 from runtime.layout import Layout
 
@@ -83,9 +83,7 @@ async def substitute_new_workers(
 ) -> Abstraction:
     """Start one worker per ``new-<k>`` placeholder and put its real id in its place (the
     ids started are added to ``started``)."""
-    placeholders = [w.id for w in a.workers if w.placeholder and w.id.startswith(f"{NEW_WORKER}-")]
-    used = {t.resources.worker for op in a.operators for t in op.tasks}
-    placeholders = [p for p in placeholders if p in used]
+    placeholders = a.workers_to_start()
     if not placeholders:
         return a
     fresh = await start_workers(coordinator, len(placeholders), "the plan asks for a new worker")
