@@ -60,7 +60,7 @@ def _event_loop_run(main) -> object:  # the workers' loop: uvloop where it is in
 
 
 async def receive(port_file: str, pooled: bool) -> dict:
-    from runtime.channels import DataServer
+    from runtime.dataserver import DataServer
     from runtime.handover import StateInbox
     from runtime.protocol import PayloadPool
 
@@ -95,8 +95,8 @@ async def receive(port_file: str, pooled: bool) -> dict:
 
 async def send(port: int, mb: float) -> dict:
     from runtime import precopy
-    from runtime.channels import PeerLink
     from runtime.handover import send_state
+    from runtime.peerlink import PeerLink
 
     pad = int(mb * 2**20 / WORDS)
     groups = [

@@ -53,12 +53,13 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
+from .errors import StreamRuntimeError
 from .records import Barrier
 
 __all__ = ["Aligner", "AlignmentError", "Decision", "Finished", "Forward"]
 
 
-class AlignmentError(RuntimeError):
+class AlignmentError(StreamRuntimeError, RuntimeError):
     """An event that a correct caller of the channel protocol never produces."""
 
 

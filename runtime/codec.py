@@ -13,12 +13,14 @@ from typing import Any
 
 import msgpack
 
+from .errors import StreamRuntimeError
+
 __all__ = ["CodecError", "packb", "unpackb"]
 
 _PICKLE_EXT = 1
 
 
-class CodecError(ValueError):
+class CodecError(StreamRuntimeError, ValueError):
     """Bytes that do not decode, or an object that cannot be encoded."""
 
 

@@ -36,6 +36,8 @@ import types
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .errors import StreamRuntimeError
+
 __all__ = [
     "PACKAGE",
     "CodeError",
@@ -61,7 +63,7 @@ _installed: set[str] = set()  # the modules executed here (theirs is the source 
 _lock = threading.Lock()
 
 
-class CodeError(ValueError):
+class CodeError(StreamRuntimeError, ValueError):
     """Uploaded code that cannot be installed or a ``code:`` ref that cannot be resolved."""
 
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from . import codeload
+from .errors import StreamRuntimeError
 from .io import Sink, Source
 from .keygroups import DEFAULT_MAX_PARALLELISM
 
@@ -61,11 +62,11 @@ PARTITIONINGS: tuple[str, ...] = ("forward", "rebalance", "key_groups", "broadca
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.]*$")
 
 
-class DataflowError(ValueError):
+class DataflowError(StreamRuntimeError, ValueError):
     """A job graph that cannot run; the message names the operator and what to fix."""
 
 
-class JobRefError(ValueError):
+class JobRefError(StreamRuntimeError, ValueError):
     """A ``package.module:callable`` job reference that does not resolve to a job."""
 
 

@@ -31,8 +31,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from . import precopy, protocol
-from .channels import PeerLink
 from .codec import packb, unpackb
+from .peerlink import PeerLink
 
 __all__ = [
     "PRECOPY_IDLE_BUDGET_S",
@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 # Key-group state travels in chunks of at most this size: the receiver puts a part
 # together from whole chunks, and most key groups are one chunk.
 STATE_CHUNK_BYTES = 4 << 20
-# Copies made ahead go at idle priority on each end (sent by JobRuntime._precopy, read by
+# Copies made ahead go at idle priority on each end (sent by runtime.copyahead, read by
 # StateInbox.read_copies), but each end waits for idle moments at most this long in all
 # per reconfiguration: a worker with none (saturated, or catching up; often the one a
 # migration is to relieve) held each key group for the whole Worker.caught_up wait, and

@@ -45,6 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .errors import StreamRuntimeError
+
 __all__ = [
     "HANDSHAKE_TIMEOUT_S",
     "MAX_CONTEXT",
@@ -87,7 +89,7 @@ _SERVER_LABEL = b"streampilot server\0"
 _DATA = "data:"
 
 
-class HandshakeError(ConnectionError):
+class HandshakeError(StreamRuntimeError, ConnectionError):
     """The peer did not prove that it holds the key (or did not speak this protocol)."""
 
 

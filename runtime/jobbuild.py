@@ -48,6 +48,7 @@ from .dataflow import (
     load_job,
     logic_ref,
 )
+from .errors import StreamRuntimeError
 from .params import ParamError
 
 __all__ = ["BuildError", "SinkPath", "build", "decode", "encode"]
@@ -55,7 +56,7 @@ __all__ = ["BuildError", "SinkPath", "build", "decode", "encode"]
 logger = logging.getLogger(__name__)
 
 
-class BuildError(ValueError):
+class BuildError(StreamRuntimeError, ValueError):
     """A job that does not build, or an answer that is not a graph; ``code`` says which
     (``bad_job_ref``, ``bad_params``, ``invalid_job``, ``job_build_failed``)."""
 

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 
 import xxhash
 
+from .errors import StreamRuntimeError
+
 __all__ = [
     "DEFAULT_MAX_PARALLELISM",
     "KeyGroupHasher",
@@ -33,7 +35,7 @@ _xxh = xxhash.xxh64_intdigest
 _pack_float = struct.Struct("<d").pack
 
 
-class UnsupportedKeyError(TypeError):
+class UnsupportedKeyError(StreamRuntimeError, TypeError):
     """A key of a type that has no stable hash."""
 
     def __init__(self, key: object) -> None:

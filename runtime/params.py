@@ -14,12 +14,14 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from .errors import StreamRuntimeError
+
 __all__ = ["ParamError", "describe_params", "parse_params"]
 
 P = TypeVar("P")
 
 
-class ParamError(ValueError):
+class ParamError(StreamRuntimeError, ValueError):
     """A job parameter is unknown or has a value of the wrong type."""
 
 

@@ -3,7 +3,7 @@ still runs, so that the update ships only what changed since.
 
 Live migration of virtual machines copies memory ahead and then re-sends only the pages
 written meanwhile; Rhino (SIGMOD 2020) moves stream state ahead of a handover the same
-way. Here, once a reconfiguration is prepared (see :mod:`runtime.deployment`), a task
+way. Here, once a reconfiguration is prepared (see :mod:`runtime.copyahead`), a task
 whose key groups leave for a task on another worker copies each of them ahead, coldest
 first, between its batches, and from then on notes the keys its records touch
 (:meth:`runtime.operators.KeyedProcessor.track`). Its update then ships a *delta* per

@@ -43,6 +43,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .codec import CodecError, packb, unpackb
+from .errors import StreamRuntimeError
 
 __all__ = [
     "BARRIER",
@@ -70,7 +71,7 @@ MAX_FRAME = 256 * 1024 * 1024  # refuse absurd lengths from a corrupt or hostile
 _LEN = struct.Struct(">I")
 
 
-class FrameError(ConnectionError):
+class FrameError(StreamRuntimeError, ConnectionError):
     """A frame that is too long or does not decode; the connection cannot go on."""
 
 

@@ -13,6 +13,8 @@ import pickle
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from .errors import StreamRuntimeError
+
 __all__ = ["KeyGroupNotOwnedError", "KeyedState", "ValueState"]
 
 _MISSING = object()
@@ -22,7 +24,7 @@ SIZE_REFRESH = 8  # key groups whose bytes per key a size report re-estimates (i
 _EMPTY_DICT = len(pickle.dumps({}, protocol=5))
 
 
-class KeyGroupNotOwnedError(KeyError):
+class KeyGroupNotOwnedError(StreamRuntimeError, KeyError):
     """A record or state operation for a key group this task does not own."""
 
     def __init__(self, task: str, group: int) -> None:

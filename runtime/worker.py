@@ -1,7 +1,7 @@
 """A worker: one process, one asyncio event loop, any number of tasks.
 
 Run as ``python -m runtime.worker --coordinator HOST:PORT --secret-fd N`` (or
-``--secret-file PATH``). The worker:
+``--secret-file PATH``; :mod:`runtime.worker_cli` has the flags). The worker:
 
 1. reads the cluster secret from the inherited file descriptor ``N`` (a pipe its starter
    wrote it to; closed once read) or from a file only its user can read: never from its
@@ -10,19 +10,21 @@ Run as ``python -m runtime.worker --coordinator HOST:PORT --secret-fd N`` (or
    ``--tls-key``, mutual with ``--tls-ca``);
 3. dials the coordinator, proves it holds the secret (:mod:`runtime.handshake`) and
    registers its resources (host, pid, cpus, memory, data address, and the Spark executor
-   id when a Spark task started it); a refusal or a wrong secret ends the process with
+   id when a Spark task started it; :mod:`runtime.registration`); a refusal or a wrong secret ends the process with
    exit code 2 and the reason on stderr;
 4. obeys the coordinator's messages (:mod:`runtime.messages` lists them all: deploy,
    start, stop, barriers, reconfigurations), and reports task outcomes, barrier acks and,
    every second, metrics (per task, plus CPU and RSS);
 5. exits by itself when the control connection closes (the coordinator went away).
 
-Workers are identical whatever started them (the local backend, Spark, a person).
+Workers are identical whatever started them (the local backend, Spark, a person). Each
+job here is a :class:`~runtime.jobruntime.JobRuntime`, which the worker serves as its
+:class:`~runtime.jobruntime.WorkerServices`; its reconfigurations are carried out by
+:mod:`runtime.reconfigure` and :mod:`runtime.stages`.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
@@ -31,7 +33,6 @@ import pickle
 import signal
 import socket
 import ssl
-import stat
 import sys
 import threading
 import time
@@ -40,10 +41,21 @@ from typing import Any
 
 import psutil
 
-from . import codeload, handshake, heap, messages, protocol
-from .channels import DataServer, InputChannel, wait_while
-from .deployment import JobRuntime
+from . import (
+    codeload,
+    copyahead,
+    heap,
+    messages,
+    protocol,
+    reconfigure,
+    registration,
+    stages,
+    worker_cli,
+)
+from .channels import InputChannel, wait_while
+from .dataserver import DataServer
 from .handover import StateInbox
+from .jobruntime import JobRuntime
 from .records import Barrier, BarrierKind
 from .task import BaseTask
 
@@ -52,17 +64,11 @@ __all__ = ["Worker", "main"]
 logger = logging.getLogger(__name__)
 
 METRICS_INTERVAL_S = 1.0  # how often tasks' metrics are reported to the coordinator
-HEARTBEAT_INTERVAL_S = 1.0  # heartbeats come from a thread: a long UDF call does not stop them
-REGISTER_TIMEOUT_S = 10.0  # the coordinator must answer a registration within this time
 # Background work waits for the tasks to catch up with their input, but never longer
 # than this per piece (so that it moves on under a steady load).
 IDLE_WAIT_S = 0.05
 
 EXIT_REFUSED = 2
-
-
-class RegistrationRefused(RuntimeError):
-    """The coordinator refused this worker (wrong secret, or it said why)."""
 
 
 class Worker:
@@ -140,10 +146,20 @@ class Worker:
         if self._writer is not None and not self._writer.is_closing():
             protocol.write_frame(self._writer, messages.encode(msg))
 
+    def register_input(self, channel: InputChannel) -> None:
+        """Route the frames of ``channel.key`` that peers send here to ``channel``."""
+        self.inputs[channel.key] = channel
+
+    def unregister_input(self, channel: InputChannel) -> None:
+        """Stop routing frames to ``channel``, unless another channel of its key (of a
+        runtime of the job made since) has replaced it."""
+        if self.inputs.get(channel.key) is channel:
+            del self.inputs[channel.key]
+
     def task_finished(self, task: BaseTask) -> None:
         job = self.jobs.get(task.job_id)  # type: ignore[attr-defined]
         if job is not None:
-            job.task_ended(task)
+            stages.task_ended(job, task)
         self.send(messages.TaskFinished(task.job_id, task.task_id, task.snapshot_metrics()))  # type: ignore[attr-defined]
 
     def task_failed(self, task: BaseTask, error: str) -> None:
@@ -153,7 +169,7 @@ class Worker:
         """Checkpoint barriers are acked; for a reconfiguration, the job says who pauses."""
         job = self.jobs.get(task.job_id)  # type: ignore[attr-defined]
         if barrier.kind is BarrierKind.RECONFIG:
-            return job is not None and job.barrier_aligned(task, barrier)
+            return job is not None and reconfigure.barrier_aligned(job, task, barrier)
         if job is not None and barrier.id == job.savepoint_id:
             job.snapshot_and_halt(task)
             return True
@@ -195,63 +211,32 @@ class Worker:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def run(self) -> None:
+        """Register with the coordinator, then obey it until it goes away or says
+        ``shutdown``; everything the worker runs stops on the way out. Raises
+        :class:`~runtime.registration.RegistrationRefused` or ``ConnectionError`` when
+        it cannot register."""
         data_host, data_port = await self.data.start(self.host, 0)
-        where = f"{self.coordinator[0]}:{self.coordinator[1]}"
-        try:
-            reader, writer = await asyncio.open_connection(
-                *self.coordinator,
-                ssl=self.client_tls,
-                ssl_handshake_timeout=REGISTER_TIMEOUT_S if self.client_tls else None,
-            )
-        except ssl.SSLError as exc:
-            raise RegistrationRefused(f"TLS with the coordinator at {where} failed: {exc}") from exc
-        except OSError as exc:
-            raise ConnectionError(f"cannot reach the coordinator at {where}: {exc}") from exc
-        try:
-            await handshake.dial(
-                reader, writer, handshake.control_key(self.secret), "control", REGISTER_TIMEOUT_S
-            )
-        except handshake.HandshakeError as exc:
-            writer.close()
-            raise RegistrationRefused(
-                f"the coordinator at {where} did not accept this worker's proof of the cluster "
-                f"secret (wrong cluster secret?): {exc}"
-            ) from exc
-        self._writer = writer
-        self.send(
-            messages.Register(
-                host=self.host,
-                pid=os.getpid(),
-                cpus=self.cpus,
-                memory_mb=self.memory_mb,
-                data_host=data_host,
-                data_port=data_port,
-                name=self.name,
-                executor_id=self.executor_id,
-            )
+        resources = messages.Register(
+            host=self.host,
+            pid=os.getpid(),
+            cpus=self.cpus,
+            memory_mb=self.memory_mb,
+            data_host=data_host,
+            data_port=data_port,
+            name=self.name,
+            executor_id=self.executor_id,
         )
-        try:
-            frame = await asyncio.wait_for(
-                protocol.read_frame(reader, "coordinator"), REGISTER_TIMEOUT_S
-            )
-            reply = messages.decode(frame, "coordinator", messages.ToWorker)
-        except (EOFError, TimeoutError) as exc:
-            raise RegistrationRefused(
-                "the coordinator closed the connection without answering"
-            ) from exc
-        except messages.MessageError as exc:
-            raise RegistrationRefused(str(exc)) from exc
-        match reply:
-            case messages.Registered(worker_id=worker_id):
-                self.worker_id = worker_id
-            case messages.Refused(reason=reason):
-                raise RegistrationRefused(reason)
-            case _:
-                raise RegistrationRefused(f"the coordinator answered {reply.TYPE}, not registered")
+        reader, writer, self.worker_id = await registration.register(
+            self.coordinator, self.secret, self.client_tls, resources
+        )
+        self._writer = writer
         logger.info("registered as %s (data %s:%s)", self.worker_id, data_host, data_port)
         beat_stop = threading.Event()
         beat = threading.Thread(
-            target=self._heartbeat, args=(beat_stop,), name="heartbeat", daemon=True
+            target=registration.heartbeat,
+            args=(self.coordinator, self.secret, self.client_tls, self.worker_id, beat_stop),
+            name="heartbeat",
+            daemon=True,
         )
         beat.start()
         reporter = asyncio.create_task(self._report_metrics())
@@ -268,25 +253,6 @@ class Worker:
                 await job.stop()
             await self.data.close()
             writer.close()
-
-    def _heartbeat(self, stop: threading.Event) -> None:
-        """Thread: a second connection that says "alive" every second, whatever the loop does.
-
-        The event loop may be busy in a long UDF call; the coordinator must still tell a
-        slow worker from a dead or hung one (a hung process stops this thread too).
-        """
-        try:
-            with contextlib.ExitStack() as stack:
-                sock = stack.enter_context(socket.create_connection(self.coordinator, timeout=10))
-                if self.client_tls is not None:
-                    sock = stack.enter_context(self.client_tls.wrap_socket(sock))
-                context = f"heartbeat:{self.worker_id}"
-                handshake.dial_socket(sock, handshake.control_key(self.secret), context)
-                beat = protocol.encode(messages.encode(messages.Heartbeat()))
-                while not stop.wait(HEARTBEAT_INTERVAL_S):
-                    sock.sendall(beat)
-        except OSError as exc:  # a HandshakeError too
-            logger.info("heartbeat connection ended: %s", exc)
 
     async def _control_loop(self, reader: asyncio.StreamReader) -> None:
         """Obey the coordinator's messages, in order, until it says ``shutdown`` or goes
@@ -313,14 +279,16 @@ class Worker:
                         job.inject(Barrier(kind, barrier_id))
                 case messages.StageStart(job_id, rid, stage, barrier_id, inject):
                     if (job := self.jobs.get(job_id)) is not None:
-                        job.stage(rid, stage, barrier_id, list(inject))
+                        stages.start(job, rid, stage, barrier_id, list(inject))
                 case messages.StageWithdraw(job_id, rid, stage, barrier_id, inject):
                     job = self.jobs.get(job_id)
-                    clean = job is None or job.withdraw_stage(rid, stage, barrier_id, list(inject))
+                    clean = job is None or stages.withdraw(
+                        job, rid, stage, barrier_id, list(inject)
+                    )
                     self.send(messages.StageWithdrawn(job_id, rid, stage, clean))
                 case messages.StagesEnd(job_id=job_id, rid=rid, last=last):
                     if (job := self.jobs.get(job_id)) is not None:
-                        job.end_stages(rid, last)
+                        stages.end(job, rid, last)
                 case messages.Savepoint(job_id=job_id, barrier_id=barrier_id):
                     if (job := self.jobs.get(job_id)) is not None:
                         job.savepoint(barrier_id)
@@ -330,11 +298,12 @@ class Worker:
                     await self._prepare(msg)
                 case messages.Update(job_id=job_id, rid=rid):
                     if (job := self.jobs.get(job_id)) is not None:
-                        job.update_received(rid)  # before a later prepare of this job is read
+                        # Before a later prepare of this job is read.
+                        reconfigure.update_received(job, rid)
                     self.background(self._update(msg))
                 case messages.Abort(job_id=job_id, rid=rid):
                     if (job := self.jobs.get(job_id)) is not None:
-                        job.abort(rid)
+                        reconfigure.abort(job, rid)
                 case messages.Stop(job_id=job_id):
                     final: dict[str, dict[str, Any]] = {}
                     if (job := self.jobs.pop(job_id, None)) is not None:
@@ -390,7 +359,8 @@ class Worker:
                 self.jobs[job.job_id] = job
             if job is None:
                 raise RuntimeError(f"job {msg.job_id} does not run here")
-            await job.prepare(
+            await reconfigure.prepare(
+                job,
                 msg.rid,
                 msg.barrier_id,
                 msg.layout,
@@ -407,7 +377,7 @@ class Worker:
             logger.debug("prepare failed", exc_info=True)
             self._prepare_failed(msg, exc)
             return
-        copying = job.precopying(msg.rid)
+        copying = copyahead.under_way(job, msg.rid)
         if copying is None:
             self.send(messages.Prepared(msg.job_id, msg.rid))
             return
@@ -435,7 +405,7 @@ class Worker:
         try:
             if job is None:
                 raise RuntimeError(f"job {msg.job_id} does not run here")
-            await job.update(msg.rid)
+            await reconfigure.update(job, msg.rid)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -508,119 +478,25 @@ class Worker:
                     await self._writer.drain()
 
 
-def _parse_address(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
-    return host or "127.0.0.1", int(port)
-
-
-def _non_negative(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a whole number of MiB, 0 or more, got {text!r}")
-    return int(text)
-
-
-MAX_SECRET_BYTES = 4096  # a cluster secret is a short string, not a file's worth
-
-
-def read_secret(fd: int | None = None, path: str | None = None) -> str:
-    """The cluster secret, from the inherited file descriptor ``fd`` (read to its end, then
-    closed) or from the file ``path``, which must belong to this process's user and be
-    unreadable by anyone else. One trailing newline is dropped. Raises ValueError saying
-    what is wrong."""
-    if fd is not None:
-        try:
-            with os.fdopen(fd, "rb") as pipe:
-                data = pipe.read(MAX_SECRET_BYTES + 1)
-        except OSError as exc:
-            raise ValueError(f"--secret-fd {fd}: cannot read it: {exc}") from exc
-        where = f"--secret-fd {fd}"
-    else:
-        assert path is not None
-        try:
-            with open(path, "rb") as file:
-                info = os.fstat(file.fileno())
-                if info.st_uid != os.getuid() or info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-                    raise ValueError(
-                        f"--secret-file {path}: it must belong to this user and be readable "
-                        f"by no one else (run: chmod 600 {path})"
-                    )
-                data = file.read(MAX_SECRET_BYTES + 1)
-        except OSError as exc:
-            raise ValueError(f"--secret-file {path}: cannot read it: {exc}") from exc
-        where = f"--secret-file {path}"
-    text = data.decode("utf-8", errors="surrogateescape").removesuffix("\n").removesuffix("\r")
-    if not text or len(data) > MAX_SECRET_BYTES:
-        raise ValueError(f"{where}: expected the cluster secret, 1 to {MAX_SECRET_BYTES} bytes")
-    return text
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m runtime.worker", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument(
-        "--coordinator", required=True, type=_parse_address, help="HOST:PORT of the coordinator"
-    )
-    secret = parser.add_mutually_exclusive_group(required=True)
-    secret.add_argument(
-        "--secret-fd",
-        type=int,
-        metavar="N",
-        help="read the cluster secret from inherited file descriptor N (a pipe), then close it",
-    )
-    secret.add_argument(
-        "--secret-file",
-        metavar="PATH",
-        help="read the cluster secret from PATH (owned by this user, mode 600)",
-    )
-    parser.add_argument("--tls-cert", help="PEM certificate: serve and dial with TLS")
-    parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
-    parser.add_argument(
-        "--tls-ca", help="PEM CA that peers' certificates must chain to (mutual TLS)"
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="address peers reach this worker at")
-    parser.add_argument("--cpus", type=float, default=1.0)
-    parser.add_argument("--memory-mb", type=int, default=None)
-    parser.add_argument(
-        "--reserve-mb",
-        type=_non_negative,
-        default=0,
-        help="heap memory (MiB) faulted in at start and kept for state that comes later",
-    )
-    parser.add_argument("--name", default=None)
-    parser.add_argument("--executor-id", default=None, help="the Spark executor hosting it")
-    parser.add_argument("--log-level", default="WARNING")
-    args = parser.parse_args(argv)
-    try:
-        cluster_secret = read_secret(args.secret_fd, args.secret_file)
-    except ValueError as exc:
-        parser.error(str(exc))
-    if (args.tls_cert is None) != (args.tls_key is None) or (args.tls_ca and not args.tls_cert):
-        parser.error("--tls-cert and --tls-key go together (and --tls-ca with them)")
-    server_tls = client_tls = None
-    if args.tls_cert is not None:
-        try:
-            server_tls = handshake.server_tls(args.tls_cert, args.tls_key, args.tls_ca)
-            client_tls = handshake.client_tls(args.tls_cert, args.tls_key, args.tls_ca)
-        except (OSError, ssl.SSLError) as exc:
-            parser.error(f"cannot load the TLS files: {exc}")
+    """Run a worker with the flags of ``argv`` (see :mod:`runtime.worker_cli`) until the
+    coordinator goes away or a signal stops it; the process's exit code."""
+    options = worker_cli.parse(argv, __doc__.splitlines()[0])
     logging.basicConfig(
-        level=args.log_level.upper(),
+        level=options.log_level.upper(),
         format="%(asctime)s %(levelname)s worker %(name)s: %(message)s",
     )
-    heap.reserve(args.reserve_mb)  # before the worker allocates: see runtime.heap
+    heap.reserve(options.reserve_mb)  # before the worker allocates: see runtime.heap
     worker = Worker(
-        args.coordinator,
-        cluster_secret,
-        host=args.host,
-        cpus=args.cpus,
-        memory_mb=args.memory_mb,
-        name=args.name,
-        executor_id=args.executor_id,
-        server_tls=server_tls,
-        client_tls=client_tls,
+        options.coordinator,
+        options.secret,
+        host=options.host,
+        cpus=options.cpus,
+        memory_mb=options.memory_mb,
+        name=options.name,
+        executor_id=options.executor_id,
+        server_tls=options.server_tls,
+        client_tls=options.client_tls,
     )
     try:
         import uvloop
@@ -638,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         runner(_main())
-    except RegistrationRefused as exc:
+    except registration.RegistrationRefused as exc:
         print(f"worker refused by the coordinator: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     except ConnectionError as exc:

@@ -19,7 +19,9 @@ from collections.abc import Callable
 import pytest
 
 from runtime import handshake, protocol
-from runtime.channels import ChannelError, DataServer, InputChannel, PeerLink, RemoteOutputChannel
+from runtime.channels import ChannelError, InputChannel
+from runtime.dataserver import DataServer
+from runtime.peerlink import PeerLink, RemoteOutputChannel
 from runtime.records import BarrierKind, EndOfStream
 
 SECRET = "cluster-secret"
@@ -95,13 +97,13 @@ async def send_then_reset(
 def test_a_reset_after_the_streams_is_quiet(
     caplog: pytest.LogCaptureFixture, running: bool, ended: bool
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="runtime.channels")
+    caplog.set_level(logging.DEBUG, logger="runtime.dataserver")
     assert asyncio.run(reset_peer(caplog, running=running, ended=ended)) == []
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
 
 
 def test_a_reset_while_a_channel_is_read_fails_its_job(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG, logger="runtime.channels")
+    caplog.set_level(logging.DEBUG, logger="runtime.dataserver")
     errors = asyncio.run(reset_peer(caplog, running=True, ended=False))
     assert len(errors) == 1, errors
     message, jobs = errors[0]
@@ -113,7 +115,7 @@ def test_a_reset_after_its_sender_moved_away_is_quiet(caplog: pytest.LogCaptureF
     """split-0 moved to another worker: its old worker said DETACH, and the channel goes on
     from the new one; the old worker going away later is none of the channel's business
     (without the DETACH, the test above fails the job)."""
-    caplog.set_level(logging.DEBUG, logger="runtime.channels")
+    caplog.set_level(logging.DEBUG, logger="runtime.dataserver")
     frames = [[protocol.BARRIER, KEY, BarrierKind.RECONFIG.value, 1], [protocol.DETACH, KEY]]
     assert asyncio.run(send_then_reset(caplog, frames, has_job=lambda job: True)) == []
     assert "reset after its streams" in caplog.text
@@ -122,7 +124,7 @@ def test_a_reset_after_its_sender_moved_away_is_quiet(caplog: pytest.LogCaptureF
 def test_a_reset_after_its_reader_moved_away_is_quiet(caplog: pytest.LogCaptureFixture) -> None:
     """count-0 moved to another worker: the channel it read here is no longer registered
     (its sender, which stays, now sends to the new worker)."""
-    caplog.set_level(logging.DEBUG, logger="runtime.channels")
+    caplog.set_level(logging.DEBUG, logger="runtime.dataserver")
     inputs = {KEY: InputChannel(KEY, "split-0")}
 
     async def scenario() -> list:
@@ -143,7 +145,7 @@ def test_a_reset_after_its_reader_moved_away_is_quiet(caplog: pytest.LogCaptureF
 def reset_state_link(caplog: pytest.LogCaptureFixture, pending: dict[int, str]) -> list:
     """A peer sends the first of two chunks of key-group state for reconfiguration 7, then
     resets; ``pending`` is the reconfiguration pending for each job on the worker."""
-    caplog.set_level(logging.DEBUG, logger="runtime.channels")
+    caplog.set_level(logging.DEBUG, logger="runtime.dataserver")
     frame = [protocol.STATE, 7, "count-0", 3, 0, 2, True, 100]
     return asyncio.run(
         send_then_reset(
@@ -246,7 +248,7 @@ async def reset_by_peer(caplog: pytest.LogCaptureFixture, settle: str) -> list:
 def test_a_peer_resetting_a_link_that_still_feeds_it_fails_the_job(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="runtime.channels")
+    caplog.set_level(logging.DEBUG, logger="runtime.peerlink")
     errors = asyncio.run(reset_by_peer(caplog, "live"))
     assert len(errors) == 1 and isinstance(errors[0], ConnectionError), errors
 
@@ -256,6 +258,6 @@ def test_a_peer_resetting_a_link_once_its_channels_are_over_is_quiet(
     caplog: pytest.LogCaptureFixture, settle: str
 ) -> None:
     """The channel's task moved away (detached) or its stream ended: the peer may go."""
-    caplog.set_level(logging.DEBUG, logger="runtime.channels")
+    caplog.set_level(logging.DEBUG, logger="runtime.peerlink")
     assert asyncio.run(reset_by_peer(caplog, settle)) == []
     assert "data link to worker w1 reset once unused" in caplog.text

@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime import handshake, precopy, protocol
-from runtime.channels import DataServer, PeerLink
+from runtime.dataserver import DataServer
 from runtime.handover import STATE_CHUNK_BYTES, StateInbox, send_state, ships_within
+from runtime.peerlink import PeerLink
 
 keys = st.one_of(st.integers(-50, 50), st.text(max_size=8), st.binary(min_size=300, max_size=400))
 leaves = st.one_of(

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime import protocol
-from runtime.channels import _state_payload  # the data server's rule: what follows a frame
+from runtime.dataserver import _state_payload  # the data server's rule: what follows a frame
 
 values = st.one_of(st.integers(-(2**40), 2**40), st.text(max_size=20), st.binary(max_size=40))
 data_frames = st.tuples(

@@ -15,7 +15,7 @@ from controlplane.abstraction import migrate
 from controlplane.coordinator import RuntimeConfig
 from controlplane.testing import BackgroundCluster
 from examples import wordcount
-from runtime.deployment import PRECOPY_RATE_MIN_BYTES
+from runtime.copyahead import PRECOPY_RATE_MIN_BYTES
 from tests.test_reconfig_e2e import (
     finish,
     fire_random_plans,

@@ -28,9 +28,10 @@ from hypothesis import strategies as st
 from controlplane.runner import LocalCluster
 from controlplane.testing import BackgroundCluster
 from runtime import handshake, protocol
-from runtime.channels import DataServer, InputChannel
+from runtime.channels import InputChannel
 from runtime.codec import packb, unpackb
 from runtime.dataflow import load_job
+from runtime.dataserver import DataServer
 from runtime.handshake import (
     MAX_PROOF,
     ClientHandshake,
@@ -270,7 +271,7 @@ def test_the_secret_is_on_no_worker_command_line_or_environment(
 
 
 def test_a_secret_file_readable_by_others_is_refused(tmp_path: Path) -> None:
-    from runtime.worker import read_secret
+    from runtime.worker_cli import read_secret
 
     path = tmp_path / "secret"
     path.write_text("s3cret\n")
@@ -459,7 +460,7 @@ def test_state_for_another_jobs_reconfiguration_is_refused_and_fails_only_its_ow
         finally:
             await server.close()
 
-    caplog.set_level(logging.DEBUG, logger="runtime.channels")
+    caplog.set_level(logging.DEBUG, logger="runtime.dataserver")
     assert asyncio.run(main()) == b""
     assert taken == []
     assert len(errors) == 1 and errors[0][1] == {"job-1"}, errors
@@ -479,7 +480,7 @@ def test_refused_strangers_make_one_warning_not_one_each(
         finally:
             await server.close()
 
-    caplog.set_level(logging.DEBUG, logger="runtime.channels")
+    caplog.set_level(logging.DEBUG, logger="runtime.dataserver")
     asyncio.run(main())
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) <= 1, [r.getMessage() for r in warnings]

@@ -23,7 +23,7 @@ the control key). The conversation, in order:
    ``worker_error`` when they happen; ``inject_barrier`` is answered by ``barrier_ack``
    per task for a checkpoint barrier; ``stop`` by ``stopped``.
 5. Live reconfiguration (steps in :mod:`controlplane.coordinator.reconfig`, the worker's
-   part in :mod:`runtime.deployment`): ``prepare`` -> ``prepared`` or
+   part in :mod:`runtime.reconfigure`): ``prepare`` -> ``prepared`` or
    ``prepare_failed``; the reconfiguration barrier (``inject_barrier``) -> ``paused``
    per affected task; ``update`` -> ``updated`` per task or ``update_failed``; or
    ``abort``, no reply.

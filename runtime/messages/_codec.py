@@ -11,6 +11,7 @@ import typing
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
+from ..errors import StreamRuntimeError
 from ..layout import Layout
 
 __all__ = [
@@ -30,7 +31,7 @@ __all__ = [
 ]
 
 
-class MessageError(ValueError):
+class MessageError(StreamRuntimeError, ValueError):
     """A frame from ``peer`` that is not a control message; says what is wrong."""
 
     def __init__(self, peer: str, problem: str) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..dataflow import OperatorSpec, logic_ref
+from ..errors import StreamRuntimeError
 from ..keygroups import key_group_fn
 from ..metrics import TaskMetrics
 from ..partitioning import Outputs
@@ -21,7 +22,7 @@ from ..state import KeyedState, KeyGroupNotOwnedError, ValueState
 __all__ = ["Processor", "UserCodeError", "make_processor"]
 
 
-class UserCodeError(RuntimeError):
+class UserCodeError(StreamRuntimeError, RuntimeError):
     """A UDF raised; the message names task, logic, record (and key) and the original error."""
 
 

@@ -1,0 +1,359 @@
+"""One job's tasks on one worker, built from the job's :class:`~runtime.layout.Layout`,
+with their channels and data connections.
+
+:class:`JobRuntime` deploys the tasks (inputs first: local outputs need them), starts
+them, injects barriers at its sources, snapshots them for the stop-and-restart baseline
+and stops them. It asks of the worker hosting it only what :class:`WorkerServices`
+lists, and never imports :mod:`runtime.worker`.
+
+A live reconfiguration of the job is carried out by the modules above this one, each on
+the runtime and the :class:`~runtime.change.Change` it holds as ``pending``:
+
+- :mod:`runtime.reconfigure`: the worker's part of the protocol (prepare, pause at the
+  barrier, update, abort), each task's part chosen by its role in the change;
+- :mod:`runtime.copyahead`: copying key groups ahead during the prepare;
+- :mod:`runtime.stages`: the stages of a fluid change;
+- :mod:`runtime.shipping`: the state a task gives away and takes in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import ssl
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import replace
+from typing import Any, Protocol
+
+from . import handshake, protocol
+from .change import Change, WorkerReconfigurationError
+from .channels import InputChannel, InputGate, LocalOutputChannel, OutputChannel
+from .dataflow import JobGraph, OperatorSpec
+from .handover import StateInbox
+from .keygroups import key_group_fn
+from .layout import Layout, split_task_id
+from .messages import ChannelConfig, Restore, Snapshot, ToCoordinator
+from .metrics import TaskMetrics
+from .operators import KeyedProcessor, SinkProcessor, make_processor
+from .partitioning import BroadcastEdge, Edge, ForwardEdge, KeyGroupEdge, Outputs, RebalanceEdge
+from .peerlink import PeerLink, RemoteOutputChannel
+from .records import Barrier, BarrierKind
+from .state import KeyedState
+from .task import BaseTask, SourceTask, StreamTask, TaskHost
+
+__all__ = ["JobRuntime", "WorkerServices"]
+
+
+class WorkerServices(TaskHost, Protocol):
+    """What a job's runtime needs from the worker hosting it (:class:`~runtime.worker.Worker`
+    provides it), besides hosting its tasks (:class:`~runtime.task.TaskHost`)."""
+
+    worker_id: str
+    secret: str  # the cluster secret: data connections prove a key derived from it
+    client_tls: ssl.SSLContext | None  # to dial peers' data servers
+    state: StateInbox  # key-group state and source positions that came for tasks here
+
+    def send(self, msg: ToCoordinator) -> None:
+        """Queue ``msg`` for the coordinator."""
+        ...
+
+    def register_input(self, channel: InputChannel) -> None:
+        """Route the frames of ``channel.key`` that peers send here to ``channel``."""
+        ...
+
+    def unregister_input(self, channel: InputChannel) -> None:
+        """Stop routing frames to ``channel`` (if another channel of its key has not
+        replaced it)."""
+        ...
+
+    def background(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run ``work`` beside the control loop, cancelled if the worker shuts down."""
+        ...
+
+    def forget(self, job: JobRuntime) -> None:
+        """None of ``job``'s tasks is left here: drop it and let go of what it holds."""
+        ...
+
+    def peer_failed(self, job: JobRuntime, peer: str, exc: BaseException) -> None:
+        """The data connection of ``job`` to worker ``peer`` failed: the job fails."""
+        ...
+
+    def task_ran_dry(self) -> None:
+        """A task here has processed all its input (:attr:`InputGate.on_dry`)."""
+        ...
+
+    async def caught_up(self) -> None:
+        """Wait (a while at most) until no running task here has input waiting."""
+        ...
+
+
+class JobRuntime:
+    """The tasks of one job that run on this worker, and their channels."""
+
+    def __init__(
+        self,
+        worker: WorkerServices,
+        job_id: str,
+        graph: bytes,
+        layout: Layout,
+        peers: Mapping[str, tuple[str, int]],
+        config: ChannelConfig,
+        restore: Mapping[str, Restore] | None = None,
+    ) -> None:
+        """The job ``job_id`` here, as a ``deploy`` (or a ``prepare`` that makes this worker
+        join it) describes it: ``graph`` pickled (its code installed already), every
+        worker's data address, and per task what it restarts from (:meth:`deploy`)."""
+        self.worker = worker
+        self.job_id = job_id
+        self.graph: JobGraph = pickle.loads(graph)
+        self.layout = layout
+        self.peers: dict[str, tuple[str, int]] = dict(peers)
+        self.batch_size = config.batch_size
+        self.linger_s = config.linger_s
+        self.credits = config.credits
+        self.tasks: dict[str, BaseTask] = {}
+        self.inputs: dict[str, InputChannel] = {}
+        self.links: dict[str, PeerLink] = {}
+        # Key-group state goes to a peer on a connection of its own, so that data frames
+        # never queue behind it (a copy ahead is sent while the tasks run).
+        self.state_links: dict[str, PeerLink] = {}
+        self.start_time = 0.0
+        self.pending: Change | None = None  # see runtime.reconfigure
+        # A staged change this worker was done with before the change ended (its tasks had
+        # no part in the later stages): cut short, it must still end here where it ended.
+        self.ended_early: Change | None = None
+        self.savepoint_id: int | None = None
+        self.restore: dict[str, Restore] = dict(restore or {})
+        self.stage_work: set[asyncio.Future] = set()  # key groups moving in a fluid stage
+        self._connecting: dict[tuple[str, bool], asyncio.Future[PeerLink]] = {}
+
+    @property
+    def me(self) -> str:
+        return self.worker.worker_id
+
+    def local_task_ids(self, layout: Layout) -> list[str]:
+        return [t for t, w in layout.placement.items() if w == self.me]
+
+    # -- channels ----------------------------------------------------------------------------
+
+    def register_input(self, upstream: str, task: str, key_fn: Callable | None) -> InputChannel:
+        """The input channel from ``upstream`` into ``task``, made and registered with the
+        worker if there is none yet."""
+        key = protocol.channel_key(self.job_id, upstream, task)
+        ch = self.inputs.get(key)
+        if ch is None:
+            ch = InputChannel(key, upstream, key_fn)
+            self.inputs[key] = ch
+            self.worker.register_input(ch)
+        return ch
+
+    def unregister_input(self, key: str) -> None:
+        """Forget input channel ``key``, here and in the worker's registry if it is ours
+        there (a runtime of the job made after this one was forgotten has its own)."""
+        ch = self.inputs.pop(key, None)
+        if ch is not None:
+            self.worker.unregister_input(ch)
+
+    def input_keys(self, task: str, layout: Layout) -> list[tuple[str, str, Callable | None]]:
+        """(channel key, upstream task, key function) of each input of ``task`` in ``layout``."""
+        op = self.graph.operator(split_task_id(task)[0])
+        return [
+            (protocol.channel_key(self.job_id, u, task), u, inp.key)
+            for inp in op.inputs
+            for u in layout.upstream_tasks(self.graph, task, inp)
+        ]
+
+    async def link(self, worker_id: str, state: bool = False) -> PeerLink:
+        """The data connection to ``worker_id`` (``state``: the one for key-group state),
+        opened on first use."""
+        link = (self.state_links if state else self.links).get(worker_id)
+        if link is not None:
+            return link
+        # Tasks updated together (or stages under way together) may ask at once: one
+        # connection, which they all wait for (a waiter cancelled does not cancel it).
+        key = (worker_id, state)
+        connecting = self._connecting.get(key)
+        if connecting is None:
+            connecting = asyncio.ensure_future(self._connect(worker_id, state))
+            self._connecting[key] = connecting
+            connecting.add_done_callback(lambda _: self._connecting.pop(key, None))
+        return await asyncio.shield(connecting)
+
+    def mailbox(self, task: str) -> str:
+        """Task ``task``'s name in the worker's state inbox (see protocol.state_owner)."""
+        return protocol.state_owner(self.job_id, task)
+
+    async def _connect(self, worker_id: str, state: bool) -> PeerLink:
+        """A data connection to ``worker_id`` for this job alone: it proves the job's data
+        key (see runtime.handshake), and the peer routes only this job's frames from it."""
+        host, port = self.peers[worker_id]
+        link = await PeerLink.connect(
+            worker_id,
+            host,
+            port,
+            self.me,
+            job_id=self.job_id,
+            key=handshake.data_key(self.worker.secret, self.job_id),
+            tls=self.worker.client_tls,
+        )
+        link.on_error = lambda exc, w=worker_id: self.worker.peer_failed(self, w, exc)
+        if state:  # it carries no channels, only the state of a pending change
+            link.in_use = lambda: self.pending is not None
+        (self.state_links if state else self.links)[worker_id] = link
+        return link
+
+    async def _output_channel(
+        self, src: str, dst: str, layout: Layout, reuse: dict[str, OutputChannel]
+    ) -> OutputChannel:
+        old = reuse.get(dst)
+        target_worker = layout.placement[dst]
+        if old is not None:
+            same_place = isinstance(old, LocalOutputChannel) == (target_worker == self.me)
+            if same_place and (target_worker == self.me or old.link.peer == target_worker):  # type: ignore[attr-defined]
+                return old
+        key = protocol.channel_key(self.job_id, src, dst)
+        if target_worker == self.me:
+            receiver = self.inputs.get(key)
+            if receiver is None:
+                raise WorkerReconfigurationError(f"no input channel {key} on worker {self.me}")
+            return LocalOutputChannel(key, dst, self.credits, receiver)
+        return RemoteOutputChannel(key, dst, self.credits, await self.link(target_worker))
+
+    async def edges(
+        self, op: OperatorSpec, tid: str, layout: Layout, reuse: dict[str, OutputChannel]
+    ) -> list[Edge]:
+        """Task ``tid``'s output edges in ``layout``, reusing the channels of ``reuse`` (by
+        target task) whose target has not moved to another worker."""
+        edges: list[Edge] = []
+        for down, inp in self.graph.downstream(op.name):
+            targets = layout.downstream_tasks(tid, down.name, inp)
+            chans = [await self._output_channel(tid, t, layout, reuse) for t in targets]
+            if inp.partitioning == "forward":
+                edges.append(ForwardEdge(down.name, chans))
+            elif inp.partitioning == "broadcast":
+                edges.append(BroadcastEdge(down.name, chans))
+            elif inp.partitioning == "rebalance":
+                edges.append(
+                    RebalanceEdge(down.name, chans, [layout.weights.get(t, 1.0) for t in targets])
+                )
+            else:
+                owner = layout.owner_table(down, targets)
+                edges.append(
+                    KeyGroupEdge(
+                        down.name, chans, inp.key, key_group_fn(down.max_parallelism), owner
+                    )
+                )
+        return edges
+
+    async def make_task(self, tid: str, layout: Layout, gate: InputGate) -> BaseTask:
+        """Task ``tid`` as ``layout`` has it (its logic, key groups and output channels),
+        reading ``gate``; not started."""
+        op = self.graph.operator(split_task_id(tid)[0])
+        index = split_task_id(tid)[1]
+        outputs = Outputs(await self.edges(op, tid, layout, {}), self.batch_size, self.linger_s)
+        metrics = TaskMetrics(op.max_parallelism if op.keyed else 0, sink=op.kind == "sink")
+        logic = layout.logic_of(op, tid)
+        if logic is not op.logic:
+            op = replace(op, logic=logic)
+        task: BaseTask
+        if op.kind == "source":
+            task = SourceTask(tid, op, index, outputs, metrics, self.worker)
+        else:
+            state = KeyedState(tid, layout.assignment.get(tid, ())) if op.keyed else None
+            processor = make_processor(tid, op, index, outputs, metrics, state)
+            task = StreamTask(tid, op, index, outputs, metrics, self.worker, gate, processor)
+        task.job_id = self.job_id  # type: ignore[attr-defined]
+        return task
+
+    # -- running -----------------------------------------------------------------------------
+
+    async def deploy(self) -> None:
+        """Create this worker's tasks and their channels (inputs first: local outputs need them)."""
+        local = sorted(self.local_task_ids(self.layout))
+        gates: dict[str, InputGate] = {}
+        for tid in local:
+            gate = InputGate(on_dry=self.worker.task_ran_dry)
+            for _key, u, key_fn in self.input_keys(tid, self.layout):
+                gate.add(self.register_input(u, tid, key_fn))
+            gates[tid] = gate
+        for tid in local:
+            self.tasks[tid] = await self.make_task(tid, self.layout, gates[tid])
+        for tid, entry in self.restore.items():  # a restart from a snapshot
+            task = self.tasks[tid]
+            if (
+                entry.groups
+                and isinstance(task, StreamTask)
+                and isinstance(task.processor, KeyedProcessor)
+            ):
+                for g, data in entry.groups.items():
+                    task.processor.state.import_group(g, data)
+
+    def start(self, start_time: float) -> None:
+        self.start_time = start_time
+        for tid, task in self.tasks.items():
+            entry = self.restore.get(tid)
+            position = None if entry is None else entry.position
+            if isinstance(task, SourceTask):
+                task.start(start_time, position, len(self.layout.tasks_of(task.op.name)))
+            else:
+                task.start(start_time)
+        self.restore = {}
+
+    def savepoint(self, barrier_id: int) -> None:
+        """Stop-and-restart baseline, step 1: snapshot every task at ``barrier_id`` and halt."""
+        self.savepoint_id = barrier_id
+        self.inject(Barrier(BarrierKind.CHECKPOINT, barrier_id))
+
+    def snapshot_and_halt(self, task: BaseTask) -> None:
+        """Send ``task``'s whole state to the coordinator; the task then stays paused."""
+        position: Any = None
+        groups: dict[int, bytes] = {}
+        if isinstance(task, SourceTask) and task.reader is not None:
+            position = task.reader.position()
+        elif isinstance(task, StreamTask) and isinstance(task.processor, KeyedProcessor):
+            state = task.processor.state
+            groups = {g: state.export_group(g) for g in state.owned()}
+        elif isinstance(task, StreamTask) and isinstance(task.processor, SinkProcessor):
+            task.processor.close()
+        metrics = task.snapshot_metrics()  # its last counts: the task stops here
+        self.worker.send(Snapshot(self.job_id, task.task_id, metrics, groups, position))
+
+    def inject(self, barrier: Barrier) -> None:
+        for task in self.tasks.values():
+            if isinstance(task, SourceTask):
+                task.inject(barrier)
+
+    def behind(self) -> bool:
+        """True while a running task here has input waiting for it."""
+        return any(
+            isinstance(t, StreamTask) and t.status == "running" and t.gate.has_ready()
+            for t in self.tasks.values()
+        )
+
+    async def stop(self) -> None:
+        for work in [*self.stage_work, *self._connecting.values()]:
+            work.cancel()
+        pending = self.pending
+        if pending is not None:
+            if pending.precopy is not None:
+                pending.precopy.cancel()
+            for task in pending.new_tasks.values():
+                task.close()
+        for task in self.tasks.values():
+            await task.stop()
+        for link in [*self.links.values(), *self.state_links.values()]:
+            await link.close()
+        for key in list(self.inputs):
+            self.unregister_input(key)
+
+    def settle(self) -> None:
+        """A change is over here: let go of what the job no longer needs here. The links to
+        workers that host none of its tasks now (they carried channels to tasks that left
+        those workers, or state) close once their peers have read them; if none of the
+        job's tasks is left here, all of its links do and the worker forgets the job."""
+        hosts = set(self.layout.workers_used()) if self.tasks else set()
+        for links in (self.links, self.state_links):
+            for wid in [w for w, link in links.items() if w not in hosts and not link.in_use()]:
+                self.worker.background(links.pop(wid).finish())
+        if not self.tasks:
+            self.worker.forget(self)

@@ -1,0 +1,129 @@
+"""The state a task gives away and takes in during a reconfiguration, on this worker.
+
+The old owner of a key group exports it and sends it straight to the new owner's worker
+(:func:`~runtime.handover.send_state`, in chunks, never through the control plane), or
+hands it over as an object when the new owner is here; a group copied ahead
+(:mod:`runtime.copyahead`) goes as the delta since its copy. The new owner takes each
+group in from the worker's :class:`~runtime.handover.StateInbox` as it arrives: all before
+it resumes (:func:`ship_in`), or in fluid mode one by one in the task's own loop while it
+runs, its records of a group waiting for that group alone (:func:`receive_groups`). A
+source that moves hands over its replay position the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import Any
+
+from . import precopy
+from .change import Change, WorkerReconfigurationError, group_owners, keyed_processor
+from .handover import send_state
+from .jobruntime import JobRuntime
+from .layout import Layout
+from .operators import KeyedProcessor, SinkProcessor
+from .task import BaseTask, SourceTask, StreamTask
+
+__all__ = ["receive_groups", "send_part", "ship_in", "ship_out"]
+
+
+async def ship_out(
+    job: JobRuntime, p: Change, task: BaseTask, old: Layout, new: Layout, everything: bool
+) -> None:
+    """Send the state that leaves ``task`` to its new owners (worker to worker):
+    ``everything`` it holds (it leaves this worker: a source's position too, and a sink
+    is closed), else the key groups it holds in ``old`` and not in ``new``."""
+    tid = task.task_id
+    if isinstance(task, SourceTask) and everything and task.reader is not None:
+        await send_part(
+            job, p.rid, tid, new.placement[tid], "source", task.reader.position(), raw=False
+        )
+        return
+    if isinstance(task, StreamTask) and isinstance(task.processor, SinkProcessor) and everything:
+        task.processor.close()
+        return
+    if not (isinstance(task, StreamTask) and isinstance(task.processor, KeyedProcessor)):
+        return
+    processor = task.processor
+    state = processor.state
+    owner_of = group_owners(new, task.op.name)
+    if everything:
+        leaving = list(state.owned())
+    else:  # what ``old`` gives it: an earlier stage's groups may still be on their way
+        kept, held = set(new.assignment.get(tid, ())), set(old.assignment.get(tid, ()))
+        leaving = [g for g in state.owned() if g in held and g not in kept]
+    if p.fluid:  # records of these groups wait for them: the busiest go first
+        counts = task.metrics.key_group_counts or []
+        leaving.sort(key=lambda g: -counts[g] if g < len(counts) else 0)
+    for g in leaving:
+        dest = owner_of[g]
+        dest_worker = new.placement[dest]
+        if dest_worker == job.me:
+            job.worker.state.put(p.rid, job.mailbox(dest), g, state.group(g))  # as is
+        elif (tid, g) in p.precopied:  # copied ahead: only what changed since
+            touched = processor.untrack(g) or ()
+            delta = precopy.export_delta(state.group(g), touched, p.precopied.pop((tid, g)))
+            part = precopy.part_name("delta", g)
+            await send_part(job, p.rid, dest, dest_worker, part, delta, raw=True)
+        else:
+            await send_part(job, p.rid, dest, dest_worker, g, state.export_group(g), raw=True)
+        state.drop_group(g)
+        if p.fluid:
+            await asyncio.sleep(0)  # the worker's running tasks go on between groups
+
+
+async def send_part(
+    job: JobRuntime, rid: int, dest: str, dest_worker: str, part: Any, data: Any, raw: bool
+) -> None:
+    """Hand ``data`` to task ``dest``: directly on this worker, else in chunked frames.
+
+    ``raw`` data is bytes delivered as is (exported key-group state); other data is
+    msgpack-encoded on the way and decoded on arrival (a source position).
+    """
+    if dest_worker == job.me:
+        job.worker.state.put(rid, job.mailbox(dest), part, data)
+        return
+    await send_state(await job.link(dest_worker, state=True), rid, dest, part, data, raw)
+
+
+async def ship_in(job: JobRuntime, p: Change, task: BaseTask, old: Layout, new: Layout) -> Any:
+    """Wait for and import the state that arrives at ``task``; returns a source position."""
+    tid = task.task_id
+    if isinstance(task, SourceTask):
+        if old.placement.get(tid) not in (None, job.me):
+            got = await job.worker.state.take(p.rid, job.mailbox(tid), {"source"})
+            return got["source"]
+        return None
+    if not (isinstance(task, StreamTask) and isinstance(task.processor, KeyedProcessor)):
+        return None
+    state = task.processor.state
+    have = set(state.owned()) if old.placement.get(tid) == job.me else set()
+    expected = set(new.assignment.get(tid, ())) - have
+    if not expected:
+        return None
+    # Each group is taken in as it arrives, while the rest are still on their way.
+    async for g, data in job.worker.state.arrivals(p.rid, job.mailbox(tid), expected):
+        state.take_in(g, data)
+        job.worker.state.recycle(data)
+    return None
+
+
+async def receive_groups(job: JobRuntime, p: Change, task: BaseTask, expected: set[int]) -> None:
+    """Fluid mode: hand each key group in ``expected`` to ``task``'s loop as soon as its
+    state arrives; return when all have been taken in (their waiting records done).
+    Raises :class:`WorkerReconfigurationError` if the task ends before."""
+    processor = keyed_processor(task)
+    assert isinstance(task, StreamTask) and processor is not None
+    taken: list[asyncio.Future] = []
+    async for g, data in job.worker.state.arrivals(p.rid, job.mailbox(task.task_id), expected):
+        taken.append(task.call_soon(functools.partial(processor.arrive, g, data)))
+    if not taken:
+        return
+    everything = asyncio.gather(*taken)
+    runner = task.runner
+    if runner is not None:
+        await asyncio.wait({everything, runner}, return_when=asyncio.FIRST_COMPLETED)
+    if not everything.done():
+        everything.cancel()
+        raise WorkerReconfigurationError(f"task {task.task_id} ended before its key groups arrived")
+    everything.result()
