@@ -57,9 +57,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.throughput import write_report
 from controlplane.abstraction import AssignWorkload, Plan, migrate, scale, update_logic
-from controlplane.coordinator import Coordinator, Job, RuntimeConfig
+from controlplane.coordinator import Coordinator, RunningJob, RuntimeConfig
 from controlplane.coordinator import fluid as fluid_mode
-from controlplane.coordinator.plans import refresh_workers
+from controlplane.coordinator.layouts import refresh_workers
 from controlplane.coordinator.workers import start_workers
 from controlplane.runner import LocalCluster
 from runtime.dataflow import load_job
@@ -82,7 +82,7 @@ COPYING_AHEAD = ("live", "fluid_all")  # the modes that copy state ahead
 LIVE_COMPARED = ("live", "live_nocopy", "fluid_all")  # the restarts' ratios are against these
 
 
-def window(job: Job, start: float, end: float) -> dict:
+def window(job: RunningJob, start: float, end: float) -> dict:
     """Latency and sink rate of the per-second reports made in (start, end].
 
     Each worker reports every second what happened since its last report, so the records
@@ -100,7 +100,7 @@ def window(job: Job, start: float, end: float) -> dict:
     return {"latency": summarize_latency(hist), "sink_rate": records / max(end - start, 1e-9)}
 
 
-def halves(job: Job) -> Plan:
+def halves(job: RunningJob) -> Plan:
     """Each count task gives the second half of its key groups to the next task."""
     a = job.abstraction
     tasks = a.operator("count").tasks
@@ -134,7 +134,7 @@ def how_at(how: str, pause_ms: float, pauses: list[float]) -> str:
 def steps(co: Coordinator) -> list[tuple[str, str, object]]:
     """(change, how, plan builder) in order; each builder sees the abstraction of its moment."""
 
-    def to_standby(j: Job) -> Plan:
+    def to_standby(j: RunningJob) -> Plan:
         """Migrate count-0 with its forward sink to a spare worker (one the job does not
         use, as a cluster keeps for moving work off a busy or failing machine, see
         :func:`spare_worker`), or, when count-0 is on one, back beside split-0 (which
@@ -146,7 +146,7 @@ def steps(co: Coordinator) -> list[tuple[str, str, object]]:
             return migrate(a, "count-0", home, with_forward=True)
         return migrate(a, "count-0", unused_workers(co, j)[0], with_forward=True)
 
-    def swap_workers(j: Job) -> Plan:
+    def swap_workers(j: RunningJob) -> Plan:
         """Migrate count-0 and count-1, each with its forward sink, to each other's worker
         (a count task and its sink stay together, as Flink's chaining would keep them)."""
         a = j.abstraction
@@ -155,7 +155,7 @@ def steps(co: Coordinator) -> list[tuple[str, str, object]]:
         second = migrate(a, "count-1", w0, with_forward=True)
         return Plan(a.version, tuple(first.ops) + tuple(second.ops))
 
-    def logic(j: Job) -> Plan:
+    def logic(j: RunningJob) -> Plan:
         a = j.abstraction
         current = a.operator("count").tasks[0].logic.ref
         ref = "examples.wordcount:count_word_v2"
@@ -211,13 +211,13 @@ def steps(co: Coordinator) -> list[tuple[str, str, object]]:
     ]
 
 
-def unused_workers(co: Coordinator, job: Job) -> list[str]:
+def unused_workers(co: Coordinator, job: RunningJob) -> list[str]:
     """The alive workers that host none of ``job``'s tasks."""
     used = set(job.layout.workers_used())
     return [w.id for w in co.alive_workers() if w.id not in used]
 
 
-async def spare_worker(co: Coordinator, job: Job) -> None:
+async def spare_worker(co: Coordinator, job: RunningJob) -> None:
     """Make sure a worker the job does not use is up (a restart on new workers retires
     the spare the job moved to), started before the change is timed."""
     if not unused_workers(co, job):
@@ -498,7 +498,7 @@ def median_of(runs: list[dict]) -> dict:
     }
 
 
-async def recover(job: Job, steady_p99: float) -> float | None:
+async def recover(job: RunningJob, steady_p99: float) -> float | None:
     """Wait until a whole second's p99 is back within 2x of steady (or RECOVER_S passed);
     returns how long after now that took, or None if it did not recover."""
     t0 = time.time()
@@ -510,7 +510,7 @@ async def recover(job: Job, steady_p99: float) -> float | None:
     return None
 
 
-async def settle(job: Job, steady_p99: float, steady_rate: float) -> float | None:
+async def settle(job: RunningJob, steady_p99: float, steady_rate: float) -> float | None:
     """Wait at least BEFORE_S, and until the last BEFORE_S seconds look steady (at most
     RECOVER_S more): their p99 within 2x of steady and their sink rate within
     SETTLE_RATE_TOLERANCE of the steady rate. The next change's "before" window is then

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from controlplane.coordinator import Job, RuntimeConfig
+from controlplane.coordinator import RunningJob, RuntimeConfig
 from controlplane.runner import run_local
 from runtime.dataflow import load_job
 from runtime.metrics import LatencyHistogram, summarize_latency
@@ -67,7 +67,7 @@ def write_report(path: str, benchmark: str, started: str, **figures: object) -> 
     print(f"wrote {out}")
 
 
-def per_second_rates(job: Job, operator: str) -> list[float]:
+def per_second_rates(job: RunningJob, operator: str) -> list[float]:
     buckets: dict[int, int] = defaultdict(int)
     for t, task, snap in job.metrics.samples:
         if job.metrics.operator_of.get(task) == operator:

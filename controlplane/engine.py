@@ -10,15 +10,20 @@ reports.
 
 A plan is carried out in three steps:
 
-1. :meth:`Engine.reserve` (request thread) builds and validates the plan against the job's
-   current abstraction on the loop and marks the job busy; a refusal raises at once and
-   changes nothing.
+1. :meth:`Engine.reserve` (request thread) builds the plan and has the coordinator
+   validate it against the job's current abstraction (the one validation: a
+   :class:`~controlplane.coordinator.ValidatedPlan`, trusted from then on), then reserves
+   the job's :class:`~controlplane.coordinator.slot.ChangeSlot`, the one owner of "one
+   reconfiguration at a time"; a refusal raises at once and changes nothing.
 2. The caller records the reconfiguration and, once that is committed, calls
    :meth:`Engine.launch` (or :meth:`Engine.release` if it rolled back).
 3. :meth:`Engine.carry_out` (on the loop) runs ``coordinator.apply_plan``, reports a
-   :class:`Progress` at every phase the coordinator's record passes through (its
-   ``on_change`` hook; the reports are written one after another, in order) and a final
-   one, then frees the job.
+   :class:`Progress` at every phase the coordinator's report passes through (its
+   ``on_change`` listener; the reports are written one after another, in order) and a
+   final one, then frees the job.
+
+A plan is cancelled one way, reserved or under way: :meth:`Engine.cancel` asks the
+coordinator (:func:`controlplane.coordinator.plans.cancel`).
 
 Jobs are named by the caller: the control plane submits each under its database id
 (:func:`job_key`), so the abstraction's ``job.id`` is the API's id and ids never restart
@@ -36,18 +41,18 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from controlplane.abstraction import (
-    AbstractionError,
-    apply_plan,
-    bytes_shipped,
-    diff,
-    step_bytes,
-)
+from controlplane.abstraction import AbstractionError, bytes_shipped, diff, step_bytes
 from controlplane.backends import BackendError, WorkerBackend, make_backend, tls_files
 from controlplane.config import Settings
-from controlplane.coordinator import Coordinator, CoordinatorError, Job, RuntimeConfig
-from controlplane.coordinator.plans import refresh_workers
-from controlplane.coordinator.reconfig import Cancellation, ReconfigurationError
+from controlplane.coordinator import (
+    Coordinator,
+    CoordinatorError,
+    ReconfigurationError,
+    RunningJob,
+    RunReport,
+    RuntimeConfig,
+    ValidatedPlan,
+)
 from controlplane.engine_views import (
     JobState,
     JobView,
@@ -71,6 +76,7 @@ from controlplane.errors import (
     WorkerLimit,
     from_abstraction_error,
 )
+from controlplane.statuses import JobStatus, ReconfigurationStatus, WorkerStatus
 from runtime.dataflow import JobGraph
 
 __all__ = [
@@ -121,10 +127,7 @@ class Engine:
         self.backend: WorkerBackend | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
-        self._busy: set[str] = set()  # ids of jobs with a reserved or running plan
-        self._cancelled: dict[str, str] = {}  # job id -> why its reserved plan must not start
-        self._tokens: dict[str, Cancellation] = {}  # job id -> its plan's, while carried out
-        self._runs: set[asyncio.Task[None]] = set()
+        self._runs: set[asyncio.Task[None]] = set()  # plans carried out, until recorded
 
     # -- lifecycle (on the loop) -----------------------------------------------------------
 
@@ -161,7 +164,7 @@ class Engine:
 
     def states(self) -> dict[str, JobState]:
         """Every job the coordinator knows, by its id (call on the loop)."""
-        return {rid: _state(job) for rid, job in list(self.coordinator.jobs.items())}
+        return {job_id: _state(job) for job_id, job in list(self.coordinator.jobs.items())}
 
     def alive_workers(self) -> int:
         return len(self.coordinator.alive_workers())
@@ -256,7 +259,11 @@ class Engine:
                 raise Unavailable(f"cannot start workers: {exc}") from None
             deadline = time.monotonic() + self.settings.workers_timeout_s
             while True:
-                new = [w for w in self._worker_views() if w.pid in pids and w.status == "alive"]
+                new = [
+                    w
+                    for w in self._worker_views()
+                    if w.pid in pids and w.status == WorkerStatus.ALIVE
+                ]
                 if len(new) == len(pids):
                     return new
                 if time.monotonic() > deadline:
@@ -275,7 +282,7 @@ class Engine:
 
         async def drain() -> WorkerView:
             view = next((w for w in self._worker_views() if w.id == worker_id), None)
-            if view is None or view.status != "alive":
+            if view is None or view.status != WorkerStatus.ALIVE:
                 raise NotFound(f"worker {worker_id!r} is not registered (see GET /workers)")
             if view.tasks:
                 raise WorkerBusy(
@@ -307,9 +314,8 @@ class Engine:
         """
 
         async def reserve() -> Reservation:
-            _, current, plan, new = self._plan(job_id, build, True, may_start_workers)
-            self._busy.add(job_id)
-            return Reservation(job_id, plan, tuple(sorted(diff(current, new).affected)))
+            job, _, validated = self._plan(job_id, build, True, may_start_workers)
+            return Reservation(job_id, validated, job.slot.reserve())
 
         return self._call(reserve, CALL_TIMEOUT_S)
 
@@ -322,7 +328,8 @@ class Engine:
         over the last ``state_window_s``."""
 
         async def preview() -> Preview:
-            view, current, plan, new = self._plan(job_id, build, False, may_start_workers)
+            _, view, validated = self._plan(job_id, build, False, may_start_workers)
+            current, plan, new = validated.base, validated.plan, validated.result
             sizes = view.group_sizes(state_window_s)
             try:
                 per_step = step_bytes(current, plan, sizes, self.coordinator.resolve_logic)
@@ -333,6 +340,7 @@ class Engine:
             return Preview(
                 plan=plan,
                 diff=diff(current, new).to_dict(),
+                affected=tuple(sorted(validated.affected)),
                 steps=len(per_step),
                 state_bytes_shipped=None if shipped is None else round(shipped),
                 largest_step_bytes=None if step is None else round(step),
@@ -342,39 +350,39 @@ class Engine:
 
     def _plan(
         self, job_id: str, build: PlanBuilder, reserving: bool, may_start_workers: bool
-    ) -> tuple:
-        """On the loop: (view, current abstraction, plan, its result) for ``build`` on the
-        job, validated; raises what :meth:`reserve` documents (busy only when ``reserving``)."""
+    ) -> tuple[RunningJob, JobView, ValidatedPlan]:
+        """On the loop: the job, the view ``build`` read and the plan it made, validated by
+        the coordinator; raises what :meth:`reserve` documents (busy only when
+        ``reserving``: the job's slot says whether it is)."""
         job = self.coordinator.jobs.get(job_id)
         if job is None:
             raise JobNotRunning(
                 "the job is not deployed on this control plane (it ended, or the control "
                 "plane restarted since); submit it again"
             )
-        if reserving and (
-            job_id in self._busy or job.lock.locked() or job.status == "reconfiguring"
-        ):
+        if reserving and job.slot.busy:
             raise ReconfigurationInProgress(
                 "another reconfiguration of this job is under way; wait until it ends, "
                 "then build the plan on the version it leaves"
             )
-        if job.status not in ("running", "reconfiguring") or job.abstraction is None:
+        if (
+            job.status not in (JobStatus.RUNNING, JobStatus.RECONFIGURING)
+            or job.abstraction is None
+        ):
             raise JobNotRunning(f"the job is {job.status}: only a running job can be reconfigured")
-        backend = self.backend.name if self.backend is not None else "local"
-        current = refresh_workers(job.abstraction, self.coordinator.alive_workers(), backend)
-        view = JobView(job, current)
+        view = JobView(job, self.coordinator.current_abstraction(job_id))
         try:
             plan = build(view)
             if not plan.ops:
                 raise PlanRefused(
-                    f"the plan has no operations: version {current.version} already is "
-                    "what was asked",
+                    f"the plan has no operations: version {view.abstraction.version} already "
+                    "is what was asked",
                     code="no_change",
                 )
-            new = apply_plan(current, plan, resolve_logic=self.coordinator.resolve_logic)
+            validated = self.coordinator.validate_plan(job_id, plan)
         except AbstractionError as exc:
             raise from_abstraction_error(exc) from None
-        starting = len(new.workers_to_start())
+        starting = len(validated.result.workers_to_start())
         if starting and not may_start_workers:
             raise Forbidden(
                 f'the plan starts {starting} new worker(s) ("new"), which needs an admin token '
@@ -382,7 +390,7 @@ class Engine:
                 "the tasks on existing workers instead (GET /workers)"
             )
         self._check_room(starting)
-        return view, current, plan, new
+        return job, view, validated
 
     def _check_room(self, starting: int) -> None:
         """:class:`WorkerLimit` if ``starting`` more workers would pass ``max_workers``."""
@@ -397,32 +405,22 @@ class Engine:
     def release(self, reservation: Reservation) -> None:
         """Give up a reservation that will not be carried out (thread-safe)."""
 
-        def release() -> None:
-            self._busy.discard(reservation.job_id)
-            self._cancelled.pop(reservation.job_id, None)
-
-        self._when_on_loop(release)
+        self._when_on_loop(lambda: self._free(reservation))
 
     def cancel(self, job_id: str, reason: str) -> None:
-        """Cancel the job's plan under way (see :func:`controlplane.coordinator.plans.cancel`),
-        or, reserved and not started yet, see that it never starts (it is reported
-        ``cancelled``). :class:`NotCancellable` says why not: nothing under way, a pause-mode
-        update under way, a stop-and-restart."""
+        """Cancel the job's plan under way, or reserved and not started yet (then it never
+        starts: it is reported ``cancelled``); see
+        :func:`controlplane.coordinator.plans.cancel`. :class:`NotCancellable` says why
+        not: nothing under way, a pause-mode update under way, a stop-and-restart."""
 
         async def cancel() -> None:
             job = self.coordinator.jobs.get(job_id)
-            token = self._tokens.get(job_id)
-            if job is not None and job.cancellation is not None and job.cancellation is token:
-                try:  # it holds the job: the coordinator says whether it can stop now
-                    self.coordinator.cancel_plan(job_id, reason)
-                except ReconfigurationError as exc:
-                    raise NotCancellable(str(exc)) from None
-            elif token is not None:  # carried out, not started yet: it ends at its start
-                token.request(reason)
-            elif job_id in self._busy:  # reserved, not carried out yet
-                self._cancelled.setdefault(job_id, reason)
-            else:
+            if job is None or not job.slot.busy:
                 raise NotCancellable("no reconfiguration of the job is under way")
+            try:
+                self.coordinator.cancel_plan(job_id, reason)
+            except ReconfigurationError as exc:
+                raise NotCancellable(str(exc)) from None
 
         self._call(cancel, CALL_TIMEOUT_S)
 
@@ -446,17 +444,17 @@ class Engine:
     async def carry_out(
         self, reservation: Reservation, report: Callable[[Progress], Awaitable[None]]
     ) -> None:
-        """Run the reserved plan; ``report`` is awaited, in order, for the record's creation
+        """Run the reserved plan; ``report`` is awaited, in order, for the report's creation
         and each phase it enters (pending, preparing, syncing, updating), then once with
         the outcome (unless cancelled: then the run is cancelled too and whoever cancelled
         records the outcome). The job is freed after the final report."""
-        rid, plan = reservation.job_id, reservation.plan
+        job_id, token = reservation.job_id, reservation.cancellation
         changes: asyncio.Queue[Progress | None] = asyncio.Queue()
         last: list[Progress] = []
 
-        def on_change(rec: Any) -> None:
+        def on_change(run_report: RunReport) -> None:
             # Called by the coordinator, on this loop, from inside its protocol: only queue.
-            now = Progress.of(rec)
+            now = Progress.of(run_report)
             if now.done or (last and last[-1] == now):
                 return  # the outcome is reported below, with the new version
             last.append(now)
@@ -466,19 +464,20 @@ class Engine:
             while (progress := await changes.get()) is not None:
                 await report(progress)
 
-        if rid in self._cancelled:  # cancelled before it started: nothing changed
+        if token.reason:  # cancelled before it started: nothing changed
             try:
-                reason = self._cancelled.pop(rid)
-                await report(Progress("cancelled", error=f"{reason}; nothing changed"))
+                error = f"{token.reason}; nothing changed"
+                await report(Progress.bare(ReconfigurationStatus.CANCELLED, error))
             finally:
-                self._busy.discard(rid)
+                self._free(reservation)
             return
-        writer = asyncio.create_task(write_changes(), name=f"report-{rid}")
-        token = self._tokens[rid] = Cancellation()
+        writer = asyncio.create_task(write_changes(), name=f"report-{job_id}")
         try:
-            job = self.coordinator.jobs[rid]
+            job = self.coordinator.jobs[job_id]
             run = asyncio.create_task(
-                self.coordinator.apply_plan(rid, plan, on_change=on_change, cancellation=token)
+                self.coordinator.apply_plan(
+                    job_id, reservation.validated, on_change=on_change, cancellation=token
+                )
             )
             try:
                 await asyncio.wait({run})
@@ -488,16 +487,21 @@ class Engine:
                 raise
             changes.put_nowait(None)
             await writer
-            await report(_outcome(job, run, plan.base_version))
+            await report(_outcome(job, run, reservation.plan.base_version))
         finally:
             writer.cancel()
-            self._tokens.pop(rid, None)
-            self._busy.discard(rid)
+            self._free(reservation)
+
+    def _free(self, reservation: Reservation) -> None:
+        """End ``reservation`` (on the loop): the job may take another plan."""
+        job = self.coordinator.jobs.get(reservation.job_id)
+        if job is not None:
+            job.slot.release(reservation.cancellation)
 
     def _worker_views(self) -> list[WorkerView]:
         hosted: dict[str, list[str]] = {}
         for job in list(self.coordinator.jobs.values()):
-            if job.status in ("finished", "failed", "stopped"):
+            if job.status.ended:
                 continue
             for task, worker in job.layout.placement.items():
                 hosted.setdefault(worker, []).append(f"{job.id}/{task}")
@@ -550,7 +554,7 @@ def _log_failure(run: asyncio.Task[None]) -> None:
         logger.error("carrying out a plan failed", exc_info=run.exception())
 
 
-def _metrics_view(job: Job, now: float, window_s: float) -> MetricsView:
+def _metrics_view(job: RunningJob, now: float, window_s: float) -> MetricsView:
     m = job.metrics
     since = now - window_s
     return MetricsView(
@@ -564,25 +568,25 @@ def _metrics_view(job: Job, now: float, window_s: float) -> MetricsView:
     )
 
 
-def _state(job: Job) -> JobState:
+def _state(job: RunningJob) -> JobState:
     version = job.abstraction.version if job.abstraction is not None else None
     return JobState(job.id, job.status, job.error, version)
 
 
-def _outcome(job: Job, run: asyncio.Task[Any], base_version: int) -> Progress:
+def _outcome(job: RunningJob, run: asyncio.Task[RunReport], base_version: int) -> Progress:
+    failed = ReconfigurationStatus.FAILED
     try:
-        rec = run.result()
+        run_report = run.result()
     except AbstractionError as exc:
-        return Progress("failed", error=f"the plan was refused when applied: {exc}")
+        return Progress.bare(failed, f"the plan was refused when applied: {exc}")
     except (ReconfigurationError, CoordinatorError) as exc:
-        return Progress("failed", error=str(exc))
+        return Progress.bare(failed, str(exc))
     except Exception as exc:
         logger.exception("reconfiguration of job %s raised", job.id)
-        return Progress("failed", error=f"internal error: {type(exc).__name__}: {exc}")
-    progress = Progress.of(rec)
-    made = tuple(
-        a.to_dict() for a in job.versions if base_version < a.version <= (rec.version or 0)
-    )
-    if rec.status != "completed" and not made:
+        return Progress.bare(failed, f"internal error: {type(exc).__name__}: {exc}")
+    progress = Progress.of(run_report)
+    version = run_report.version
+    made = tuple(a.to_dict() for a in job.versions if base_version < a.version <= (version or 0))
+    if run_report.status != ReconfigurationStatus.COMPLETED and not made:
         return progress
-    return replace(progress, version=rec.version, abstractions=made)
+    return replace(progress, version=version, abstractions=made)

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from controlplane.abstraction import Plan, key_group_bytes
-from controlplane.coordinator.reconfig import ENDED
+from controlplane.coordinator.report import bare_report
+from controlplane.statuses import ReconfigurationStatus
 
 if TYPE_CHECKING:
-    from controlplane.coordinator import Job
+    from controlplane.coordinator import Cancellation, RunningJob, RunReport, ValidatedPlan
 
 __all__ = [
     "JobState",
@@ -43,24 +44,35 @@ class JobState:
 
 @dataclass(frozen=True)
 class Reservation:
-    """A validated plan for a job that is now reserved for it (see :meth:`Engine.reserve`).
-    ``affected`` are the tasks the plan touches (from the abstraction diff)."""
+    """A validated plan for a job that is now reserved for it (see :meth:`Engine.reserve`),
+    with the cancellation the reservation made (see :meth:`Engine.cancel`)."""
 
     job_id: str
-    plan: Plan
-    affected: tuple[str, ...]
+    validated: ValidatedPlan
+    cancellation: Cancellation
+
+    @property
+    def plan(self) -> Plan:
+        return self.validated.plan
+
+    @property
+    def affected(self) -> tuple[str, ...]:
+        """The tasks the plan touches (from its layouts, as its report will say)."""
+        return tuple(sorted(self.validated.affected))
 
 
 @dataclass(frozen=True)
 class Preview:
     """What a plan would do to a job (see :meth:`Engine.preview`): the plan, the diff of
     its result against the current version (fresh workers it would start are among its
-    ``new_workers``), the versions it would go through (``steps``: one, or one per fluid
-    step), and the estimated bytes of keyed state it would ship between workers, in all
-    and in its largest step (None when a moving task's state size was not measured)."""
+    ``new_workers``), the tasks it would affect (as its reconfiguration's record would
+    say), the versions it would go through (``steps``: one, or one per fluid step), and
+    the estimated bytes of keyed state it would ship between workers, in all and in its
+    largest step (None when a moving task's state size was not measured)."""
 
     plan: Plan
     diff: Mapping[str, Any]
+    affected: tuple[str, ...]
     steps: int
     state_bytes_shipped: int | None
     largest_step_bytes: int | None
@@ -68,49 +80,47 @@ class Preview:
 
 @dataclass(frozen=True)
 class Progress:
-    """Where a reconfiguration stands. The final report sets ``version`` (the version the
-    job is left at) and ``abstractions``: the documents of the versions it made, oldest
-    first (one; or one per step in fluid mode, where a failed step keeps those before it)."""
+    """Where a reconfiguration stands: ``reported`` is what its coordinator report says
+    (:meth:`~controlplane.coordinator.RunReport.reported`, the one mapping from the report
+    to what is recorded: the ``reconfigurations`` row takes it as it is), or only status
+    and error for a plan that ended without a report. The final report sets ``version``
+    (the version the job is left at) and ``abstractions``: the documents of the versions
+    it made, oldest first (one; or one per step in fluid mode, where a failed step keeps
+    those before it)."""
 
-    status: str
-    error: str | None = None
-    affected: tuple[str, ...] | None = None
-    timings_ms: Mapping[str, float] = field(default_factory=dict)
-    pause_ms: Mapping[str, float] = field(default_factory=dict)
-    update_ms: Mapping[str, float] = field(default_factory=dict)
-    runs: int | None = None
-    stage_ms: tuple[float, ...] = ()
-    precopied: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
-    runtime_id: int | None = None
+    reported: Mapping[str, Any]
     version: int | None = None
     abstractions: tuple[dict[str, Any], ...] = ()
 
     @property
+    def status(self) -> ReconfigurationStatus:
+        return ReconfigurationStatus(self.reported["status"])
+
+    @property
+    def error(self) -> str | None:
+        return self.reported["error"]
+
+    @property
     def done(self) -> bool:
-        return self.status in ENDED
+        return self.status.ended
 
     @classmethod
-    def of(cls, rec: Any) -> Progress:
-        """The progress of a coordinator ``Reconfiguration`` record."""
-        return cls(
-            status=rec.status,
-            error=rec.error,
-            affected=tuple(sorted(rec.affected)),
-            timings_ms=dict(rec.timings_ms),
-            pause_ms=dict(sorted(rec.pause_ms.items())),
-            update_ms=dict(sorted(rec.update_ms.items())),
-            runs=rec.runs,
-            stage_ms=tuple(rec.stage_ms),
-            precopied={w: dict(c) for w, c in sorted(rec.precopied.items())},
-            runtime_id=rec.id,
-        )
+    def of(cls, report: RunReport) -> Progress:
+        """The progress of a coordinator report."""
+        return cls(report.reported())
+
+    @classmethod
+    def bare(cls, status: ReconfigurationStatus, error: str | None) -> Progress:
+        """The outcome of a plan that ended without a report (refused when applied, or
+        cancelled before it started)."""
+        return cls(bare_report(status, error))
 
 
 class JobView:
     """What a :data:`PlanBuilder` may read of a running job: its current abstraction (with
     the coordinator's current workers) and measured loads."""
 
-    def __init__(self, job: Job, abstraction: Any) -> None:
+    def __init__(self, job: RunningJob, abstraction: Any) -> None:
         self._job = job
         self.abstraction = abstraction
 

@@ -18,7 +18,7 @@ from runtime.dataflow import JobGraph
 from runtime.handshake import TlsFiles
 
 from .backends import LocalBackend, WorkerBackend
-from .coordinator import Coordinator, Job, RuntimeConfig
+from .coordinator import Coordinator, RunningJob, RuntimeConfig
 
 __all__ = ["LocalCluster", "RunResult", "run_local"]
 
@@ -31,7 +31,7 @@ class RunResult:
     status: str
     error: str | None
     summary: dict[str, Any]
-    job: Job
+    job: RunningJob
 
 
 class LocalCluster:
@@ -112,7 +112,7 @@ async def run_local(
     workers: int = 2,
     config: RuntimeConfig | None = None,
     timeout: float | None = None,
-    on_tick: Callable[[Job], Awaitable[None] | None] | None = None,
+    on_tick: Callable[[RunningJob], Awaitable[None] | None] | None = None,
     tick_s: float = 1.0,
     backend: Literal["local", "spark"] = "local",
 ) -> RunResult:

@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar
 
 from runtime.dataflow import JobGraph
 
-from .coordinator import Job, RuntimeConfig
+from .coordinator import RunningJob, RuntimeConfig
 from .runner import LocalCluster
 
 __all__ = ["BackgroundCluster"]
@@ -51,16 +51,16 @@ class BackgroundCluster:
         """Run ``coro`` on the cluster's loop and return its result."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
-    def submit(self, graph: JobGraph, job_id: str | None = None) -> Job:
+    def submit(self, graph: JobGraph, job_id: str | None = None) -> RunningJob:
         return self.call(self.coordinator.submit(graph, job_id=job_id))
 
-    def run(self, graph: JobGraph, timeout: float = 60.0) -> Job:
+    def run(self, graph: JobGraph, timeout: float = 60.0) -> RunningJob:
         """Submit ``graph`` and wait until it ends; stops it (and raises) after ``timeout``."""
         job = self.submit(graph)
         self.wait(job, timeout)
         return job
 
-    def wait(self, job: Job, timeout: float = 60.0) -> str:
+    def wait(self, job: RunningJob, timeout: float = 60.0) -> str:
         async def wait() -> str:
             try:
                 return await job.wait(timeout)

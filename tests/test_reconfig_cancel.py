@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from controlplane.abstraction import Plan, diff, scale
-from controlplane.coordinator.reconfig import ReconfigurationError
+from controlplane.coordinator import ReconfigurationError
 from controlplane.testing import BackgroundCluster
 from examples import wordcount
 from tests.e2e_jobs import counting_reference, final_counts
@@ -283,7 +283,7 @@ def test_a_plan_cancelled_before_it_holds_the_job_changes_nothing(
 ) -> None:
     """A caller's token cancelled before the plan starts (as the REST engine does for a
     request cancelled right after it was accepted): pause or fluid, nothing is sent."""
-    from controlplane.coordinator.reconfig import Cancellation
+    from controlplane.coordinator import Cancellation
 
     params = {"records": 20_000, "rate": 20_000, "output": str(tmp_path)}
     job = submit_running(cluster, WORDCOUNT, params, held_end)

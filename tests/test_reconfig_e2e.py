@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from controlplane.coordinator.reconfig import ReconfigurationBusy, ReconfigurationError
+from controlplane.coordinator import ReconfigurationBusy, ReconfigurationError
 from controlplane.testing import BackgroundCluster
 from examples import wordcount
 from runtime.dataflow import load_job
@@ -632,19 +632,18 @@ def test_a_worker_lost_while_a_change_waits_on_it_fails_the_change_at_once(
     job, in a fluid plan (whose steps have no record of their own): the job fails too, and
     the plan with it."""
     from controlplane.abstraction import Plan, migrate, scale
-    from controlplane.coordinator.model import Job
-    from controlplane.coordinator.reconfig import Reconfiguration
+    from controlplane.coordinator import RunningJob, RunReport
     from controlplane.runner import LocalCluster
 
     params = {"records": 120_000, "rate": 20_000, "output": str(tmp_path)}
 
-    async def change_killing(c: LocalCluster, job: Job, plan: Plan, victim: str):
+    async def change_killing(c: LocalCluster, job: RunningJob, plan: Plan, victim: str):
         """Apply ``plan``, killing worker ``victim`` as the change starts preparing;
         returns the record."""
         co = c.coordinator
         killed: list[int] = []
 
-        def kill_at_prepare(rec: Reconfiguration) -> None:
+        def kill_at_prepare(rec: RunReport) -> None:
             if rec.status == "preparing" and not killed:
                 assert c.backend is not None
                 killed.append(co.workers[victim].pid)

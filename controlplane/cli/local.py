@@ -15,7 +15,7 @@ from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
-from controlplane.coordinator import Job, RuntimeConfig
+from controlplane.coordinator import RunningJob, RuntimeConfig
 from controlplane.runner import RunResult, run_local
 from runtime.dataflow import DataflowError, JobGraph, JobRefError, load_job
 from runtime.params import ParamError
@@ -47,7 +47,7 @@ def _load(job_ref: str, params: dict[str, Any]) -> JobGraph:
         raise typer.Exit(2) from None
 
 
-def _tasks_table(job: Job, window_s: float = 2.0) -> Group:
+def _tasks_table(job: RunningJob, window_s: float = 2.0) -> Group:
     """Per-task rates of the last ``window_s`` seconds, sink latency, worker CPU and RSS."""
     view = job.metrics.window(window_s)
     table = Table(title=f"{job.graph.name} ({job.id}) — {job.status}", expand=False)
@@ -100,7 +100,7 @@ def _run(
         return asyncio.run(run_local(graph, workers=workers, config=config, timeout=timeout))
     with Live(console=console, refresh_per_second=2, transient=False) as view:
 
-        def tick(job: Job) -> None:
+        def tick(job: RunningJob) -> None:
             view.update(_tasks_table(job))
 
         result = asyncio.run(

@@ -27,9 +27,11 @@ import time
 from collections.abc import Callable
 
 from controlplane.backends import BackendError, WorkerBackend
+from controlplane.statuses import WorkerStatus
 from runtime import handshake, messages, protocol
 
-from .model import CoordinatorError, WorkerInfo
+from .errors import CoordinatorError
+from .model import WorkerInfo
 
 __all__ = ["HEARTBEAT_TIMEOUT_S", "REGISTER_READ_TIMEOUT_S", "Cluster"]
 
@@ -131,7 +133,7 @@ class Cluster:
     # -- workers --------------------------------------------------------------------------------
 
     def alive_workers(self) -> list[WorkerInfo]:
-        return [w for w in self.workers.values() if w.status == "alive"]
+        return [w for w in self.workers.values() if w.status == WorkerStatus.ALIVE]
 
     async def wait_for_workers(self, n: int, timeout: float = 30.0) -> list[WorkerInfo]:
         """Wait until at least ``n`` workers are alive; CoordinatorError after ``timeout``."""
@@ -187,7 +189,7 @@ class Cluster:
         it is ``stopped``, not lost, with ``reason``; its backend stops it, or it is asked
         to exit when no backend of ours started it."""
         info = self.workers.get(worker_id)
-        if info is None or info.status != "alive":
+        if info is None or info.status != WorkerStatus.ALIVE:
             return
         info.status, info.error = "stopped", reason
         if self.backend is not None and self.backend.owns(info.pid):
@@ -348,6 +350,6 @@ class Cluster:
 
     def _worker_lost(self, info: WorkerInfo) -> None:
         if info.status != "stopped":  # not retired on purpose (see retire_worker)
-            info.status = "lost"
+            info.status = WorkerStatus.LOST
         self._conns.pop(info.id, None)
         self._on_lost(info)

@@ -27,22 +27,29 @@ import logging
 import pickle
 import ssl
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
-from controlplane.abstraction import Resolver, resolve_importable
+from controlplane.abstraction import Abstraction, Plan, Resolver, resolve_importable
+from controlplane.statuses import JobStatus
 from runtime import codeload, messages
 from runtime.dataflow import JobGraph
 from runtime.layout import Layout
 from runtime.records import BarrierKind
 
 from .cluster import HEARTBEAT_TIMEOUT_S, Cluster
-from .layouts import abstraction_of
-from .model import CoordinatorError, Job, RuntimeConfig, WorkerInfo
+from .errors import CoordinatorError
+from .layouts import abstraction_of, refresh_workers
+from .model import RunningJob, RuntimeConfig, WorkerInfo
 from .plans import apply, cancel
 from .reconfig import reconfigure
 from .restart import restart_with
+from .validation import ValidatedPlan, validate
 
-__all__ = ["Coordinator", "CoordinatorError", "Job", "RuntimeConfig", "WorkerInfo"]
+if TYPE_CHECKING:
+    from .report import Listener, RunReport
+    from .slot import Cancellation
+
+__all__ = ["Coordinator"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +73,7 @@ class Coordinator(Cluster):
     ) -> None:
         super().__init__(secret, host, port, heartbeat_timeout_s=heartbeat_timeout_s, tls=tls)
         self.config = config or RuntimeConfig()
-        self.jobs: dict[str, Job] = {}
+        self.jobs: dict[str, RunningJob] = {}
         self._job_ids = itertools.count(1)
         # What a logic ref in a plan may name (raises BadLogic otherwise); the server's
         # accepts registered code only, a program running its own coordinator anything.
@@ -83,7 +90,7 @@ class Coordinator(Cluster):
 
     async def submit(
         self, graph: JobGraph, workers: list[str] | None = None, *, job_id: str | None = None
-    ) -> Job:
+    ) -> RunningJob:
         """Deploy and start ``graph``; returns the running job (or a failed one, with cause).
 
         ``job_id`` lets the caller (the StreamManager) name the job; it must be new.
@@ -94,7 +101,7 @@ class Coordinator(Cluster):
         if not ids:
             raise CoordinatorError("no workers are registered: start some before submitting a job")
         layout = Layout.initial(graph, ids)
-        job = Job(job_id or f"job-{next(self._job_ids)}", graph, layout)
+        job = RunningJob(job_id or f"job-{next(self._job_ids)}", graph, layout)
         self.jobs[job.id] = job
         error = await self.deploy(job, layout)
         if error:
@@ -107,13 +114,13 @@ class Coordinator(Cluster):
         job.versions.append(job.abstraction)
         # Step 4. Start with a common clock origin.
         job.started_at = time.time()
-        job.status = "running"
+        job.status = JobStatus.RUNNING
         self.start_deployed(job)
         logger.info("job %s running on %s", job.id, ", ".join(layout.workers_used()))
         return job
 
     async def deploy(
-        self, job: Job, layout: Layout, restore: dict[str, messages.Restore] | None = None
+        self, job: RunningJob, layout: Layout, restore: dict[str, messages.Restore] | None = None
     ) -> str | None:
         """Steps 2-3: deploy ``layout`` on its workers; returns an error, or None when deployed.
 
@@ -153,14 +160,14 @@ class Coordinator(Cluster):
         errors = [r for r in replies if r]
         return "; ".join(errors) if errors else None
 
-    def start_deployed(self, job: Job) -> None:
+    def start_deployed(self, job: RunningJob) -> None:
         """Step 4: tell the workers of ``job``'s layout to start it (``job.started_at`` is
         the clock origin); warm the others."""
         for wid in job.layout.workers_used():
             self.send(wid, messages.Start(job.id, job.started_at))
         self._warm(job, [w.id for w in self.alive_workers()])
 
-    def _warm(self, job: Job, workers: list[str]) -> None:
+    def _warm(self, job: RunningJob, workers: list[str]) -> None:
         """Send the job's code to those of ``workers`` that host none of its tasks: each
         imports it at once, so that a task moved there later (a migration to a spare, a
         scale out) does not wait for the imports in the prepare (tens of milliseconds on a
@@ -176,15 +183,15 @@ class Coordinator(Cluster):
         for wid in idle:
             self.send(wid, msg)
 
-    async def restart_with(self, job_id: str, layout: Layout) -> Any:
-        """The stop-and-restart baseline (see :mod:`.restart`); returns the record."""
+    async def restart_with(self, job_id: str, layout: Layout) -> RunReport:
+        """The stop-and-restart baseline (see :mod:`.restart`); returns the report."""
         return await restart_with(self, self._job(job_id), layout)
 
-    async def stop_job(self, job_id: str) -> Job:
+    async def stop_job(self, job_id: str) -> RunningJob:
         """Stop the job everywhere; waits (at most ``STOP_TIMEOUT_S``) for the workers' last
         counts, so the job's totals include what its tasks did since their last report."""
         job = self._job(job_id)
-        if job.end("stopped"):
+        if job.end(JobStatus.STOPPED):
             loop = asyncio.get_running_loop()
             job.stop_replies = {
                 wid: loop.create_future()
@@ -207,7 +214,7 @@ class Coordinator(Cluster):
     ) -> int:
         """Inject a barrier at the sources and wait until every task has aligned it."""
         job = self._job(job_id)
-        if job.status != "running":
+        if job.status != JobStatus.RUNNING:
             raise CoordinatorError(f"job {job_id} is {job.status}, not running")
         bid = self.next_barrier_id()
         fut = asyncio.get_running_loop().create_future()
@@ -233,28 +240,41 @@ class Coordinator(Cluster):
         *,
         wait: bool = True,
         sync_timeout_s: float | None = None,
-        plan: Any = None,
-    ) -> Any:
-        """Change the running job to ``layout`` live (see :mod:`.reconfig`); returns the record."""
+        plan: Plan | None = None,
+    ) -> RunReport:
+        """Change the running job to ``layout`` live (see :mod:`.reconfig`); returns the report."""
         return await reconfigure(
             self, self._job(job_id), layout, wait=wait, plan=plan, sync_timeout_s=sync_timeout_s
         )
 
+    def current_abstraction(self, job_id: str) -> Abstraction:
+        """The job's current abstraction version, listing the coordinator's workers as
+        they are now (what a plan for it is built on and validated against)."""
+        job = self._job(job_id)
+        backend = self.backend.name if self.backend is not None else "local"
+        return refresh_workers(job.abstraction, self.alive_workers(), backend)
+
+    def validate_plan(self, job_id: str, plan: Plan) -> ValidatedPlan:
+        """Check ``plan`` against the job's current abstraction (see :func:`.validation.validate`:
+        raises the abstraction's ``PlanError`` subclasses); :meth:`apply_plan` trusts the
+        result."""
+        return validate(self, self._job(job_id), plan)
+
     async def apply_plan(
         self,
         job_id: str,
-        plan: Any,
+        plan: Plan | ValidatedPlan,
         *,
         wait: bool = True,
         sync_timeout_s: float | None = None,
         restart: bool = False,
         new_workers: bool = False,
-        on_change: Any = None,
-        cancellation: Any = None,
-    ) -> Any:
-        """Validate ``plan`` (a :class:`controlplane.abstraction.Plan`) and carry it out live
-        (or, with ``restart``, by the stop-and-restart baseline, on new worker processes
-        with ``new_workers``); see :func:`.plans.apply`."""
+        on_change: Listener | None = None,
+        cancellation: Cancellation | None = None,
+    ) -> RunReport:
+        """Carry out ``plan`` live, validated first unless it was (or, with ``restart``, by
+        the stop-and-restart baseline, on new worker processes with ``new_workers``); see
+        :func:`.plans.apply`."""
         return await apply(
             self,
             self._job(job_id),
@@ -267,9 +287,10 @@ class Coordinator(Cluster):
             cancellation=cancellation,
         )
 
-    def cancel_plan(self, job_id: str, reason: str = "cancelled on request") -> Any:
-        """Cancel the plan under way on ``job_id`` at its next safe point; returns its
-        record (see :func:`.plans.cancel`; :class:`ReconfigurationError` when it cannot be)."""
+    def cancel_plan(self, job_id: str, reason: str = "cancelled on request") -> RunReport | None:
+        """Cancel the plan under way on ``job_id`` (or reserved for it) at its next safe
+        point; returns its report (see :func:`.plans.cancel`; :class:`ReconfigurationError`
+        when it cannot be)."""
         return cancel(self._job(job_id), reason)
 
     def channel_config(self) -> messages.ChannelConfig:
@@ -278,19 +299,19 @@ class Coordinator(Cluster):
             self.config.batch_size, self.config.linger_s, self.config.credits
         )
 
-    def _job(self, job_id: str) -> Job:
+    def _job(self, job_id: str) -> RunningJob:
         try:
             return self.jobs[job_id]
         except KeyError:
             raise CoordinatorError(f"no job {job_id!r}") from None
 
-    async def fail(self, job: Job, error: str) -> None:
+    async def fail(self, job: RunningJob, error: str) -> None:
         """End ``job`` as failed with ``error`` (if it has not ended) and stop it everywhere."""
-        if job.end("failed", error):
+        if job.end(JobStatus.FAILED, error):
             logger.warning("job %s failed: %s", job.id, error)
             self.stop_everywhere(job)
 
-    def stop_everywhere(self, job: Job) -> None:
+    def stop_everywhere(self, job: RunningJob) -> None:
         """Tell every worker to stop ``job``: also those its tasks are leaving in a change
         under way (a worker forgets a job once none of its tasks is left there)."""
         self.broadcast(messages.Stop(job.id))
@@ -299,7 +320,7 @@ class Coordinator(Cluster):
 
     def _on_registered(self, info: WorkerInfo) -> None:
         for job in self.jobs.values():
-            if job.status == "running":
+            if job.status == JobStatus.RUNNING:
                 self._warm(job, [info.id])
 
     def _on_cause_known(self, info: WorkerInfo, earlier: str | None) -> None:
@@ -314,18 +335,18 @@ class Coordinator(Cluster):
             if fut is not None and not fut.done():
                 fut.set_result(None)
         for job in self.jobs.values():
-            rec = job.active
-            if rec is not None and info.id in rec.workers():  # e.g. a migration's target
-                rec.on_failed(_lost_message(info, info.error))
+            run = job.active
+            if run is not None and info.id in run.workers:  # e.g. a migration's target
+                run.fail(_lost_message(info, info.error))
             if job.done or info.id not in job.layout.workers_used():
                 continue
             msg = _lost_message(info, info.error)
-            if job.status == "starting":
+            if job.status == JobStatus.STARTING:
                 fut = job.deploy_replies.get(info.id)
                 if fut is not None and not fut.done():
                     fut.set_result(msg)
                     continue
-            if job.end("failed", msg):
+            if job.end(JobStatus.FAILED, msg):
                 logger.warning("job %s failed: %s", job.id, msg)
                 self.stop_everywhere(job)
 
@@ -349,23 +370,23 @@ class Coordinator(Cluster):
             case messages.TaskFinished(task=task, metrics=metrics):
                 job.metrics.add(time.time(), task, metrics)
                 job.finished_tasks.add(task)
-                active = job.active
-                if active is not None:
-                    active.on_task_finished(task)
+                if job.active is not None:
+                    job.active.task_finished(task)
                 self._check_barriers(job, task, None)
-                if len(job.finished_tasks) == len(job.layout.placement) and job.end("finished"):
+                if len(job.finished_tasks) == len(job.layout.placement) and job.end(
+                    JobStatus.FINISHED
+                ):
                     logger.info("job %s finished", job.id)
                     self.stop_everywhere(job)
             case messages.TaskFailed(task=task, error=error):
                 job.failed_tasks[task] = error
-                active = job.active
-                if active is not None:  # a reconfiguration under way ends with the task's error
-                    active.on_failed(error)
-                if job.end("failed", error):
+                if job.active is not None:  # a reconfiguration under way ends with its error
+                    job.active.fail(error)
+                if job.end(JobStatus.FAILED, error):
                     logger.warning("job %s failed: %s", job.id, error)
                     self.stop_everywhere(job)
             case messages.WorkerError(error=error):
-                if job.end("failed", error):
+                if job.end(JobStatus.FAILED, error):
                     self.stop_everywhere(job)
             case messages.Stopped(metrics=metrics):
                 for task, snap in metrics.items():
@@ -405,34 +426,18 @@ class Coordinator(Cluster):
                 job.metrics.add(msg.time, task, snap)
 
     def _reconfiguration_reply(
-        self, job: Job, info: WorkerInfo, msg: messages.ToCoordinator
+        self, job: RunningJob, info: WorkerInfo, msg: messages.ToCoordinator
     ) -> None:
         """A worker's reply in the reconfiguration under way; one of an earlier (ended)
         reconfiguration is dropped."""
-        rec = job.active
-        if rec is None or rec.id != msg.rid:  # type: ignore[attr-defined]
+        run = job.active
+        if run is None or run.report.id != msg.rid:  # type: ignore[attr-defined]
             return
-        match msg:
-            case messages.Prepared(precopy=precopy):
-                rec.on_prepared(info.id, None, precopy)
-            case messages.PrepareFailed(error=error):
-                rec.on_prepared(info.id, error)
-            case messages.Paused(task=task):
-                rec.on_paused(task)
-            case messages.StageDone(stage=stage):
-                rec.on_stage_done(info.id, stage)
-            case messages.StageWithdrawn(clean=clean):
-                rec.on_stage_withdrawn(info.id, clean)
-            case messages.Updated(
-                task=task, pause_ms=pause_ms, update_ms=update_ms, metrics=metrics
-            ):
-                if metrics is not None:
-                    job.metrics.add(time.time(), task, metrics)
-                rec.on_updated(info.id, task, pause_ms, update_ms)
-            case messages.UpdateFailed(error=error):
-                rec.on_failed(error)
+        if isinstance(msg, messages.Updated) and msg.metrics is not None:
+            job.metrics.add(time.time(), msg.task, msg.metrics)
+        run.deliver(info.id, msg)
 
-    def _check_barriers(self, job: Job, task: str, bid: int | None) -> None:
+    def _check_barriers(self, job: RunningJob, task: str, bid: int | None) -> None:
         for b, (pending, fut) in job.barrier_waits.items():
             if bid is None or b == bid:
                 pending.discard(task)

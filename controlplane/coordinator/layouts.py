@@ -15,19 +15,20 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from controlplane.abstraction import Abstraction, Worker, from_graph
+from controlplane.statuses import WorkerStatus
 from runtime.dataflow import JobGraph, LogicRef, logic_ref
 from runtime.layout import Layout
 
 from .workers import remap_workers, start_workers
 
 if TYPE_CHECKING:
-    from .model import Job
+    from .model import RunningJob
     from .ports import Membership
 
 __all__ = ["abstraction_of", "layout_of", "refresh_workers", "substitute_new_workers"]
 
 
-def abstraction_of(job: Job, workers: list[Any], backend: str = "local") -> Abstraction:
+def abstraction_of(job: RunningJob, workers: list[Any], backend: str = "local") -> Abstraction:
     """Version 1 of a freshly deployed job's abstraction (``backend`` started its workers)."""
     return from_graph(job.id, job.graph, job.layout, workers, backend=backend)
 
@@ -43,7 +44,7 @@ def refresh_workers(a: Abstraction, workers: list[Any], backend: str) -> Abstrac
 
 
 def _lost(w: Worker) -> Worker:
-    return replace(w, status="lost")
+    return replace(w, status=WorkerStatus.LOST)
 
 
 def layout_of(new: Abstraction, graph: JobGraph, old: Abstraction, current: Layout) -> Layout:

@@ -1,28 +1,40 @@
-"""What the coordinator keeps: its error, the runtime settings it ships, workers, jobs.
-
-Exception tree::
-
-    CoordinatorError (RuntimeError)   a request that cannot be carried out
-"""
+"""What the coordinator keeps: the runtime settings it ships, workers, running jobs."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from controlplane.statuses import JobStatus, WorkerStatus
 from runtime.dataflow import JobGraph
 from runtime.layout import Layout
 from runtime.metrics import summarize_latency
 
+from .errors import CoordinatorError
 from .metrics import JobMetrics
+from .slot import ChangeSlot
 
-__all__ = ["CoordinatorError", "Job", "RuntimeConfig", "WorkerInfo"]
+if TYPE_CHECKING:
+    from runtime.messages import ToCoordinator
+
+    from .report import RunReport
 
 
-class CoordinatorError(RuntimeError):
-    """A request the coordinator cannot carry out (no workers, unknown job, timeout)."""
+class ActiveRun(Protocol):
+    """What a job knows of the live run under way (:class:`.reconfig.LiveRun`)."""
+
+    report: RunReport
+    workers: list[str]  # the workers of the old or new layout
+
+    def deliver(self, worker: str, msg: ToCoordinator) -> None: ...
+    def task_finished(self, task: str) -> None: ...
+    def fail(self, error: str) -> None: ...
+    def cancel(self, reason: str) -> None: ...
+
+
+__all__ = ["ActiveRun", "RunningJob", "RuntimeConfig", "WorkerInfo"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +70,7 @@ class WorkerInfo:
     data_host: str
     data_port: int
     name: str
-    status: str = "alive"  # alive | lost
+    status: str = WorkerStatus.ALIVE  # alive | lost | stopped (retired on purpose)
     registered_at: float = field(default_factory=time.time)
     last_seen: float = field(default_factory=time.monotonic)
     cpu_percent: float = 0.0
@@ -67,21 +79,21 @@ class WorkerInfo:
     executor_id: str | None = None  # the Spark executor hosting it (spark backend)
 
 
-class Job:
-    """A deployed job: its graph, layout, status and metrics."""
+class RunningJob:
+    """A job deployed by this coordinator: its graph, layout, status and metrics (the
+    control plane's database row of it is :class:`controlplane.jobs.models.Job`)."""
 
     def __init__(self, job_id: str, graph: JobGraph, layout: Layout) -> None:
         self.id = job_id
         self.graph = graph
         self.layout = layout
-        self.reconfigurations: list = []  # Reconfiguration records, oldest first
-        self.active: Any = None  # the live run under way (a fluid plan's step has no record)
-        self.cancellation: Any = None  # the plan under way's (reconfig.Cancellation)
+        self.reconfigurations: list[RunReport] = []  # their reports, oldest first
+        self.active: ActiveRun | None = None  # the live run under way (a fluid step's too)
+        self.slot = ChangeSlot(job_id)  # one reconfiguration at a time
         self.abstraction: Any = None  # the current version (controlplane.abstraction)
         self.versions: list = []  # every version, oldest first
-        self.lock = asyncio.Lock()  # one reconfiguration at a time
         self.snapshot: Any = None  # a stop-and-restart in progress collects snapshots here
-        self.status = "starting"  # starting | running | finished | failed | stopped
+        self.status = JobStatus.STARTING
         self.error: str | None = None
         self.started_at: float | None = None
         self.ended_at: float | None = None
@@ -100,20 +112,19 @@ class Job:
     def done(self) -> bool:
         return self._done.is_set()
 
-    async def wait(self, timeout: float | None = None) -> str:
+    async def wait(self, timeout: float | None = None) -> JobStatus:
         """Wait until the job ends; returns its status. Raises TimeoutError after ``timeout``."""
         await asyncio.wait_for(self._done.wait(), timeout)
         return self.status
 
-    def end(self, status: str, error: str | None = None) -> bool:
+    def end(self, status: JobStatus, error: str | None = None) -> bool:
         """End the job as ``status`` (with ``error``) unless it has ended: a reconfiguration
         under way fails, barriers waited for fail with :class:`CoordinatorError`, and
         :meth:`wait` returns. True if this call ended it."""
         if self.done:
             return False
-        for rec in [*self.reconfigurations, self.active]:
-            if rec is not None and not rec.done:
-                rec.on_failed(f"job {self.id} ended ({status}): {error or 'stopped'}")
+        if self.active is not None:
+            self.active.fail(f"job {self.id} ended ({status}): {error or 'stopped'}")
         self.status = status
         self.error = error
         self.ended_at = time.time()

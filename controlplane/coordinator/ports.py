@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from runtime.layout import Layout
     from runtime.messages import ChannelConfig, Restore, ToWorker
 
-    from .model import Job, RuntimeConfig, WorkerInfo
+    from .model import RunningJob, RuntimeConfig, WorkerInfo
 
 __all__ = ["JobHost", "Membership"]
 
@@ -62,7 +62,7 @@ class JobHost(Membership, Protocol):
     """The coordinator's jobs and what changes them: deploy, start, fail, stop."""
 
     config: RuntimeConfig
-    jobs: dict[str, Job]
+    jobs: dict[str, RunningJob]
     resolve_logic: Resolver  # what a logic ref in a plan may name
 
     def channel_config(self) -> ChannelConfig:
@@ -70,21 +70,21 @@ class JobHost(Membership, Protocol):
         ...
 
     async def deploy(
-        self, job: Job, layout: Layout, restore: dict[str, Restore] | None = None
+        self, job: RunningJob, layout: Layout, restore: dict[str, Restore] | None = None
     ) -> str | None:
         """Deploy ``layout`` of ``job`` on its workers (``restore``: tasks' state to seed
         them with); returns an error, or None once every worker deployed."""
         ...
 
-    def start_deployed(self, job: Job) -> None:
+    def start_deployed(self, job: RunningJob) -> None:
         """Tell the workers of ``job``'s layout to start it (``job.started_at`` is the clock
         origin)."""
         ...
 
-    async def fail(self, job: Job, error: str) -> None:
+    async def fail(self, job: RunningJob, error: str) -> None:
         """End ``job`` as failed with ``error`` (if it has not ended) and stop it everywhere."""
         ...
 
-    def stop_everywhere(self, job: Job) -> None:
+    def stop_everywhere(self, job: RunningJob) -> None:
         """Tell every connected worker to stop ``job``."""
         ...

@@ -30,19 +30,22 @@ import os
 import pickle
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runtime.layout import Layout, affected_tasks
+from controlplane.statuses import JobStatus, WorkerStatus
+from controlplane.statuses import ReconfigurationStatus as Status
+from runtime.layout import Layout
 from runtime.messages import Restore, Savepoint, Snapshot
 
-from .reconfig import Reconfiguration, ReconfigurationError, elapsed_ms, next_record_id
+from .errors import ReconfigurationError
+from .report import RunReport, elapsed_ms
 from .workers import start_workers
 
 if TYPE_CHECKING:
-    from .model import Job
+    from .model import RunningJob
     from .ports import JobHost
+    from .report import Listener
 
 __all__ = ["SNAPSHOT_TIMEOUT_S", "restart_locked", "restart_with"]
 
@@ -96,7 +99,7 @@ async def _retire(coordinator: JobHost, workers: list[str]) -> None:
         coordinator.shutdown_worker(wid)
 
     deadline = time.monotonic() + RETIRE_TIMEOUT_S
-    while any(coordinator.workers[w].status == "alive" for w in workers):
+    while any(coordinator.workers[w].status == WorkerStatus.ALIVE for w in workers):
         if time.monotonic() > deadline:
             logger.warning("old workers %s still connected after a restart", workers)
             return
@@ -104,25 +107,26 @@ async def _retire(coordinator: JobHost, workers: list[str]) -> None:
 
 
 async def restart_with(
-    coordinator: JobHost, job: Job, new: Layout, new_workers: bool = False
-) -> Reconfiguration:
+    coordinator: JobHost, job: RunningJob, new: Layout, new_workers: bool = False
+) -> RunReport:
     """Stop ``job`` with a snapshot, redeploy it as ``new`` with that state (on new worker
     processes with ``new_workers``), start it again."""
-    async with job.lock:
+    async with job.slot.lock:
         return await restart_locked(coordinator, job, new, new_workers=new_workers)
 
 
 async def restart_locked(
     coordinator: JobHost,
-    job: Job,
+    job: RunningJob,
     new: Layout,
-    on_change: Callable[[Reconfiguration], None] | None = None,
+    on_change: Listener | None = None,
     new_workers: bool = False,
-) -> Reconfiguration:
-    """:func:`restart_with` for a caller that holds ``job.lock`` (``on_change``: see
-    :func:`.reconfig.run_locked`). With ``new_workers`` the record's ``worker_map`` says
-    which new worker took the place of which old one."""
-    if job.status != "running":
+) -> RunReport:
+    """:func:`restart_with` for a caller that holds ``job.slot.lock`` (``on_change``: see
+    :func:`.reconfig.run_locked`). With ``new_workers`` the report's ``worker_map`` says
+    which new worker took the place of which old one. Every task is affected: every task
+    stops."""
+    if job.status != JobStatus.RUNNING:
         raise ReconfigurationError(f"job {job.id} is {job.status}, not running")
     sources = {t for op in job.graph.sources() for t in job.layout.tasks_of(op.name)}
     if sources - new.placement.keys():
@@ -142,19 +146,16 @@ async def restart_locked(
                 f"a restart on new workers stops the job's workers, and worker {w} also runs "
                 f"job {other}: restart on the same workers instead"
             )
-    rec = Reconfiguration(
-        next_record_id(), job.id, job.layout, new, affected_tasks(job.graph, job.layout, new)
-    )
-    rec.affected = set(job.layout.placement) | set(new.placement)
+    rec = RunReport.new(job.id, set(job.layout.placement) | set(new.placement))
     job.reconfigurations.append(rec)
-    if on_change is not None:
-        rec.listener = on_change
-        on_change(rec)
-    job.status = "reconfiguring"
+    announce = on_change or (lambda _report: None)
+    announce(rec)
+    job.status = JobStatus.RECONFIGURING
     t0 = time.perf_counter()
     try:
         # Step 1. Snapshot at a savepoint barrier.
-        rec.status = "syncing"
+        rec.status = Status.SYNCING
+        announce(rec)
         snap = _Snapshot(set(job.layout.placement))
         job.snapshot = snap
         bid = coordinator.next_barrier_id()
@@ -180,9 +181,9 @@ async def restart_locked(
                 raise
             rec.worker_map = {old: info.id for old, info in zip(replaced, fresh, strict=True)}
             new = new.replace(placement={t: rec.worker_map[w] for t, w in new.placement.items()})
-            rec.new = new
         # Step 3. Read the savepoint, redeploy with the state, then start.
-        rec.status = "updating"
+        rec.status = Status.UPDATING
+        announce(rec)
         await asyncio.to_thread(snap.load, savepoint)
         restore: dict[str, Restore] = {}
         for op in job.graph.operators:
@@ -201,7 +202,7 @@ async def restart_locked(
             raise ReconfigurationError(error)
         job.layout = new
         job.metrics.track_tasks({t: t.rpartition("-")[0] for t in new.placement})
-        job.status = "running"
+        job.status = JobStatus.RUNNING
         coordinator.start_deployed(job)
         t2 = time.perf_counter()
         if rec.worker_map:  # nothing of the job runs on the old workers now: they exit
@@ -214,14 +215,17 @@ async def restart_locked(
         rec.pause_ms = dict.fromkeys(sorted(new.placement), rec.timings_ms["total"])
         with contextlib.suppress(OSError):
             savepoint.unlink()
-        rec.status = "completed"
+        rec.status = Status.COMPLETED
+        announce(rec)
     except ReconfigurationError as exc:
-        rec.status = "failed"
+        rec.status = Status.FAILED
         rec.error = str(exc)
+        announce(rec)
         raise
     finally:
         job.snapshot = None
-        if job.status == "reconfiguring":
-            job.status = "running"
+        if job.status == JobStatus.RECONFIGURING:
+            job.status = JobStatus.RUNNING
         rec.ended_at = time.time()
+        announce(rec)
     return rec

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from controlplane.abstraction import NEW_WORKER, Abstraction, Worker
 from controlplane.backends import BackendError
 
-from .reconfig import ReconfigurationError
+from .errors import ReconfigurationError
 
 if TYPE_CHECKING:
     from .model import WorkerInfo
@@ -44,7 +44,7 @@ def remap_workers(a: Abstraction, mapping: dict[str, WorkerInfo], backend: str) 
     """``a`` with every task on a worker in ``mapping`` placed on the worker it maps to.
 
     A ``new-<k>`` placeholder is replaced by its worker; a real worker stays listed (its
-    status is refreshed with the others', see :func:`.plans.refresh_workers`) and the new
+    status is refreshed with the others', see :func:`.layouts.refresh_workers`) and the new
     one is added."""
     data = a.to_dict()
     placeholders = {p: i for p, i in mapping.items() if p.startswith(f"{NEW_WORKER}-")}

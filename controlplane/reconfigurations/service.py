@@ -8,6 +8,13 @@ way (ReconfigurationInProgress), then the plan against the current abstraction
 and handed to the tracker after the unit of work commits; the tracker then records its
 progress (:func:`record_progress`). Functions take the session as a keyword argument and
 never commit.
+
+Whether another reconfiguration is under way is the engine's to say (the job's
+:class:`~controlplane.coordinator.slot.ChangeSlot`, reserved from acceptance until the
+outcome is recorded): while the server runs it is the one source; the table is read
+only to name the reconfiguration under way in the refusal. Across a restart the table cannot hold a stale ``pending`` or
+running row that would block a job: the tracker marks every unfinished one failed at
+start-up (:func:`fail_unfinished`), and the jobs themselves do not survive a restart.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from controlplane.events import service as events
 from controlplane.jobs import service as jobs
 from controlplane.jobs.models import TERMINAL_JOB_STATUSES
 from controlplane.pagination import fetch_page
+from controlplane.statuses import ReconfigurationStatus
 from controlplane.versions import service as versions
 
 from .models import TERMINAL_RECONFIGURATION_STATUSES, Reconfiguration
@@ -221,28 +229,17 @@ def request_reconfiguration(
     job = jobs.get_job(session=session, engine=engine, job_id=job_id)
     if job.status in TERMINAL_JOB_STATUSES:
         raise JobNotRunning(f"job {job_id} is {job.status}: only a running job can be reconfigured")
-    busy = session.scalar(
-        select(Reconfiguration)
-        .where(
-            Reconfiguration.job_id == job_id,
-            Reconfiguration.status.not_in(TERMINAL_RECONFIGURATION_STATUSES),
-        )
-        .order_by(Reconfiguration.id.desc())
-        .limit(1)
-    )
-    if busy is not None:
-        raise ReconfigurationInProgress(
-            f"reconfiguration {busy.id} of job {job_id} is {busy.status}; wait until it has "
-            "ended, then build the plan on the version it leaves"
-        )
-    reservation = engine.reserve(job_key(job.id), build, may_start_workers=may_start_workers)
+    try:
+        reservation = engine.reserve(job_key(job.id), build, may_start_workers=may_start_workers)
+    except ReconfigurationInProgress as exc:
+        raise _naming_the_one_under_way(session, job_id, exc) from None
     db.after_rollback(session, lambda: engine.release(reservation))
     plan = reservation.plan
     rec = Reconfiguration(
         job_id=job_id,
         origin=origin,
         plan=plan.to_dict(),
-        status="pending",
+        status=ReconfigurationStatus.PENDING,
         affected_tasks=list(reservation.affected),
         error=None,
         timings_ms={},
@@ -257,10 +254,32 @@ def request_reconfiguration(
     )
     session.add(rec)
     session.flush()
-    rid = rec.id
-    db.after_commit(session, lambda: launch(rid, reservation))
-    logger.info("job %s: reconfiguration %s (%s) accepted", job_id, rid, origin)
+    reconfiguration_id = rec.id
+    db.after_commit(session, lambda: launch(reconfiguration_id, reservation))
+    logger.info("job %s: reconfiguration %s (%s) accepted", job_id, reconfiguration_id, origin)
     return rec
+
+
+def _naming_the_one_under_way(
+    session: Session, job_id: int, refusal: ReconfigurationInProgress
+) -> ReconfigurationInProgress:
+    """The engine's refusal (it alone decides that the job is busy), worded with the record
+    of the reconfiguration under way when there is one."""
+    busy = session.scalar(
+        select(Reconfiguration)
+        .where(
+            Reconfiguration.job_id == job_id,
+            Reconfiguration.status.not_in(TERMINAL_RECONFIGURATION_STATUSES),
+        )
+        .order_by(Reconfiguration.id.desc())
+        .limit(1)
+    )
+    if busy is None:
+        return refusal
+    return ReconfigurationInProgress(
+        f"reconfiguration {busy.id} of job {job_id} is {busy.status}; wait until it has "
+        "ended, then build the plan on the version it leaves"
+    )
 
 
 def preview_reconfiguration(
@@ -289,7 +308,7 @@ def preview_reconfiguration(
             "mode": plan.mode,
             "batch_size": plan.batch_size,
             "ops": plan.to_dict()["ops"],
-            "affected_tasks": list(seen.diff["affected"]),
+            "affected_tasks": list(seen.affected),
             "steps": seen.steps,
             "key_group_moves": sum(len(op["key_group_moves"]) for op in seen.diff["operators"]),
             "state_bytes_shipped": seen.state_bytes_shipped,
@@ -338,20 +357,12 @@ def record_progress(*, session: Session, reconfiguration_id: int, progress: Prog
     rec = session.get(Reconfiguration, reconfiguration_id)
     if rec is None or rec.status in TERMINAL_RECONFIGURATION_STATUSES:
         return
-    rec.status = progress.status
-    rec.error = progress.error
-    if progress.affected is not None:
-        rec.affected_tasks = list(progress.affected)
-    rec.timings_ms = dict(progress.timings_ms)
-    rec.pause_ms = dict(progress.pause_ms)
-    rec.update_ms = dict(progress.update_ms)
-    rec.runs = progress.runs
-    rec.stage_ms = list(progress.stage_ms)
-    rec.precopied = {w: dict(c) for w, c in progress.precopied.items()}
-    rec.runtime_id = progress.runtime_id if progress.runtime_id is not None else rec.runtime_id
+    for column, value in progress.reported.items():  # named as the columns (RunReport.reported)
+        setattr(rec, column, value)
     if progress.done:
         rec.ended_at = db.utcnow()
-        total = progress.timings_ms.get("total")
+        timings = dict(progress.reported["timings_ms"])
+        total = timings.get("total")
         took = f" in {total:.1f} ms" if total is not None else ""
         why = f": {progress.error}" if progress.error else ""
         events.record(
@@ -360,9 +371,9 @@ def record_progress(*, session: Session, reconfiguration_id: int, progress: Prog
             job_id=rec.job_id,
             message=f"reconfiguration {rec.id} ({rec.origin}) of job {rec.job_id} "
             f"{progress.status}{took}{why}",
-            data={"reconfiguration": rec.id, "timings_ms": dict(progress.timings_ms)},
+            data={"reconfiguration": rec.id, "timings_ms": timings},
         )
-    if progress.status == "completed" or progress.abstractions:
+    if progress.status == ReconfigurationStatus.COMPLETED or progress.abstractions:
         rec.result_version = progress.version
         job = jobs.get_row(session=session, job_id=rec.job_id)
         for document in progress.abstractions:
@@ -384,7 +395,7 @@ def fail_unfinished(*, session: Session, reason: str) -> int:
     )
     for rec in rows:
         rec.error = rec.error or f"{reason} (it was {rec.status})"
-        rec.status = "failed"
+        rec.status = ReconfigurationStatus.FAILED
         rec.ended_at = db.utcnow()
     session.flush()
     return len(rows)
