@@ -144,11 +144,19 @@ def test_restart_keeps_history_and_reports_the_truth(
                 30,
                 "the scale-out to complete",
             )
+            # An unthrottled source in front of a map that takes 5 ms a record: the map's
+            # input is full batches (credits x batch size, about 20 s of work) whatever the
+            # machine's speed, and the scale's sync barrier queues behind them.
             held = submit(
                 http,
                 "held",
                 "tests.e2e_jobs:held_job",
-                {"records": 10**6, "rate": 2000, "hold": str(hold), "output": str(tmp_path / "o")},
+                {"records": 10**6, "rate": 0, "hold": str(hold), "output": str(tmp_path / "o")},
+            )
+            wait_until(  # the registry is mirrored every half second: let it reach the db
+                lambda: http.get("/api/v1/workers/history").json()["total"] == 2,
+                30,
+                "the first run's workers in the history",
             )
             r = http.post(
                 f"/api/v1/jobs/{held}/scale", json={"operator": "count", "parallelism": 3}
@@ -161,12 +169,7 @@ def test_restart_keeps_history_and_reports_the_truth(
                 assert rec["status"] not in ("completed", "failed", "aborted"), rec
                 return rec["status"] == "syncing"
 
-            wait_until(syncing, 10, "the held job's reconfiguration to be syncing")
-            wait_until(  # the registry is mirrored every half second: let it reach the db
-                lambda: http.get("/api/v1/workers/history").json()["total"] == 2,
-                10,
-                "the first run's workers in the history",
-            )
+            wait_until(syncing, 30, "the held job's reconfiguration to be syncing")
         except BaseException:
             first.end(signal.SIGKILL)
             raise
