@@ -9,7 +9,7 @@ the steps before it):
 3. Start the coordinator and ``settings.local_workers`` workers with ``settings.backend``
    (the engine).
 4. Start mirroring job states into the database.
-5. Start the controllers recorded running (:class:`~controlplane.controllers.host.ControllerHost`).
+5. Start the controllers recorded running (:class:`~controlplane.hosted_controllers.host.ControllerHost`).
 
 Routes live under ``/api/v1`` in one package per resource; ``/healthz`` and ``/metrics`` (Prometheus text; see :mod:`controlplane.metrics.routes`)
 need no token, nor do the pages: ``/`` (the dashboard, :mod:`controlplane.console`),
@@ -37,10 +37,10 @@ from controlplane.auth import service as auth
 from controlplane.code import routes as code
 from controlplane.code import service as code_service
 from controlplane.config import Settings
-from controlplane.controllers import routes as controller_routes
-from controlplane.controllers.host import ControllerHost
 from controlplane.engine import Engine
 from controlplane.events import routes as event_routes
+from controlplane.hosted_controllers import routes as controller_routes
+from controlplane.hosted_controllers.host import ControllerHost
 from controlplane.jobs import routes as jobs
 from controlplane.metrics import routes as metrics
 from controlplane.reconfigurations import routes as reconfigurations

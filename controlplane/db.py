@@ -101,8 +101,8 @@ def load_models() -> MetaData:
     """Import every resource's ORM models and return the complete metadata."""
     from controlplane.auth import models as _auth  # noqa: F401
     from controlplane.code import models as _code  # noqa: F401
-    from controlplane.controllers import models as _controllers  # noqa: F401
     from controlplane.events import models as _events  # noqa: F401
+    from controlplane.hosted_controllers import models as _controllers  # noqa: F401
     from controlplane.jobs import models as _jobs  # noqa: F401
     from controlplane.reconfigurations import models as _reconfigurations  # noqa: F401
     from controlplane.versions import models as _versions  # noqa: F401

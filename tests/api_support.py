@@ -202,7 +202,7 @@ def running_server(backend: str, tmp_dir: str, **overrides: Any) -> Iterator[Api
 
 SERVER_PROGRAMS = (
     "runtime.worker",
-    "controlplane.controllers.child",
+    "controlplane.hosted_controllers.child",
     "runtime.codecheck",
     "runtime.jobbuild",
 )

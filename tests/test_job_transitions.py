@@ -15,7 +15,7 @@ from controlplane import db
 from controlplane.engine_views import JobState
 from controlplane.events.models import Event
 from controlplane.jobs import service as jobs
-from controlplane.jobs.models import Job
+from controlplane.jobs.models import JobRecord
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -33,13 +33,13 @@ def sessions(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator:
 
 def test_two_sessions_ending_a_job_record_one_event(sessions) -> None:
     with sessions() as s:
-        job = Job(name="j", job_ref="examples.wordcount:build", params={}, status="running")
+        job = JobRecord(name="j", job_ref="examples.wordcount:build", params={}, status="running")
         s.add(job)
         s.commit()
         jid = job.id
     a, b = sessions(), sessions()
     try:
-        seen_by_a, seen_by_b = a.get(Job, jid), b.get(Job, jid)  # both read "running"
+        seen_by_a, seen_by_b = a.get(JobRecord, jid), b.get(JobRecord, jid)  # both read "running"
         assert seen_by_a.status == seen_by_b.status == "running"
         done = JobState(job_id=str(jid), status="finished", error=None, version=1)
         assert jobs.refresh(seen_by_a, done)
@@ -55,4 +55,4 @@ def test_two_sessions_ending_a_job_record_one_event(sessions) -> None:
             select(func.count()).where(Event.job_id == jid, Event.kind == "job.finished")
         )
         assert ended == 1
-        assert s.get(Job, jid).status == "finished"
+        assert s.get(JobRecord, jid).status == "finished"

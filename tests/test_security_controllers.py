@@ -273,7 +273,7 @@ def make_secrets(db_dir: Path) -> None:
 
 def run_in_sandbox(settings: Settings, source: str, config: dict[str, Any], name: str) -> str:
     """Load ``source`` as a controller (``child --check``) in a sandbox; what it printed."""
-    command = sandbox.command(settings, "controlplane.controllers.child", ["--check", name])
+    command = sandbox.command(settings, "controlplane.hosted_controllers.child", ["--check", name])
     done = subprocess.run(
         command.argv,
         input=json.dumps({"source": source, "config": config}),

@@ -10,13 +10,13 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from controlplane.db import Base, utcnow
 
-__all__ = ["JOB_STATUSES", "TERMINAL_JOB_STATUSES", "Job"]
+__all__ = ["JOB_STATUSES", "TERMINAL_JOB_STATUSES", "JobRecord"]
 
 JOB_STATUSES = ("starting", "running", "reconfiguring", "finished", "failed", "stopped")
 TERMINAL_JOB_STATUSES = frozenset({"finished", "failed", "stopped"})
 
 
-class Job(Base):
+class JobRecord(Base):
     """A job as submitted (name, job reference, params) and as last seen running.
 
     The job is deployed under its id (``controlplane.engine.job_key``: the abstraction's

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .models import Job
+from .models import JobRecord
 
 __all__ = ["JobCreate", "JobRead", "JobStatus"]
 
@@ -57,7 +57,7 @@ class JobRead(BaseModel):
     updated_at: datetime
 
     @classmethod
-    def of(cls, job: Job) -> JobRead:
+    def of(cls, job: JobRecord) -> JobRead:
         return cls(
             id=job.id,
             name=job.name,

@@ -24,7 +24,7 @@ from controlplane.pagination import fetch_page
 from controlplane.versions import service as versions
 
 from .build import build_graph, job_dir, registered_job
-from .models import JOB_STATUSES, TERMINAL_JOB_STATUSES, Job
+from .models import JOB_STATUSES, TERMINAL_JOB_STATUSES, JobRecord
 
 __all__ = [
     "get_job",
@@ -50,7 +50,7 @@ def submit_job(
     ref: str,
     params: Mapping[str, Any],
     write_anywhere: bool = False,
-) -> Job:
+) -> JobRecord:
     """Record, build and deploy a job under its new id (with abstraction version 1 when it
     deployed). ``ref`` must name registered code, and the graph is built in a throwaway
     process (:func:`.build.build_graph`: :class:`BadJob` with the reason, nothing
@@ -58,7 +58,7 @@ def submit_job(
     admin's job). The job may be recorded ``failed`` with the cause (e.g. a worker could
     not import it). If the unit of work rolls back, the deployed job is stopped."""
     target = registered_job(engine.settings, ref)
-    job = Job(
+    job = JobRecord(
         name=name, job_ref=ref, params=dict(params), status="starting", error=None, version=None
     )
     session.add(job)
@@ -88,15 +88,15 @@ def submit_job(
     return job
 
 
-def get_row(*, session: Session, job_id: int) -> Job:
+def get_row(*, session: Session, job_id: int) -> JobRecord:
     """The job's row as stored; :class:`NotFound` if there is none."""
-    job = session.get(Job, job_id)
+    job = session.get(JobRecord, job_id)
     if job is None:
         raise NotFound(f"job {job_id} does not exist")
     return job
 
 
-def get_job(*, session: Session, engine: Engine, job_id: int) -> Job:
+def get_job(*, session: Session, engine: Engine, job_id: int) -> JobRecord:
     """The job, its status refreshed from the coordinator."""
     job = get_row(session=session, job_id=job_id)
     if job.status not in TERMINAL_JOB_STATUSES:
@@ -106,12 +106,12 @@ def get_job(*, session: Session, engine: Engine, job_id: int) -> Job:
 
 def list_jobs(
     *, session: Session, engine: Engine, limit: int, offset: int, status: str | None = None
-) -> tuple[list[Job], int]:
+) -> tuple[list[JobRecord], int]:
     """A page of jobs, newest first (optionally only those in ``status``), and the total."""
-    query = select(Job)
+    query = select(JobRecord)
     if status is not None:
-        query = query.where(Job.status == status)
-    jobs, total = fetch_page(session, query, Job.id.desc(), limit, offset)
+        query = query.where(JobRecord.status == status)
+    jobs, total = fetch_page(session, query, JobRecord.id.desc(), limit, offset)
     if any(j.status not in TERMINAL_JOB_STATUSES for j in jobs):
         states = engine.all_states()
         for job in jobs:
@@ -120,7 +120,7 @@ def list_jobs(
     return jobs, total
 
 
-def stop_job(*, session: Session, engine: Engine, job_id: int) -> Job:
+def stop_job(*, session: Session, engine: Engine, job_id: int) -> JobRecord:
     """Stop the job; a job that has already ended is returned as it is."""
     job = get_row(session=session, job_id=job_id)
     if job.status in TERMINAL_JOB_STATUSES:
@@ -134,7 +134,7 @@ def stop_job(*, session: Session, engine: Engine, job_id: int) -> Job:
     return job
 
 
-def refresh(job: Job, state: JobState | None) -> bool:
+def refresh(job: JobRecord, state: JobState | None) -> bool:
     """Copy the coordinator's status and error into a job that has not ended; True if it
     changed. Not its version: the job's version advances as the versions are recorded
     (:func:`controlplane.versions.service.add_version`), so the version a job shows can
@@ -147,14 +147,14 @@ def refresh(job: Job, state: JobState | None) -> bool:
     return True
 
 
-def mark_unreachable(job: Job, reason: str) -> None:
+def mark_unreachable(job: JobRecord, reason: str) -> None:
     """Record that a job which has not ended can no longer be followed (its workers are
     gone): it is ``failed`` with ``reason``."""
     if job.status not in TERMINAL_JOB_STATUSES:
         _update(job, "failed", reason)
 
 
-def _update(job: Job, status: str, error: str | None) -> None:
+def _update(job: JobRecord, status: str, error: str | None) -> None:
     """Set the job's status, with an event when it starts running or ends.
 
     Requests and the tracker refresh jobs concurrently, each in its own transaction: such
@@ -173,8 +173,8 @@ def _update(job: Job, status: str, error: str | None) -> None:
         return
     session.flush()  # the row as this session has it
     moved = session.execute(
-        update(Job)
-        .where(Job.id == job.id, Job.status == before)
+        update(JobRecord)
+        .where(JobRecord.id == job.id, JobRecord.status == before)
         .values(status=status, error=error)
         .execution_options(synchronize_session=False)
     )
@@ -200,7 +200,9 @@ def sync_states(
     how many rows changed."""
     changed = 0
     # In id order, as pages of jobs are: concurrent refreshes lock rows in one order.
-    for job in session.scalars(select(Job).where(Job.status.in_(_LIVE)).order_by(Job.id.desc())):
+    for job in session.scalars(
+        select(JobRecord).where(JobRecord.status.in_(_LIVE)).order_by(JobRecord.id.desc())
+    ):
         state = states.get(job_key(job.id))
         if state is not None:
             changed += refresh(job, state)

@@ -19,8 +19,8 @@ from sqlalchemy.orm import Session
 from controlplane.engine import Engine, MetricsView, job_key
 from controlplane.errors import JobNotRunning
 from controlplane.jobs import service as jobs
-from controlplane.jobs.models import JOB_STATUSES, TERMINAL_JOB_STATUSES, Job
-from controlplane.reconfigurations.models import RECONFIGURATION_STATUSES, Reconfiguration
+from controlplane.jobs.models import JOB_STATUSES, TERMINAL_JOB_STATUSES, JobRecord
+from controlplane.reconfigurations.models import RECONFIGURATION_STATUSES, ReconfigurationRecord
 from runtime.metrics import LatencyHistogram, summarize_latency
 
 from .schemas import (
@@ -158,7 +158,9 @@ def prometheus_text(*, session: Session, engine: Engine) -> bytes:
     and the size of its keyed state, and the number of live workers."""
     registry = CollectorRegistry(auto_describe=True)
     jobs_g = Gauge("streampilot_jobs", "Jobs by status", ["status"], registry=registry)
-    counts = dict(session.execute(select(Job.status, func.count()).group_by(Job.status)).all())
+    counts = dict(
+        session.execute(select(JobRecord.status, func.count()).group_by(JobRecord.status)).all()
+    )
     for status in JOB_STATUSES:
         jobs_g.labels(status).set(counts.get(status, 0))
     recs_g = Gauge(
@@ -166,13 +168,17 @@ def prometheus_text(*, session: Session, engine: Engine) -> bytes:
     )
     counts = dict(
         session.execute(
-            select(Reconfiguration.status, func.count()).group_by(Reconfiguration.status)
+            select(ReconfigurationRecord.status, func.count()).group_by(
+                ReconfigurationRecord.status
+            )
         ).all()
     )
     for status in RECONFIGURATION_STATUSES:
         recs_g.labels(status).set(counts.get(status, 0))
 
-    live = list(session.scalars(select(Job.id).where(Job.status.not_in(TERMINAL_JOB_STATUSES))))
+    live = list(
+        session.scalars(select(JobRecord.id).where(JobRecord.status.not_in(TERMINAL_JOB_STATUSES)))
+    )
     views = engine.metrics([job_key(i) for i in live], PROMETHEUS_WINDOW_S)
     rate = Gauge(
         "streampilot_job_records_per_second",

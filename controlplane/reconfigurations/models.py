@@ -10,7 +10,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from controlplane.db import Base, utcnow
 
-__all__ = ["RECONFIGURATION_STATUSES", "TERMINAL_RECONFIGURATION_STATUSES", "Reconfiguration"]
+__all__ = ["RECONFIGURATION_STATUSES", "TERMINAL_RECONFIGURATION_STATUSES", "ReconfigurationRecord"]
 
 RECONFIGURATION_STATUSES = (
     "pending",
@@ -25,7 +25,7 @@ RECONFIGURATION_STATUSES = (
 TERMINAL_RECONFIGURATION_STATUSES = frozenset({"completed", "failed", "aborted", "cancelled"})
 
 
-class Reconfiguration(Base):
+class ReconfigurationRecord(Base):
     """One reconfiguration of a job: the plan (``base_version``, ops, mode), where it
     came from (``origin``: plan, scale, rebalance, migrate, logic), how it went (status,
     error, affected tasks, phase timings, per-task pauses and update times in

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from controlplane.versions.schemas import DiffRead
 
-from .models import Reconfiguration
+from .models import ReconfigurationRecord
 
 __all__ = [
     "AssignLogicOp",
@@ -231,7 +231,7 @@ class ReconfigurationRead(BaseModel):
     ended_at: datetime | None
 
     @classmethod
-    def of(cls, rec: Reconfiguration) -> ReconfigurationRead:
+    def of(cls, rec: ReconfigurationRecord) -> ReconfigurationRead:
         return cls(
             id=rec.id,
             job_id=rec.job_id,

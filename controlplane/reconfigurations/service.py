@@ -55,7 +55,7 @@ from controlplane.pagination import fetch_page
 from controlplane.statuses import ReconfigurationStatus
 from controlplane.versions import service as versions
 
-from .models import TERMINAL_RECONFIGURATION_STATUSES, Reconfiguration
+from .models import TERMINAL_RECONFIGURATION_STATUSES, ReconfigurationRecord
 from .schemas import PreviewRead
 
 __all__ = [
@@ -221,7 +221,7 @@ def request_reconfiguration(
     origin: str,
     build: PlanBuilder,
     may_start_workers: bool,
-) -> Reconfiguration:
+) -> ReconfigurationRecord:
     """Validate the plan ``build`` makes for the job and record it ``pending``; ``launch``
     starts it once the unit of work has committed (the job is released if it rolls back).
     A plan that starts workers is :class:`~controlplane.errors.Forbidden` unless
@@ -235,7 +235,7 @@ def request_reconfiguration(
         raise _naming_the_one_under_way(session, job_id, exc) from None
     db.after_rollback(session, lambda: engine.release(reservation))
     plan = reservation.plan
-    rec = Reconfiguration(
+    rec = ReconfigurationRecord(
         job_id=job_id,
         origin=origin,
         plan=plan.to_dict(),
@@ -266,12 +266,12 @@ def _naming_the_one_under_way(
     """The engine's refusal (it alone decides that the job is busy), worded with the record
     of the reconfiguration under way when there is one."""
     busy = session.scalar(
-        select(Reconfiguration)
+        select(ReconfigurationRecord)
         .where(
-            Reconfiguration.job_id == job_id,
-            Reconfiguration.status.not_in(TERMINAL_RECONFIGURATION_STATUSES),
+            ReconfigurationRecord.job_id == job_id,
+            ReconfigurationRecord.status.not_in(TERMINAL_RECONFIGURATION_STATUSES),
         )
-        .order_by(Reconfiguration.id.desc())
+        .order_by(ReconfigurationRecord.id.desc())
         .limit(1)
     )
     if busy is None:
@@ -320,7 +320,7 @@ def preview_reconfiguration(
 
 def cancel_reconfiguration(
     *, session: Session, engine: Engine, job_id: int, reconfiguration_id: int
-) -> Reconfiguration:
+) -> ReconfigurationRecord:
     """Ask the engine to cancel the reconfiguration (see :meth:`Engine.cancel`): it ends
     ``cancelled`` at its next safe point, its error saying what stays applied.
     :class:`NotCancellable` when it has ended or cannot be stopped now."""
@@ -334,8 +334,8 @@ def cancel_reconfiguration(
 
 def get_reconfiguration(
     *, session: Session, job_id: int, reconfiguration_id: int
-) -> Reconfiguration:
-    rec = session.get(Reconfiguration, reconfiguration_id)
+) -> ReconfigurationRecord:
+    rec = session.get(ReconfigurationRecord, reconfiguration_id)
     if rec is None or rec.job_id != job_id:
         jobs.get_row(session=session, job_id=job_id)
         raise NotFound(f"job {job_id} has no reconfiguration {reconfiguration_id}")
@@ -344,17 +344,17 @@ def get_reconfiguration(
 
 def list_reconfigurations(
     *, session: Session, job_id: int, limit: int, offset: int
-) -> tuple[list[Reconfiguration], int]:
+) -> tuple[list[ReconfigurationRecord], int]:
     """A page of the job's reconfigurations, newest first, and how many there are."""
     jobs.get_row(session=session, job_id=job_id)
-    query = select(Reconfiguration).where(Reconfiguration.job_id == job_id)
-    return fetch_page(session, query, Reconfiguration.id.desc(), limit, offset)
+    query = select(ReconfigurationRecord).where(ReconfigurationRecord.job_id == job_id)
+    return fetch_page(session, query, ReconfigurationRecord.id.desc(), limit, offset)
 
 
 def record_progress(*, session: Session, reconfiguration_id: int, progress: Progress) -> None:
     """Store what the engine reported; a final report also records the abstraction
     versions it made. A record that has ended is not changed again."""
-    rec = session.get(Reconfiguration, reconfiguration_id)
+    rec = session.get(ReconfigurationRecord, reconfiguration_id)
     if rec is None or rec.status in TERMINAL_RECONFIGURATION_STATUSES:
         return
     for column, value in progress.reported.items():  # named as the columns (RunReport.reported)
@@ -388,8 +388,8 @@ def fail_unfinished(*, session: Session, reason: str) -> int:
     start-up and shutdown: nothing is carrying them out any more). Returns how many."""
     rows = list(
         session.scalars(
-            select(Reconfiguration).where(
-                Reconfiguration.status.not_in(TERMINAL_RECONFIGURATION_STATUSES)
+            select(ReconfigurationRecord).where(
+                ReconfigurationRecord.status.not_in(TERMINAL_RECONFIGURATION_STATUSES)
             )
         )
     )

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.abstraction import Abstraction, AbstractionError, Diff, diff
 from controlplane.errors import InvalidRequest, NotFound
-from controlplane.jobs.models import Job
+from controlplane.jobs.models import JobRecord
 from controlplane.pagination import fetch_page
 
 from .models import AbstractionVersion
@@ -22,8 +22,8 @@ from .models import AbstractionVersion
 __all__ = ["add_version", "diff_versions", "get_version", "list_versions"]
 
 
-def _job(session: Session, job_id: int) -> Job:
-    job = session.get(Job, job_id)
+def _job(session: Session, job_id: int) -> JobRecord:
+    job = session.get(JobRecord, job_id)
     if job is None:
         raise NotFound(f"job {job_id} does not exist")
     return job
@@ -32,7 +32,7 @@ def _job(session: Session, job_id: int) -> Job:
 def add_version(
     *,
     session: Session,
-    job: Job,
+    job: JobRecord,
     document: dict[str, Any],
     reconfiguration_id: int | None = None,
 ) -> AbstractionVersion:

@@ -6,7 +6,7 @@ Attaching an uploaded script loads it in the sandboxed process that will then ru
 never runs in a throwaway process: it must compile, define exactly one
 ``controllers.Controller`` subclass and accept its config, else the attach is refused
 with the reason and line and nothing is recorded. A built-in is looked up by name in a
-throwaway interpreter (``python -m controlplane.controllers.child --check``, bounded by
+throwaway interpreter (``python -m controlplane.hosted_controllers.child --check``, bounded by
 :data:`CHECK_TIMEOUT_S`, :func:`controlplane.isolation.run_check`) and started by the
 host once attached. Where no sandbox can start, an uploaded script is refused
 (:class:`SandboxUnavailable`) before anything of it runs; built-ins are still checked and
@@ -32,9 +32,12 @@ from controlplane.isolation import python_source, run_check
 from controlplane.jobs import service as jobs
 from controlplane.jobs.models import TERMINAL_JOB_STATUSES
 from controlplane.pagination import fetch_page
-from controlplane.reconfigurations.models import TERMINAL_RECONFIGURATION_STATUSES, Reconfiguration
+from controlplane.reconfigurations.models import (
+    TERMINAL_RECONFIGURATION_STATUSES,
+    ReconfigurationRecord,
+)
 
-from .models import Controller, ControllerDecision, ControllerLog
+from .models import ControllerDecision, ControllerLog, ControllerRecord
 
 __all__ = [
     "CHECK_TIMEOUT_S",
@@ -87,7 +90,7 @@ def check_script(
     """Load the controller in a throwaway process (used for built-ins, our code); its
     ``loaded`` reply, or :class:`BadController` with the reason and line."""
     reply = run_check(
-        "controlplane.controllers.child",
+        "controlplane.hosted_controllers.child",
         ["--check", filename],
         json.dumps(dict(request)),
         timeout=CHECK_TIMEOUT_S,
@@ -112,7 +115,7 @@ def attach(
     safety: Mapping[str, Any],
     settings: Settings,
     loader: Loader,
-) -> Controller:
+) -> ControllerRecord:
     """Check and record a controller for ``job_id``, status ``running``: a script is loaded
     by ``loader`` in the process that will run it (killed if the unit of work rolls back),
     a built-in checked in a throwaway one; the host runs it once the unit of work commits
@@ -144,7 +147,7 @@ def attach(
         filename = None
         request = {"builtin": builtin, "config": config}
         loaded = check_script(request, f"<builtin {builtin}>", settings=settings)
-    row = Controller(
+    row = ControllerRecord(
         name=name,
         job_id=job_id,
         builtin=builtin,
@@ -174,8 +177,8 @@ def attach(
     return row
 
 
-def get_controller(*, session: Session, controller_id: int) -> Controller:
-    row = session.get(Controller, controller_id)
+def get_controller(*, session: Session, controller_id: int) -> ControllerRecord:
+    row = session.get(ControllerRecord, controller_id)
     if row is None:
         raise NotFound(f"controller {controller_id} does not exist")
     return row
@@ -183,16 +186,16 @@ def get_controller(*, session: Session, controller_id: int) -> Controller:
 
 def list_controllers(
     *, session: Session, limit: int, offset: int, job_id: int | None = None
-) -> tuple[list[Controller], int]:
-    query = select(Controller)
+) -> tuple[list[ControllerRecord], int]:
+    query = select(ControllerRecord)
     if job_id is not None:
-        query = query.where(Controller.job_id == job_id)
-    return fetch_page(session, query, Controller.id.desc(), limit, offset)
+        query = query.where(ControllerRecord.job_id == job_id)
+    return fetch_page(session, query, ControllerRecord.id.desc(), limit, offset)
 
 
 def set_status(
     *, session: Session, controller_id: int, status: str, error: str | None = None
-) -> Controller:
+) -> ControllerRecord:
     """Start (``running``: failures reset) or stop a controller; starting one whose job has
     ended is a :class:`Conflict`."""
     row = get_controller(session=session, controller_id=controller_id)
@@ -208,7 +211,7 @@ def set_status(
     return row
 
 
-def fail(*, session: Session, controller_id: int, reason: str) -> Controller:
+def fail(*, session: Session, controller_id: int, reason: str) -> ControllerRecord:
     """Mark a ``running`` controller ``failed`` with ``reason`` (its host cannot run it);
     one in another status is left as it is."""
     row = get_controller(session=session, controller_id=controller_id)
@@ -219,7 +222,7 @@ def fail(*, session: Session, controller_id: int, reason: str) -> Controller:
     return row
 
 
-def _event(session: Session, row: Controller, what: str, detail: str) -> None:
+def _event(session: Session, row: ControllerRecord, what: str, detail: str) -> None:
     events.record(
         session=session,
         kind=f"controller.{what}",
@@ -339,7 +342,11 @@ def settle_decision(*, session: Session, decision_id: int) -> ControllerDecision
     row = session.get(ControllerDecision, decision_id)
     if row is None or row.status != "pending":
         return row
-    rec = session.get(Reconfiguration, row.reconfiguration_id) if row.reconfiguration_id else None
+    rec = (
+        session.get(ReconfigurationRecord, row.reconfiguration_id)
+        if row.reconfiguration_id
+        else None
+    )
     if rec is None:
         row.status, row.error, row.ended_at = (
             "failed",
@@ -376,7 +383,7 @@ def note_decided(*, session: Session, controller_id: int, with_plan: bool) -> No
 
 def note_failure(
     *, session: Session, controller_id: int, reason: str, max_failures: int, restarted: bool
-) -> Controller:
+) -> ControllerRecord:
     """Count a failure (and a restart of its process); past ``max_failures`` in a row the
     controller is marked ``failed`` with the reason."""
     row = get_controller(session=session, controller_id=controller_id)
@@ -398,4 +405,6 @@ def note_success(*, session: Session, controller_id: int) -> None:
 
 
 def running_ids(*, session: Session) -> list[int]:
-    return list(session.scalars(select(Controller.id).where(Controller.status == "running")))
+    return list(
+        session.scalars(select(ControllerRecord.id).where(ControllerRecord.status == "running"))
+    )

@@ -1,7 +1,7 @@
 """The controller host: runs each ``running`` controller in its own subprocess.
 
 One :class:`_Runner` (an asyncio task on the server's loop) per running controller; its
-child is ``python -m controlplane.controllers.child`` in a bubblewrap sandbox
+child is ``python -m controlplane.hosted_controllers.child`` in a bubblewrap sandbox
 (:mod:`controlplane.sandbox`; see :mod:`.process`), killed with the host. Where
 bubblewrap is missing, built-in controllers run unconfined (with the same limits) and
 uploaded ones are marked ``failed`` with the reason, never run.

@@ -1,6 +1,6 @@
 """A controller's process, seen from the host: started in a sandbox, spoken to in JSON lines.
 
-:meth:`ControllerProcess.spawn` starts ``python -m controlplane.controllers.child`` in a
+:meth:`ControllerProcess.spawn` starts ``python -m controlplane.hosted_controllers.child`` in a
 bubblewrap sandbox (:mod:`controlplane.sandbox`: no network, no other process, a
 read-only filesystem without the database, ``settings.controller_*`` limits), or, for a
 built-in controller where bubblewrap is missing, unconfined with the same limits
@@ -34,7 +34,7 @@ __all__ = ["ChildExited", "ChildFailed", "ChildHung", "ControllerProcess"]
 logger = logging.getLogger(__name__)
 
 STOP_GRACE_S = 3.0  # a child exits once its input closes (or on a kill) within this
-CHILD_MODULE = "controlplane.controllers.child"
+CHILD_MODULE = "controlplane.hosted_controllers.child"
 
 
 class ChildFailed(Exception):

@@ -13,9 +13,9 @@ from controlplane.db import Base, utcnow
 __all__ = [
     "CONTROLLER_STATUSES",
     "DECISION_STATUSES",
-    "Controller",
     "ControllerDecision",
     "ControllerLog",
+    "ControllerRecord",
 ]
 
 CONTROLLER_STATUSES = ("running", "stopped", "failed")
@@ -31,7 +31,7 @@ DECISION_STATUSES = (
 )
 
 
-class Controller(Base):
+class ControllerRecord(Base):
     """A controller attached to one job: an uploaded script (``source``) or a built-in
     (``builtin``), with its config and safety limits, and its lifecycle as last seen."""
 

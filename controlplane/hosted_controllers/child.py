@@ -1,4 +1,4 @@
-"""The controller's own process: ``python -m controlplane.controllers.child``.
+"""The controller's own process: ``python -m controlplane.hosted_controllers.child``.
 
 The host starts one per running controller (with memory and CPU-time limits) and talks to
 it in JSON lines: requests on stdin, replies on stdout. What the script prints goes to
