@@ -9,6 +9,7 @@ from sqlalchemy import ForeignKey, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from controlplane.db import Base, utcnow
+from controlplane.statuses import ControllerStatus, DecisionStatus
 
 __all__ = [
     "CONTROLLER_STATUSES",
@@ -18,17 +19,8 @@ __all__ = [
     "ControllerRecord",
 ]
 
-CONTROLLER_STATUSES = ("running", "stopped", "failed")
-# pending: submitted, not ended; then the reconfiguration's end, or why it never started.
-DECISION_STATUSES = (
-    "pending",
-    "completed",
-    "failed",
-    "aborted",
-    "cancelled",
-    "refused",
-    "dry_run",
-)
+CONTROLLER_STATUSES = tuple(ControllerStatus)
+DECISION_STATUSES = tuple(DecisionStatus)
 
 
 class ControllerRecord(Base):

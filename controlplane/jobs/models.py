@@ -9,11 +9,12 @@ from sqlalchemy import String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from controlplane.db import Base, utcnow
+from controlplane.statuses import JobStatus
 
 __all__ = ["JOB_STATUSES", "TERMINAL_JOB_STATUSES", "JobRecord"]
 
-JOB_STATUSES = ("starting", "running", "reconfiguring", "finished", "failed", "stopped")
-TERMINAL_JOB_STATUSES = frozenset({"finished", "failed", "stopped"})
+JOB_STATUSES = tuple(JobStatus)
+TERMINAL_JOB_STATUSES = frozenset(s for s in JobStatus if s.ended)
 
 
 class JobRecord(Base):

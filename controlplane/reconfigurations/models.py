@@ -9,20 +9,12 @@ from sqlalchemy import JSON, ForeignKey, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from controlplane.db import Base, utcnow
+from controlplane.statuses import ReconfigurationStatus
 
 __all__ = ["RECONFIGURATION_STATUSES", "TERMINAL_RECONFIGURATION_STATUSES", "ReconfigurationRecord"]
 
-RECONFIGURATION_STATUSES = (
-    "pending",
-    "preparing",
-    "syncing",
-    "updating",
-    "completed",
-    "failed",
-    "aborted",
-    "cancelled",
-)
-TERMINAL_RECONFIGURATION_STATUSES = frozenset({"completed", "failed", "aborted", "cancelled"})
+RECONFIGURATION_STATUSES = tuple(ReconfigurationStatus)
+TERMINAL_RECONFIGURATION_STATUSES = frozenset(s for s in ReconfigurationStatus if s.ended)
 
 
 class ReconfigurationRecord(Base):
