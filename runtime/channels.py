@@ -105,7 +105,7 @@ class InputGate:
     def __init__(self, on_dry: Callable[[], None] | None = None) -> None:
         self.channels: dict[str, InputChannel] = {}
         # Called each time the task has nothing left to process and starts waiting (see
-        # Worker.caught_up: background work runs when every task here has run dry).
+        # WorkerProcess.caught_up: background work runs when every task here has run dry).
         self.on_dry = on_dry
         self._ready: deque[InputChannel] = deque()
         self._in_ready: set[str] = set()

@@ -36,7 +36,7 @@ __all__ = [
 PRECOPY_RATE_MIN_BYTES = 4 << 20
 # Copies ahead one receiving worker may have unread before the next waits (it reads them
 # at its idle moments), and for how long at most: the receiver reads at least one copy in
-# that time (Worker.caught_up waits as long), so a longer wait means it has dropped them.
+# that time (WorkerProcess.caught_up waits as long), so a longer wait means it has dropped them.
 PRECOPY_WINDOW = 2
 PRECOPY_ROOM_WAIT_S = 0.05
 

@@ -51,7 +51,7 @@ STATE_CHUNK_BYTES = 4 << 20
 # Copies made ahead go at idle priority on each end (sent by runtime.copyahead, read by
 # StateInbox.read_copies), but each end waits for idle moments at most this long in all
 # per reconfiguration: a worker with none (saturated, or catching up; often the one a
-# migration is to relieve) held each key group for the whole Worker.caught_up wait, and
+# migration is to relieve) held each key group for the whole WorkerProcess.caught_up wait, and
 # a sender waiting for a receiver's room with it: 3.4 s for 64 groups of 12 MB in a test,
 # 1.3 s with this bound. Past it, a group goes per turn of the loop. At half load the
 # waits came to 24-602 ms per copy ahead of 100 MB (bench/reconfig.py). Not a wait that

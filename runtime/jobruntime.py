@@ -45,7 +45,7 @@ __all__ = ["JobRuntime", "WorkerServices"]
 
 
 class WorkerServices(TaskHost, Protocol):
-    """What a job's runtime needs from the worker hosting it (:class:`~runtime.worker.Worker`
+    """What a job's runtime needs from the worker hosting it (:class:`~runtime.worker.WorkerProcess`
     provides it), besides hosting its tasks (:class:`~runtime.task.TaskHost`)."""
 
     worker_id: str

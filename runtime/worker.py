@@ -59,7 +59,7 @@ from .jobruntime import JobRuntime
 from .records import Barrier, BarrierKind
 from .task import BaseTask
 
-__all__ = ["Worker", "main"]
+__all__ = ["WorkerProcess", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ IDLE_WAIT_S = 0.05
 EXIT_REFUSED = 2
 
 
-class Worker:
+class WorkerProcess:
     """The worker process's state: its registration, data server and jobs."""
 
     def __init__(
@@ -487,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s worker %(name)s: %(message)s",
     )
     heap.reserve(options.reserve_mb)  # before the worker allocates: see runtime.heap
-    worker = Worker(
+    worker = WorkerProcess(
         options.coordinator,
         options.secret,
         host=options.host,

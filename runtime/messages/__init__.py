@@ -7,8 +7,8 @@ message again, or raises :class:`MessageError` naming the peer and what is wrong
 Frames, the handshake that comes before them and the data plane are
 :mod:`runtime.protocol`'s. Both ends dispatch with ``match`` on these classes: the
 coordinator in ``Coordinator._handle`` (:mod:`controlplane.coordinator.core`), the
-worker in ``Worker._control_loop`` (:mod:`runtime.worker`). Each side sends through one
-function (``Worker.send``; ``Coordinator._send``, ``_WorkerConn.send``) that encodes.
+worker in ``WorkerProcess._control_loop`` (:mod:`runtime.worker`). Each side sends through one
+function (``WorkerProcess.send``; ``Cluster.send``, ``_WorkerConn.send``) that encodes.
 
 Control connection (the worker dials the coordinator; handshake context ``"control"``,
 the control key). The conversation, in order:
