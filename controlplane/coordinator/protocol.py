@@ -43,6 +43,7 @@ listener asks for is seen before the phase sends anything.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 
 from controlplane.statuses import ReconfigurationStatus as Status
@@ -319,7 +320,10 @@ class ReconfigurationMachine:
     def _total(self, now: float) -> float:
         """The run's time so far: never less than its phases' (each rounded) add up to."""
         phases = sum(self.report.timings_ms.get(p, 0.0) for p in ("prepare", "sync", "update"))
-        return max(elapsed_ms(self._t_start, now), round(phases, 3))
+        floor = math.ceil(phases * 1000) / 1000  # up to the microsecond: not below the sum
+        if floor < phases:
+            floor = math.nextafter(floor, math.inf)
+        return max(elapsed_ms(self._t_start, now), floor)
 
     # -- what interrupts -----------------------------------------------------------------------
 
