@@ -78,11 +78,15 @@ async def run_fluid(
     done_before = 0  # steps made by the runs before the current one
 
     def follow(step: RunReport) -> None:
+        changed = False
         if step.stages_made:  # a staged run's steps count as their stages are made
+            changed = outer.steps != done_before + step.stages_made
             outer.steps = done_before + step.stages_made
         live = (Status.PREPARING, Status.SYNCING, Status.UPDATING)
         if step.status in live and outer.status != step.status:
             outer.status = step.status
+            changed = True
+        if changed:  # a phase entered, or a stage made
             announce(outer)
 
     backend = host.backend.name if host.backend is not None else "local"
