@@ -13,13 +13,29 @@ from controlplane.testing import BackgroundCluster
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[BackgroundCluster]:
-    """A coordinator and 2 local worker processes shared by the tests that only run jobs."""
+def shared_local_cluster() -> Iterator[BackgroundCluster]:
+    """A coordinator and 2 local worker processes for the whole session (see ``cluster``)."""
     c = BackgroundCluster(workers=2)
     try:
         yield c
     finally:
         c.close()
+
+
+def stop_leftover_jobs(c: BackgroundCluster) -> None:
+    """Stop the jobs a test left running on a shared cluster (a failing test leaves its
+    held or unbounded jobs behind), so that the next test gets idle workers."""
+    for job in list(c.coordinator.jobs.values()):
+        if not job.done:
+            c.call(c.coordinator.stop_job(job.id))
+
+
+@pytest.fixture
+def cluster(shared_local_cluster: BackgroundCluster) -> Iterator[BackgroundCluster]:
+    """The session's local cluster, shared by the tests that only run jobs; what a test
+    leaves running is stopped after it."""
+    yield shared_local_cluster
+    stop_leftover_jobs(shared_local_cluster)
 
 
 def _children() -> set[int]:
@@ -92,7 +108,14 @@ def spark_cluster(spark) -> Iterator[BackgroundCluster]:
         c.close()
 
 
+@pytest.fixture
+def spark_cluster_idle(spark_cluster: BackgroundCluster) -> Iterator[BackgroundCluster]:
+    """``spark_cluster``, with what a test leaves running stopped after it."""
+    yield spark_cluster
+    stop_leftover_jobs(spark_cluster)
+
+
 @pytest.fixture(params=["local", "spark"])
 def any_cluster(request: pytest.FixtureRequest) -> BackgroundCluster:
     """The shared cluster of each worker backend in turn (see ``cluster``, ``spark_cluster``)."""
-    return request.getfixturevalue("cluster" if request.param == "local" else "spark_cluster")
+    return request.getfixturevalue("cluster" if request.param == "local" else "spark_cluster_idle")

@@ -550,7 +550,7 @@ def test_random_plans_while_records_flow_keep_results_exact(
 ) -> None:
     import random
 
-    cluster = request.getfixturevalue("cluster" if backend == "local" else "spark_cluster")
+    cluster = request.getfixturevalue("cluster" if backend == "local" else "spark_cluster_idle")
 
     rng = random.Random(seed)
     params = {"records": 120_000, "rate": 20_000, "output": str(tmp_path)}
