@@ -444,10 +444,11 @@ class Engine:
     async def carry_out(
         self, reservation: Reservation, report: Callable[[Progress], Awaitable[None]]
     ) -> None:
-        """Run the reserved plan; ``report`` is awaited, in order, for the report's creation
-        and each phase it enters (pending, preparing, syncing, updating), then once with
-        the outcome (unless cancelled: then the run is cancelled too and whoever cancelled
-        records the outcome). The job is freed after the final report."""
+        """Run the reserved plan; ``report`` is awaited, in order, for the report's creation,
+        each phase it enters (pending, preparing, syncing, updating) and each stage a fluid
+        plan makes, then once with the outcome (unless cancelled: then the run is cancelled
+        too and whoever cancelled records the outcome). The job is freed after the final
+        report."""
         job_id, token = reservation.job_id, reservation.cancellation
         changes: asyncio.Queue[Progress | None] = asyncio.Queue()
         last: list[Progress] = []
