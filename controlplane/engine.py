@@ -298,7 +298,7 @@ class Engine:
                 await self.backend.stop_worker(view.pid)
             except BackendError as exc:
                 raise Unavailable(f"cannot stop worker {worker_id!r}: {exc}") from None
-            return replace(view, status="stopped")
+            return replace(view, status=WorkerStatus.STOPPED)
 
         return self._call(drain, CLOSE_TIMEOUT_S)
 

@@ -30,6 +30,7 @@ from controlplane import db
 from controlplane.engine import Engine, JobState, Progress, Reservation
 from controlplane.jobs import service as jobs
 from controlplane.reconfigurations import service as reconfigurations
+from controlplane.statuses import JobStatus, WorkerStatus
 from controlplane.workers import service as workers
 
 __all__ = ["MIRROR_INTERVAL_S", "Tracker"]
@@ -67,7 +68,7 @@ class Tracker:
                 session=session,
                 instance=self.instance,
                 this_run=False,
-                status="lost",
+                status=WorkerStatus.LOST,
                 reason=WORKER_OF_EARLIER_RUN,
             )
         if n_jobs or n_recs:
@@ -94,7 +95,9 @@ class Tracker:
         with db.unit_of_work(self.sessions) as session:
             reconfigurations.fail_unfinished(session=session, reason=INTERRUPTED_BY_SHUTDOWN)
             final = {
-                rid: s if s.status != "stopped" or s.error else _with_error(s, STOPPED_BY_SHUTDOWN)
+                rid: s
+                if s.status != JobStatus.STOPPED or s.error
+                else _with_error(s, STOPPED_BY_SHUTDOWN)
                 for rid, s in states.items()
             }
             jobs.sync_states(session=session, states=final, missing=STOPPED_BY_SHUTDOWN)
@@ -102,7 +105,7 @@ class Tracker:
                 session=session,
                 instance=self.instance,
                 this_run=True,
-                status="stopped",
+                status=WorkerStatus.STOPPED,
                 reason="the control plane shut down",
             )
 

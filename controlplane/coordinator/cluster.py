@@ -191,7 +191,7 @@ class Cluster:
         info = self.workers.get(worker_id)
         if info is None or info.status != WorkerStatus.ALIVE:
             return
-        info.status, info.error = "stopped", reason
+        info.status, info.error = WorkerStatus.STOPPED, reason
         if self.backend is not None and self.backend.owns(info.pid):
             try:
                 await self.backend.stop_worker(info.pid)
@@ -349,7 +349,7 @@ class Cluster:
                     conn.writer.transport.abort()
 
     def _worker_lost(self, info: WorkerInfo) -> None:
-        if info.status != "stopped":  # not retired on purpose (see retire_worker)
+        if info.status != WorkerStatus.STOPPED:  # not retired on purpose (see retire_worker)
             info.status = WorkerStatus.LOST
         self._conns.pop(info.id, None)
         self._on_lost(info)

@@ -71,6 +71,7 @@ from controlplane.jobs import service as jobs
 from controlplane.jobs.models import TERMINAL_JOB_STATUSES
 from controlplane.metrics import service as metrics
 from controlplane.reconfigurations import service as reconfigurations
+from controlplane.statuses import ControllerStatus, DecisionStatus
 from controlplane.tracking import Tracker
 from controlplane.versions import service as versions
 
@@ -274,7 +275,7 @@ class _Runner:
         row = await self._db(service.get_controller, controller_id=self.id)
         # A plan submitted before a stop or a restart may have ended since: record how.
         await self._db(service.settle_pending, controller_id=self.id)
-        if row.status != "running":
+        if row.status != ControllerStatus.RUNNING:
             return
         spec = {
             "type": "load",
@@ -321,7 +322,12 @@ class _Runner:
         if built is None:
             return False
         if isinstance(built, str):
-            await self._db(service.set_status, controller_id=self.id, status="stopped", error=built)
+            await self._db(
+                service.set_status,
+                controller_id=self.id,
+                status=ControllerStatus.STOPPED,
+                error=built,
+            )
             self._host_log(f"stopped: {built}")
             return False
         view_doc, view = built
@@ -369,7 +375,11 @@ class _Runner:
             preview(view.abstraction, plan)
         except PlanError as exc:  # the controller's fault: count it
             decision = await self._db(
-                service.record_decision, **record, status="refused", moves=0, error=str(exc)
+                service.record_decision,
+                **record,
+                status=DecisionStatus.REFUSED,
+                moves=0,
+                error=str(exc),
             )
             await self._failed(f"plan refused by validation: {exc}", restart=False)
             return service.outcome_of(decision)
@@ -386,7 +396,7 @@ class _Runner:
             decision = await self._db(
                 service.record_decision,
                 **record,
-                status="refused",
+                status=DecisionStatus.REFUSED,
                 moves=verdict.moves,
                 error=verdict.reason,
             )
@@ -394,7 +404,10 @@ class _Runner:
         if verdict.action == "dry_run":
             self._host_log(f"dry run: plan with {len(plan.ops)} operations recorded, not applied")
             decision = await self._db(
-                service.record_decision, **record, status="dry_run", moves=verdict.moves
+                service.record_decision,
+                **record,
+                status=DecisionStatus.DRY_RUN,
+                moves=verdict.moves,
             )
             return service.outcome_of(decision)
         try:
@@ -403,7 +416,7 @@ class _Runner:
             decision = await self._db(
                 service.record_decision,
                 **record,
-                status="refused",
+                status=DecisionStatus.REFUSED,
                 moves=verdict.moves,
                 error=exc.message,
             )
@@ -444,7 +457,7 @@ class _Runner:
             return service.record_decision(
                 session=session,
                 **record,
-                status="pending",
+                status=DecisionStatus.PENDING,
                 moves=moves,
                 reconfiguration_id=rec.id,
             )
@@ -453,7 +466,7 @@ class _Runner:
         """(view JSON, View); or why the controller must stop; or None if it is no longer
         ``running`` (stopped, or failed by its last plan)."""
         row = service.get_controller(session=session, controller_id=self.id)
-        if row.status != "running":
+        if row.status != ControllerStatus.RUNNING:
             return None
         job = jobs.get_job(session=session, engine=self.host.engine, job_id=row.job_id)
         if job.status in TERMINAL_JOB_STATUSES:
@@ -490,7 +503,7 @@ class _Runner:
             max_failures=self.settings.controller_max_failures,
             restarted=restart,
         )
-        if row.status != "running":
+        if row.status != ControllerStatus.RUNNING:
             self._host_log(f"marked {row.status}: {row.error}")
             return False
         return True

@@ -14,6 +14,7 @@ from controlplane.errors import BadController
 from controlplane.isolation import MAX_SOURCE_BYTES
 from controlplane.pagination import Page, PageParams
 from controlplane.params import MAX_ID, ControllerId
+from controlplane.statuses import ControllerStatus
 
 from . import service
 from .schemas import ControllerRead, DecisionRead, LogRead
@@ -116,7 +117,9 @@ def start_controller(
     controller_id: ControllerId, request: Request, session: SessionDep
 ) -> ControllerRead:
     """Run it again (its failure count starts over); 409 if its job has ended."""
-    row = service.set_status(session=session, controller_id=controller_id, status="running")
+    row = service.set_status(
+        session=session, controller_id=controller_id, status=ControllerStatus.RUNNING
+    )
     _wake(request, session, row.id)
     return ControllerRead.model_validate(row)
 
@@ -127,7 +130,10 @@ def stop_controller(
 ) -> ControllerRead:
     """Stop it (its process exits; a plan it submitted already goes on)."""
     row = service.set_status(
-        session=session, controller_id=controller_id, status="stopped", error="stopped by a user"
+        session=session,
+        controller_id=controller_id,
+        status=ControllerStatus.STOPPED,
+        error="stopped by a user",
     )
     _wake(request, session, row.id)
     return ControllerRead.model_validate(row)

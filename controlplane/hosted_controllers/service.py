@@ -36,6 +36,7 @@ from controlplane.reconfigurations.models import (
     TERMINAL_RECONFIGURATION_STATUSES,
     ReconfigurationRecord,
 )
+from controlplane.statuses import ControllerStatus, DecisionStatus
 
 from .models import ControllerDecision, ControllerLog, ControllerRecord
 
@@ -157,7 +158,7 @@ def attach(
         config=dict(config or {}),
         safety=safety,
         interval_s=float(loaded["interval_s"]),
-        status="running",
+        status=ControllerStatus.RUNNING,
         error=None,
         restarts=0,
         failures=0,
@@ -199,13 +200,15 @@ def set_status(
     """Start (``running``: failures reset) or stop a controller; starting one whose job has
     ended is a :class:`Conflict`."""
     row = get_controller(session=session, controller_id=controller_id)
-    if status == "running":
+    if status == ControllerStatus.RUNNING:
         job = jobs.get_row(session=session, job_id=row.job_id)
         if job.status in TERMINAL_JOB_STATUSES:
             raise Conflict(f"job {row.job_id} is {job.status}: its controllers cannot run any more")
         row.failures = 0
     if row.status != status:
-        _event(session, row, "started" if status == "running" else status, error or "")
+        _event(
+            session, row, "started" if status == ControllerStatus.RUNNING else status, error or ""
+        )
     row.status, row.error = status, error
     session.flush()
     return row
@@ -215,8 +218,8 @@ def fail(*, session: Session, controller_id: int, reason: str) -> ControllerReco
     """Mark a ``running`` controller ``failed`` with ``reason`` (its host cannot run it);
     one in another status is left as it is."""
     row = get_controller(session=session, controller_id=controller_id)
-    if row.status == "running":
-        row.status, row.error = "failed", reason
+    if row.status == ControllerStatus.RUNNING:
+        row.status, row.error = ControllerStatus.FAILED, reason
         _event(session, row, "failed", reason)
         session.flush()
     return row
@@ -283,13 +286,13 @@ def history(*, session: Session, controller_id: int) -> list[dict[str, Any]]:
     must not push them out)."""
     ended = (
         ControllerDecision.controller_id == controller_id,
-        ControllerDecision.status != "pending",
+        ControllerDecision.status != DecisionStatus.PENDING,
     )
     recent = select(ControllerDecision).where(*ended).order_by(ControllerDecision.id.desc())
     hour_ago = datetime.now(UTC) - timedelta(seconds=MOVES_WINDOW_S)
     counted = select(ControllerDecision).where(
         *ended,
-        ControllerDecision.status != "refused",
+        ControllerDecision.status != DecisionStatus.REFUSED,
         ControllerDecision.time >= hour_ago,
     )
     rows = {r.id: r for r in session.scalars(recent.limit(HISTORY))}
@@ -330,7 +333,7 @@ def record_decision(
         moves=moves,
         reconfiguration_id=reconfiguration_id,
         error=error,
-        ended_at=None if status == "pending" else datetime.now(UTC),
+        ended_at=None if status == DecisionStatus.PENDING else datetime.now(UTC),
     )
     session.add(row)
     session.flush()
@@ -340,7 +343,7 @@ def record_decision(
 def settle_decision(*, session: Session, decision_id: int) -> ControllerDecision | None:
     """The decision, ended if its reconfiguration has; None while it is still under way."""
     row = session.get(ControllerDecision, decision_id)
-    if row is None or row.status != "pending":
+    if row is None or row.status != DecisionStatus.PENDING:
         return row
     rec = (
         session.get(ReconfigurationRecord, row.reconfiguration_id)
@@ -367,7 +370,7 @@ def settle_pending(*, session: Session, controller_id: int) -> int:
     pending = session.scalars(
         select(ControllerDecision.id).where(
             ControllerDecision.controller_id == controller_id,
-            ControllerDecision.status == "pending",
+            ControllerDecision.status == DecisionStatus.PENDING,
         )
     )
     settled = [settle_decision(session=session, decision_id=i) for i in list(pending)]
@@ -390,8 +393,8 @@ def note_failure(
     row.failures += 1
     row.restarts += int(restarted)
     row.error = reason
-    if row.failures >= max_failures and row.status == "running":
-        row.status = "failed"
+    if row.failures >= max_failures and row.status == ControllerStatus.RUNNING:
+        row.status = ControllerStatus.FAILED
         row.error = f"{row.failures} failures in a row; last: {reason}"
         _event(session, row, "failed", row.error)
     session.flush()
@@ -406,5 +409,7 @@ def note_success(*, session: Session, controller_id: int) -> None:
 
 def running_ids(*, session: Session) -> list[int]:
     return list(
-        session.scalars(select(ControllerRecord.id).where(ControllerRecord.status == "running"))
+        session.scalars(
+            select(ControllerRecord.id).where(ControllerRecord.status == ControllerStatus.RUNNING)
+        )
     )

@@ -21,6 +21,7 @@ from controlplane.engine import Engine, JobState, job_key
 from controlplane.errors import NotFound
 from controlplane.events import service as events
 from controlplane.pagination import fetch_page
+from controlplane.statuses import JobStatus
 from controlplane.versions import service as versions
 
 from .build import build_graph, job_dir, registered_job
@@ -59,7 +60,12 @@ def submit_job(
     not import it). If the unit of work rolls back, the deployed job is stopped."""
     target = registered_job(engine.settings, ref)
     job = JobRecord(
-        name=name, job_ref=ref, params=dict(params), status="starting", error=None, version=None
+        name=name,
+        job_ref=ref,
+        params=dict(params),
+        status=JobStatus.STARTING,
+        error=None,
+        version=None,
     )
     session.add(job)
     session.flush()  # the id names the deployed job and its directory
@@ -167,7 +173,10 @@ def _update(job: JobRecord, status: str, error: str | None) -> None:
     if (
         session is None
         or status == before
-        or not (status in TERMINAL_JOB_STATUSES or (status == "running" and before == "starting"))
+        or not (
+            status in TERMINAL_JOB_STATUSES
+            or (status == JobStatus.RUNNING and before == JobStatus.STARTING)
+        )
     ):
         job.status, job.error = status, error
         return

@@ -13,6 +13,7 @@ from controlplane.db import utcnow
 from controlplane.engine import WorkerView
 from controlplane.events import service as events
 from controlplane.pagination import fetch_page
+from controlplane.statuses import WorkerStatus
 
 from .models import WorkerRecord
 
@@ -37,7 +38,7 @@ def mirror(*, session: Session, instance: str, views: Iterable[WorkerView]) -> i
                 cpus=v.cpus,
                 memory_mb=v.memory_mb,
                 executor_id=v.executor_id,
-                status="alive",
+                status=WorkerStatus.ALIVE,
                 error=None,
             )
             session.add(row)
@@ -51,13 +52,13 @@ def mirror(*, session: Session, instance: str, views: Iterable[WorkerView]) -> i
             )
         if row.status == v.status and row.error == v.error:
             continue
-        if row.status != "alive" or v.status == "alive":
+        if row.status != WorkerStatus.ALIVE or v.status == WorkerStatus.ALIVE:
             row.error = v.error
             changed += 1
             continue
         row.status, row.error, row.ended_at = v.status, v.error, utcnow()
         changed += 1
-        kind = "worker.lost" if v.status == "lost" else "worker.stopped"
+        kind = "worker.lost" if v.status == WorkerStatus.LOST else "worker.stopped"
         reason = f": {v.error}" if v.error else ""
         events.record(
             session=session,
@@ -75,7 +76,7 @@ def end_alive(*, session: Session, instance: str, this_run: bool, status: str, r
     run = WorkerRecord.instance == instance if this_run else WorkerRecord.instance != instance
     result = session.execute(
         update(WorkerRecord)
-        .where(run, WorkerRecord.status == "alive")
+        .where(run, WorkerRecord.status == WorkerStatus.ALIVE)
         .values(status=status, error=reason, ended_at=utcnow())
     )
     return int(getattr(result, "rowcount", 0) or 0)
