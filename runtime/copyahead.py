@@ -20,6 +20,7 @@ from . import precopy
 from .change import Change, group_owners, keyed_processor
 from .handover import IdleBudget, send_state, ships_within
 from .jobruntime import JobRuntime
+from .task import TaskStatus
 
 __all__ = [
     "PRECOPY_RATE_MIN_BYTES",
@@ -68,7 +69,7 @@ def moves(job: JobRuntime, p: Change, min_bytes: int) -> list[Move]:
     for tid in sorted(p.affected & job.tasks.keys()):
         task = job.tasks[tid]
         processor = keyed_processor(task)
-        if processor is None or task.status != "running":
+        if processor is None or task.status != TaskStatus.RUNNING:
             continue
         owner_of = group_owners(p.first, task.op.name)
         away = [

@@ -39,7 +39,7 @@ from .partitioning import BroadcastEdge, Edge, ForwardEdge, KeyGroupEdge, Output
 from .peerlink import PeerLink, RemoteOutputChannel
 from .records import Barrier, BarrierKind
 from .state import KeyedState
-from .task import BaseTask, SourceTask, StreamTask, TaskHost
+from .task import BaseTask, SourceTask, StreamTask, TaskHost, TaskStatus
 
 __all__ = ["JobRuntime", "WorkerServices"]
 
@@ -326,7 +326,7 @@ class JobRuntime:
     def behind(self) -> bool:
         """True while a running task here has input waiting for it."""
         return any(
-            isinstance(t, StreamTask) and t.status == "running" and t.gate.has_ready()
+            isinstance(t, StreamTask) and t.status == TaskStatus.RUNNING and t.gate.has_ready()
             for t in self.tasks.values()
         )
 

@@ -52,7 +52,7 @@ from .records import Barrier, BarrierKind
 from .stages import aligned as stage_aligned
 from .stages import finished as stage_finished
 from .stages import report
-from .task import BaseTask, SourceTask, StreamTask
+from .task import BaseTask, SourceTask, StreamTask, TaskStatus
 
 __all__ = [
     "Role",
@@ -103,7 +103,7 @@ async def prepare(
         raise WorkerReconfigurationError(f"tasks {missing} change but are not in the affected set")
     for tid in affected:
         task = job.tasks.get(tid)
-        if task is not None and task.status != "running":
+        if task is not None and task.status != TaskStatus.RUNNING:
             raise WorkerReconfigurationError(
                 f"task {tid} is {task.status}; only running tasks can change"
             )

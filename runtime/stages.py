@@ -27,7 +27,7 @@ from .jobruntime import JobRuntime
 from .messages import StageDone, Updated, UpdateFailed
 from .partitioning import KeyGroupEdge
 from .records import Barrier, BarrierKind
-from .task import BaseTask, StreamTask
+from .task import BaseTask, StreamTask, TaskStatus
 
 __all__ = ["aligned", "end", "finished", "report", "staged", "start", "task_ended", "withdraw"]
 
@@ -48,12 +48,12 @@ def start(job: JobRuntime, rid: int, k: int, barrier_id: int, inject: list[str])
         p.done.setdefault(k, set())
         for tid in sorted(p.involved[k] & job.tasks.keys()):
             task = job.tasks[tid]
-            if task.status != "running" and tid not in p.done[k]:
+            if task.status != TaskStatus.RUNNING and tid not in p.done[k]:
                 _ended_task_part(job, p, k, task)
     barrier = Barrier(BarrierKind.RECONFIG, barrier_id)
     for tid in inject:
         task = job.tasks.get(tid)
-        if task is not None and task.status == "running":
+        if task is not None and task.status == TaskStatus.RUNNING:
             task.inject(barrier)  # type: ignore[attr-defined]
     if p is None or p.rid != rid or not p.stages:
         job.worker.send(StageDone(job.job_id, rid, k))
@@ -72,7 +72,7 @@ def withdraw(job: JobRuntime, rid: int, k: int, barrier_id: int, inject: list[st
         task = job.tasks.get(tid)
         if isinstance(task, StreamTask):
             clean = task.withdraw(barrier_id) and clean
-        elif task is not None and task.status == "running":
+        elif task is not None and task.status == TaskStatus.RUNNING:
             clean = False  # a source: its barrier may be on its way
     if p is not None:  # no part of stage k starts now (later ones were withdrawn before it)
         p.announced = {j for j in p.announced if j < k}

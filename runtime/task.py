@@ -34,6 +34,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Protocol
 
 from .alignment import Aligner, Finished, Forward
@@ -44,7 +45,7 @@ from .operators import KeyedProcessor, Processor
 from .partitioning import Outputs
 from .records import Barrier, Batch, EndOfStream
 
-__all__ = ["SourceTask", "StreamTask", "TaskHost"]
+__all__ = ["SourceTask", "StreamTask", "TaskHost", "TaskStatus"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,17 @@ class TaskHost(Protocol):
     def barrier_aligned(self, task: BaseTask, barrier: Barrier) -> bool:
         """Told after ``barrier`` was forwarded; returns True if the task must pause."""
         ...
+
+
+class TaskStatus(StrEnum):
+    """A task's life on its worker: ``created``, ``running``, then ``finished`` (its
+    inputs ended), ``failed`` (its code or a channel raised) or ``stopped`` (told to)."""
+
+    CREATED = "created"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    STOPPED = "stopped"
 
 
 class BaseTask:
@@ -78,7 +90,7 @@ class BaseTask:
         self.outputs = outputs
         self.metrics = metrics
         self.host = host
-        self.status = "created"
+        self.status = TaskStatus.CREATED
         self._runner: asyncio.Task | None = None
         self._resume: asyncio.Future | None = None
         self._paused_at = 0.0
@@ -107,7 +119,7 @@ class BaseTask:
 
     def start(self, start_time: float) -> None:
         """Begin running; ``start_time`` is the job's common clock origin (sources' rates)."""
-        self.status = "running"
+        self.status = TaskStatus.RUNNING
         self._runner = asyncio.create_task(self._run_guarded(), name=self.task_id)
 
     async def stop(self) -> None:
@@ -115,8 +127,8 @@ class BaseTask:
             self._runner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._runner
-        if self.status == "running":
-            self.status = "stopped"
+        if self.status == TaskStatus.RUNNING:
+            self.status = TaskStatus.STOPPED
         self.close()
 
     def close(self) -> None:
@@ -146,7 +158,7 @@ class BaseTask:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self.status = "failed"
+            self.status = TaskStatus.FAILED
             message = str(exc) if str(exc) else type(exc).__name__
             if self.task_id not in message:
                 message = f"task {self.task_id!r}: {type(exc).__name__}: {message}"
@@ -154,7 +166,7 @@ class BaseTask:
             self.close()
             self.host.task_failed(self, message)
             return
-        self.status = "finished"
+        self.status = TaskStatus.FINISHED
         self.host.task_finished(self)
 
     async def _run(self) -> None:

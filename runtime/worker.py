@@ -57,7 +57,7 @@ from .dataserver import DataServer
 from .handover import StateInbox
 from .jobruntime import JobRuntime
 from .records import Barrier, BarrierKind
-from .task import BaseTask
+from .task import BaseTask, TaskStatus
 
 __all__ = ["WorkerProcess", "main"]
 
@@ -311,7 +311,7 @@ class WorkerProcess:
                         final = {
                             tid: task.snapshot_metrics()
                             for tid, task in job.tasks.items()
-                            if task.status == "running"
+                            if task.status == TaskStatus.RUNNING
                         }
                         await job.stop()
                     self.send(messages.Stopped(job_id, final))
@@ -460,7 +460,7 @@ class WorkerProcess:
                 job_id: {
                     tid: task.snapshot_metrics()
                     for tid, task in job.tasks.items()
-                    if task.status in ("running", "finished")
+                    if task.status in (TaskStatus.RUNNING, TaskStatus.FINISHED)
                 }
                 for job_id, job in self.jobs.items()
             }
