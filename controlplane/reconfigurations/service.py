@@ -12,9 +12,10 @@ never commit.
 Whether another reconfiguration is under way is the engine's to say (the job's
 :class:`~controlplane.coordinator.slot.ChangeSlot`, reserved from acceptance until the
 outcome is recorded): while the server runs it is the one source; the table is read
-only to name the reconfiguration under way in the refusal. Across a restart the table cannot hold a stale ``pending`` or
-running row that would block a job: the tracker marks every unfinished one failed at
-start-up (:func:`fail_unfinished`), and the jobs themselves do not survive a restart.
+only to name the reconfiguration under way in the refusal. Across a restart the table
+cannot hold a stale ``pending`` or running row that would block a job: the tracker marks
+every unfinished one failed at start-up (:func:`fail_unfinished`), and the jobs
+themselves do not survive a restart.
 """
 
 from __future__ import annotations
