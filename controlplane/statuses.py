@@ -10,6 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 __all__ = [
+    "CheckpointStatus",
     "ControllerStatus",
     "DecisionStatus",
     "JobStatus",
@@ -66,6 +67,22 @@ _RECONFIGURATION_ENDS = frozenset(
         ReconfigurationStatus.CANCELLED,
     }
 )
+
+
+class CheckpointStatus(StrEnum):
+    """A checkpoint: ``in_progress`` from its barrier until every task's part is durable,
+    then ``completed``; ``abandoned`` when it could not complete (its timeout passed, a
+    task failed or finished, a reconfiguration went first) and the job went on without it;
+    ``discarded`` once retention removed a completed one's files."""
+
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    ABANDONED = "abandoned"
+    DISCARDED = "discarded"
+
+    @property
+    def ended(self) -> bool:
+        return self is not CheckpointStatus.IN_PROGRESS
 
 
 class WorkerStatus(StrEnum):

@@ -1,0 +1,84 @@
+"""What a job's checkpoints are set to do, and the report of one checkpoint.
+
+A :class:`CheckpointPolicy` comes with a job (its submission, over the server's
+defaults); the coordinator takes a checkpoint every ``interval_s`` while the job runs.
+A :class:`CheckpointReport` is plain data, like :class:`.report.RunReport`: the
+coordinator fills it in as the checkpoint goes and tells the control plane's listener;
+:meth:`CheckpointReport.reported` is the one mapping to what the ``checkpoints`` row and
+the REST schema hold.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from controlplane.statuses import CheckpointStatus
+
+__all__ = ["CheckpointPolicy", "CheckpointReport"]
+
+
+@dataclass(frozen=True)
+class CheckpointPolicy:
+    """``interval_s``: seconds from one checkpoint's start to the next (None: no
+    checkpoints); ``timeout_s``: a checkpoint not complete within this is abandoned;
+    ``retained``: complete checkpoints kept (older ones and abandoned ones are removed
+    from the store); ``full_every``: a key group's chain of incremental parts is at most
+    this long before the group is written whole again (what a restore reads)."""
+
+    interval_s: float | None = 10.0
+    timeout_s: float = 60.0
+    retained: int = 3
+    full_every: int = 8
+
+    def __post_init__(self) -> None:
+        if self.interval_s is not None and self.interval_s <= 0:
+            raise ValueError(f"checkpoint interval must be positive or None, got {self.interval_s}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"checkpoint timeout must be positive, got {self.timeout_s}")
+        if self.retained < 1:
+            raise ValueError(f"at least one complete checkpoint is retained, got {self.retained}")
+        if self.full_every < 1:
+            raise ValueError(f"full_every must be at least 1, got {self.full_every}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.interval_s is not None
+
+
+@dataclass(eq=False)
+class CheckpointReport:
+    """One checkpoint of a job: ``id`` is its barrier id (it grows within a job, across
+    checkpoints and reconfigurations); ``version`` the abstraction version the job ran
+    when it was taken; ``path`` where its manifest is in the store; ``bytes`` what its
+    tasks wrote for it (incremental: only what changed), ``full_bytes`` what the state
+    it restores comes to; ``tasks`` how many tasks took part."""
+
+    id: int
+    job_id: str
+    version: int | None
+    status: CheckpointStatus = CheckpointStatus.IN_PROGRESS
+    error: str | None = None
+    path: str | None = None
+    bytes: int = 0
+    full_bytes: int = 0
+    tasks: int = 0
+    started_at: float = field(default_factory=time.time)
+    duration_ms: float | None = None
+
+    def reported(self) -> dict[str, Any]:
+        """What the control plane records of it, by the names of its ``checkpoints`` row
+        and REST schema."""
+        return {
+            "checkpoint_id": self.id,
+            "version": self.version,
+            "status": self.status,
+            "error": self.error,
+            "path": self.path,
+            "bytes": self.bytes,
+            "full_bytes": self.full_bytes,
+            "tasks": self.tasks,
+            "started_at": self.started_at,
+            "duration_ms": self.duration_ms,
+        }
