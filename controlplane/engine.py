@@ -78,6 +78,7 @@ from controlplane.errors import (
 )
 from controlplane.statuses import JobStatus, ReconfigurationStatus, WorkerStatus
 from runtime.dataflow import JobGraph
+from controlplane.coordinator.checkpoint_report import CheckpointPolicy
 
 __all__ = [
     "CALL_TIMEOUT_S",
@@ -175,14 +176,16 @@ class Engine:
 
     # -- synchronous API, for request threads --------------------------------------------
 
-    def submit(self, graph: JobGraph, job_id: str) -> JobState:
-        """Deploy and start ``graph`` as job ``job_id`` (a new id); the job may come back
-        ``failed`` with its cause. Raises :class:`Unavailable` when no worker is registered
-        or the id is taken."""
+    def submit(
+        self, graph: JobGraph, job_id: str, checkpoints: CheckpointPolicy | None = None
+    ) -> JobState:
+        """Deploy and start ``graph`` as job ``job_id`` (a new id), checkpointed as
+        ``checkpoints`` says (None: never); the job may come back ``failed`` with its
+        cause. Raises :class:`Unavailable` when no worker is registered or the id is taken."""
 
         async def submit() -> JobState:
             try:
-                job = await self.coordinator.submit(graph, job_id=job_id)
+                job = await self.coordinator.submit(graph, job_id=job_id, checkpoints=checkpoints)
             except CoordinatorError as exc:
                 raise Unavailable(f"{exc}") from None
             document = job.abstraction.to_dict() if job.abstraction is not None else None

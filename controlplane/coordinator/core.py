@@ -36,6 +36,7 @@ from runtime.dataflow import JobGraph
 from runtime.layout import Layout
 from runtime.records import BarrierKind
 
+from .checkpoint_report import CheckpointPolicy
 from .cluster import HEARTBEAT_TIMEOUT_S, Cluster
 from .errors import CoordinatorError
 from .layouts import abstraction_of, refresh_workers
@@ -89,11 +90,17 @@ class Coordinator(Cluster):
     # -- jobs ---------------------------------------------------------------------------------
 
     async def submit(
-        self, graph: JobGraph, workers: list[str] | None = None, *, job_id: str | None = None
+        self,
+        graph: JobGraph,
+        workers: list[str] | None = None,
+        *,
+        job_id: str | None = None,
+        checkpoints: CheckpointPolicy | None = None,
     ) -> RunningJob:
         """Deploy and start ``graph``; returns the running job (or a failed one, with cause).
 
         ``job_id`` lets the caller (the StreamManager) name the job; it must be new.
+        ``checkpoints``: how often the job is checkpointed (None: never).
         """
         if job_id is not None and job_id in self.jobs:
             raise CoordinatorError(f"job id {job_id!r} is taken")
@@ -102,6 +109,7 @@ class Coordinator(Cluster):
             raise CoordinatorError("no workers are registered: start some before submitting a job")
         layout = Layout.initial(graph, ids)
         job = RunningJob(job_id or f"job-{next(self._job_ids)}", graph, layout)
+        job.checkpoint_policy = checkpoints
         self.jobs[job.id] = job
         error = await self.deploy(job, layout)
         if error:

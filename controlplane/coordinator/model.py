@@ -19,6 +19,7 @@ from .slot import ChangeSlot
 if TYPE_CHECKING:
     from runtime.messages import ToCoordinator
 
+    from .checkpoint_report import CheckpointPolicy
     from .report import RunReport
 
 
@@ -93,6 +94,7 @@ class RunningJob:
         self.abstraction: Any = None  # the current version (controlplane.abstraction)
         self.versions: list = []  # every version, oldest first
         self.snapshot: Any = None  # a stop-and-restart in progress collects snapshots here
+        self.checkpoint_policy: CheckpointPolicy | None = None  # None: never checkpointed
         self.status = JobStatus.STARTING
         self.error: str | None = None
         self.started_at: float | None = None
