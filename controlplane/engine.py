@@ -53,6 +53,7 @@ from controlplane.coordinator import (
     RuntimeConfig,
     ValidatedPlan,
 )
+from controlplane.coordinator.checkpoint_report import CheckpointPolicy
 from controlplane.engine_views import (
     JobState,
     JobView,
@@ -78,7 +79,6 @@ from controlplane.errors import (
 )
 from controlplane.statuses import JobStatus, ReconfigurationStatus, WorkerStatus
 from runtime.dataflow import JobGraph
-from controlplane.coordinator.checkpoint_report import CheckpointPolicy
 
 __all__ = [
     "CALL_TIMEOUT_S",
