@@ -21,18 +21,29 @@ from __future__ import annotations
 import asyncio
 import pickle
 import ssl
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any, Protocol
 
 from . import handshake, protocol
 from .change import Change, WorkerReconfigurationError
 from .channels import InputChannel, InputGate, LocalOutputChannel, OutputChannel
+from .checkpoints.taking import Capture, CheckpointWriter, GroupChains, capture_keyed
 from .dataflow import JobGraph, OperatorSpec
 from .handover import StateInbox
 from .keygroups import key_group_fn
 from .layout import Layout, split_task_id
-from .messages import ChannelConfig, Restore, Snapshot, ToCoordinator
+from .messages import (
+    ChannelConfig,
+    CheckpointAck,
+    CheckpointCaptured,
+    CheckpointConfig,
+    CheckpointFailed,
+    Restore,
+    Snapshot,
+    ToCoordinator,
+)
 from .metrics import TaskMetrics
 from .operators import KeyedProcessor, SinkProcessor, make_processor
 from .partitioning import BroadcastEdge, Edge, ForwardEdge, KeyGroupEdge, Outputs, RebalanceEdge
@@ -52,6 +63,7 @@ class WorkerServices(TaskHost, Protocol):
     secret: str  # the cluster secret: data connections prove a key derived from it
     client_tls: ssl.SSLContext | None  # to dial peers' data servers
     state: StateInbox  # key-group state and source positions that came for tasks here
+    checkpoint_writer: CheckpointWriter  # writes tasks' checkpoint parts off their loops
 
     def send(self, msg: ToCoordinator) -> None:
         """Queue ``msg`` for the coordinator."""
@@ -99,10 +111,12 @@ class JobRuntime:
         peers: Mapping[str, tuple[str, int]],
         config: ChannelConfig,
         restore: Mapping[str, Restore] | None = None,
+        checkpoints: CheckpointConfig | None = None,
     ) -> None:
         """The job ``job_id`` here, as a ``deploy`` (or a ``prepare`` that makes this worker
         join it) describes it: ``graph`` pickled (its code installed already), every
-        worker's data address, and per task what it restarts from (:meth:`deploy`)."""
+        worker's data address, per task what it restarts from (:meth:`deploy`), and where
+        its checkpoints go (None: it takes none)."""
         self.worker = worker
         self.job_id = job_id
         self.graph: JobGraph = pickle.loads(graph)
@@ -124,6 +138,7 @@ class JobRuntime:
         self.ended_early: Change | None = None
         self.savepoint_id: int | None = None
         self.restore: dict[str, Restore] = dict(restore or {})
+        self.checkpoints = checkpoints
         self.stage_work: set[asyncio.Future] = set()  # key groups moving in a fluid stage
         self._connecting: dict[tuple[str, bool], asyncio.Future[PeerLink]] = {}
 
@@ -261,6 +276,9 @@ class JobRuntime:
         else:
             state = KeyedState(tid, layout.assignment.get(tid, ())) if op.keyed else None
             processor = make_processor(tid, op, index, outputs, metrics, state)
+            if isinstance(processor, KeyedProcessor) and self.checkpoints is not None:
+                processor.note_changes()
+                processor.chains = GroupChains(self.checkpoints.full_every)
             task = StreamTask(tid, op, index, outputs, metrics, self.worker, gate, processor)
         task.job_id = self.job_id  # type: ignore[attr-defined]
         return task
@@ -322,6 +340,73 @@ class JobRuntime:
         for task in self.tasks.values():
             if isinstance(task, SourceTask):
                 task.inject(barrier)
+
+    def abort_barrier(self, barrier_id: int) -> None:
+        """Drop barrier ``barrier_id`` here: sources that have not emitted it will not, and
+        tasks aligning it unblock their inputs (later arrivals of it are ignored)."""
+        for task in self.tasks.values():
+            if isinstance(task, SourceTask):
+                task.abort_barrier(barrier_id)
+            elif isinstance(task, StreamTask):
+                pending = task.aligner.pending
+                task.aligner.abort(barrier_id)
+                if pending is not None and pending.id == barrier_id:
+                    task.gate.unblock_all()
+
+    def take_checkpoint(self, task: BaseTask, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id``'s barrier is aligned at ``task``: capture its part
+        now, on its loop, and write it off the loop (:mod:`runtime.checkpoints.taking`);
+        the coordinator hears ``checkpoint_captured``, then ``checkpoint_ack`` once the
+        part is durable, or ``checkpoint_failed``."""
+        send, tid = self.worker.send, task.task_id
+        if self.checkpoints is None:
+            send(CheckpointFailed(self.job_id, tid, checkpoint_id, "no checkpoint store here"))
+            return
+        capture = Capture(self.job_id, tid, checkpoint_id, self.checkpoints.store)
+        processor = task.processor if isinstance(task, StreamTask) else None
+        chains: GroupChains | None = None
+        try:
+            if isinstance(task, SourceTask) and task.reader is not None:
+                capture.position = task.reader.position()
+            elif isinstance(processor, KeyedProcessor) and processor.chains is not None:
+                chains = processor.chains
+                state = processor.state
+                changed = processor.take_changes()
+                try:
+                    capture_keyed(capture, chains, state.groups(), state.arrivals, changed)
+                except BaseException:
+                    chains.broken.update(state.arrivals)  # its changes are no longer noted
+                    raise
+        except Exception as exc:
+            error = f"task {tid!r} could not capture its state: {type(exc).__name__}: {exc}"
+            send(CheckpointFailed(self.job_id, tid, checkpoint_id, error))
+            return
+        if chains is None:  # nothing to write: its part is in the ack
+            part = {"groups": {}, "position": capture.position, "sink": capture.sink}
+            send(CheckpointAck(self.job_id, tid, checkpoint_id, part, 0, 0))
+            return
+        send(CheckpointCaptured(self.job_id, tid, checkpoint_id))
+        loop = asyncio.get_running_loop()
+        broken = chains.broken
+
+        def on_broken(groups: Iterable[int]) -> None:  # on the writer's thread
+            loop.call_soon_threadsafe(broken.update, list(groups))
+
+        written = self.worker.checkpoint_writer.submit(capture, on_broken)
+        self.worker.background(self._ack_when_written(capture, written))
+
+    async def _ack_when_written(self, capture: Capture, written: Future) -> None:
+        try:
+            part, nbytes, size = await asyncio.wrap_future(written)
+        except Exception as exc:
+            error = str(exc) or type(exc).__name__
+            self.worker.send(
+                CheckpointFailed(self.job_id, capture.task, capture.checkpoint_id, error)
+            )
+            return
+        self.worker.send(
+            CheckpointAck(self.job_id, capture.task, capture.checkpoint_id, part, nbytes, size)
+        )
 
     def behind(self) -> bool:
         """True while a running task here has input waiting for it."""

@@ -200,14 +200,7 @@ def abort(job: JobRuntime, rid: int) -> None:
         processor = keyed_processor(job.tasks.get(tid))
         if processor is not None and processor.cancel_awaiting():
             logger.error("task %s had records of key groups it was to gain", tid)
-    for task in job.tasks.values():
-        if isinstance(task, SourceTask):
-            task.abort_barrier(p.barrier_id)
-        elif isinstance(task, StreamTask):
-            pending = task.aligner.pending
-            task.aligner.abort(p.barrier_id)  # late arrivals of it are ignored from now on
-            if pending is not None and pending.id == p.barrier_id:
-                task.gate.unblock_all()
+    job.abort_barrier(p.barrier_id)
     for key in p.new_inputs:
         job.unregister_input(key)
     for task in p.new_tasks.values():

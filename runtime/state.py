@@ -57,12 +57,22 @@ class ValueState:
         return self._key
 
 
+_arrivals = itertools.count(1)
+
+
 class KeyedState:
-    """The state of the key groups one task owns (in memory)."""
+    """The state of the key groups one task owns (in memory).
+
+    ``arrivals`` numbers each group's current tenure: a group gets a new number (never
+    used before, in this process) whenever it comes to this task with state from
+    elsewhere or leaves it, so that whoever remembers something of a group (the
+    checkpoint chains of :mod:`runtime.checkpoints.taking`) can tell that the group it
+    sees now is not the one it remembers."""
 
     def __init__(self, task: str, groups: Iterable[int] = ()) -> None:
         self.task = task
         self._groups: dict[int, dict] = {g: {} for g in groups}
+        self.arrivals: dict[int, int] = {g: next(_arrivals) for g in self._groups}
         self._per_key: dict[int, float] = {}  # key group -> estimated pickled bytes per key
         self._turn = 0  # where the next size report starts re-estimating
         self._sizes: dict[int, int] = {}  # key group -> estimated bytes, as of the last size()
@@ -86,7 +96,9 @@ class KeyedState:
 
     def add_group(self, group: int) -> None:
         """Start owning ``group`` with empty state (no-op if already owned)."""
-        self._groups.setdefault(group, {})
+        if group not in self._groups:
+            self._groups[group] = {}
+            self.arrivals[group] = next(_arrivals)
 
     def export_group(self, group: int) -> bytes:
         """The state of ``group`` as bytes (the group stays owned).
@@ -105,6 +117,7 @@ class KeyedState:
                 f"task {self.task!r}: state of key group {group} is not a key -> value map"
             )
         self._groups[group] = state
+        self.arrivals[group] = next(_arrivals)
 
     def take_in(self, group: int, data: bytes | bytearray | memoryview | dict | Exception) -> None:
         """Own ``group`` with state handed over by its previous owner: bytes exported on
@@ -117,10 +130,12 @@ class KeyedState:
             self.import_group(group, data)
         else:
             self._groups[group] = data
+            self.arrivals[group] = next(_arrivals)
 
     def drop_group(self, group: int) -> None:
         """Stop owning ``group`` and forget its state."""
         self._groups.pop(group, None)
+        self.arrivals.pop(group, None)
 
     def size(self, refresh: int = SIZE_REFRESH) -> tuple[int, int | None]:
         """(keys, estimated bytes) of the state: what moving all of it would ship (each

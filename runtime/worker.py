@@ -53,6 +53,7 @@ from . import (
     worker_cli,
 )
 from .channels import InputChannel, wait_while
+from .checkpoints.taking import CheckpointWriter
 from .dataserver import DataServer
 from .handover import StateInbox
 from .jobruntime import JobRuntime
@@ -101,6 +102,7 @@ class WorkerProcess:
         pool = protocol.PayloadPool()  # state is received into it, its buffers reused once read
         # A copy ahead that comes while the tasks here have no input waiting is read at once.
         self.state = StateInbox(pool, idle=lambda: not self.behind())
+        self.checkpoint_writer = CheckpointWriter()
         self.data = DataServer(
             secret,
             self.inputs,
@@ -166,13 +168,18 @@ class WorkerProcess:
         self.send(messages.TaskFailed(task.job_id, task.task_id, error))  # type: ignore[attr-defined]
 
     def barrier_aligned(self, task: BaseTask, barrier: Barrier) -> bool:
-        """Checkpoint barriers are acked; for a reconfiguration, the job says who pauses."""
+        """For a reconfiguration, the job says who pauses; a checkpoint barrier of a job
+        that takes checkpoints is its tasks' cue to take their parts; a savepoint's
+        snapshots a task and halts it; any other barrier is acked."""
         job = self.jobs.get(task.job_id)  # type: ignore[attr-defined]
         if barrier.kind is BarrierKind.RECONFIG:
             return job is not None and reconfigure.barrier_aligned(job, task, barrier)
         if job is not None and barrier.id == job.savepoint_id:
             job.snapshot_and_halt(task)
             return True
+        if job is not None and job.checkpoints is not None:
+            job.take_checkpoint(task, barrier.id)
+            return False
         self.send(messages.BarrierAck(task.job_id, task.task_id, barrier.kind, barrier.id))  # type: ignore[attr-defined]
         return False
 
@@ -251,6 +258,7 @@ class WorkerProcess:
                 t.cancel()
             for job in list(self.jobs.values()):
                 await job.stop()
+            self.checkpoint_writer.close()
             await self.data.close()
             writer.close()
 
@@ -289,6 +297,9 @@ class WorkerProcess:
                 case messages.StagesEnd(job_id=job_id, rid=rid, last=last):
                     if (job := self.jobs.get(job_id)) is not None:
                         stages.end(job, rid, last)
+                case messages.AbandonCheckpoint(job_id=job_id, checkpoint_id=checkpoint_id):
+                    if (job := self.jobs.get(job_id)) is not None:
+                        job.abort_barrier(checkpoint_id)
                 case messages.Savepoint(job_id=job_id, barrier_id=barrier_id):
                     if (job := self.jobs.get(job_id)) is not None:
                         job.savepoint(barrier_id)
@@ -353,7 +364,13 @@ class WorkerProcess:
                         "config or start time"
                     )
                 job = JobRuntime(
-                    self, msg.job_id, msg.graph, msg.current_layout, msg.workers, msg.config
+                    self,
+                    msg.job_id,
+                    msg.graph,
+                    msg.current_layout,
+                    msg.workers,
+                    msg.config,
+                    checkpoints=msg.checkpoints,
                 )
                 job.start_time = msg.start_time
                 self.jobs[job.job_id] = job
@@ -439,7 +456,14 @@ class WorkerProcess:
             codeload.install_many(msg.code)  # before the graph is unpickled
             await self._drop_job(job_id)  # left from when tasks of the job were here
             job = JobRuntime(
-                self, job_id, msg.graph, msg.layout, msg.workers, msg.config, msg.restore
+                self,
+                job_id,
+                msg.graph,
+                msg.layout,
+                msg.workers,
+                msg.config,
+                msg.restore,
+                msg.checkpoints,
             )
             self.jobs[job_id] = job
             await job.deploy()

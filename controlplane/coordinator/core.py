@@ -29,6 +29,8 @@ import ssl
 import time
 from typing import TYPE_CHECKING
 
+from runtime.checkpoints.store import CheckpointStoreError
+
 from controlplane.abstraction import Abstraction, Plan, Resolver, resolve_importable
 from controlplane.statuses import JobStatus
 from runtime import codeload, messages
@@ -37,6 +39,7 @@ from runtime.layout import Layout
 from runtime.records import BarrierKind
 
 from .checkpoint_report import CheckpointPolicy
+from .checkpointer import Checkpointer, CheckpointListener
 from .cluster import HEARTBEAT_TIMEOUT_S, Cluster
 from .errors import CoordinatorError
 from .layouts import abstraction_of, refresh_workers
@@ -79,6 +82,8 @@ class Coordinator(Cluster):
         # What a logic ref in a plan may name (raises BadLogic otherwise); the server's
         # accepts registered code only, a program running its own coordinator anything.
         self.resolve_logic = resolve_logic
+        # Told of every job's checkpoints as they go (the control plane records them).
+        self.on_checkpoint: CheckpointListener | None = None
 
     async def close(self) -> None:
         """Stop running jobs, tell workers to exit, close every connection."""
@@ -109,8 +114,13 @@ class Coordinator(Cluster):
             raise CoordinatorError("no workers are registered: start some before submitting a job")
         layout = Layout.initial(graph, ids)
         job = RunningJob(job_id or f"job-{next(self._job_ids)}", graph, layout)
-        job.checkpoint_policy = checkpoints
         self.jobs[job.id] = job
+        if checkpoints is not None and checkpoints.enabled:
+            try:
+                await self._checkpointed(job, checkpoints)
+            except CheckpointStoreError as exc:
+                await self.fail(job, f"checkpoints cannot be taken: {exc}")
+                return job
         error = await self.deploy(job, layout)
         if error:
             await self.fail(job, error)
@@ -124,8 +134,22 @@ class Coordinator(Cluster):
         job.started_at = time.time()
         job.status = JobStatus.RUNNING
         self.start_deployed(job)
+        if job.checkpointer is not None:
+            job.checkpointer.start()
         logger.info("job %s running on %s", job.id, ", ".join(layout.workers_used()))
         return job
+
+    async def _checkpointed(self, job: RunningJob, policy: CheckpointPolicy) -> None:
+        """Set ``job`` up to take checkpoints as ``policy`` says, into the configured
+        store (raises :class:`CheckpointStoreError` if the store cannot be opened)."""
+        location = self.config.checkpoint_store
+        job.checkpoint_policy = policy
+        job.checkpointer = await Checkpointer.open(self, job, policy, location, self.on_checkpoint)
+        # A new job: what its directory holds is an earlier job's of the same id (a
+        # coordinator that names its jobs job-1, job-2... in every process).
+        await asyncio.to_thread(job.checkpointer.store.delete, job.id)
+        job.slot.quiescer = job.checkpointer
+        job.checkpoint_config = messages.CheckpointConfig(location, policy.full_every)
 
     async def deploy(
         self, job: RunningJob, layout: Layout, restore: dict[str, messages.Restore] | None = None
@@ -147,6 +171,7 @@ class Coordinator(Cluster):
             layout=layout,
             workers=self.data_addresses(),
             config=self.channel_config(),
+            checkpoints=job.checkpoint_config,
         )
         loop = asyncio.get_running_loop()
         job.deploy_replies = {}
@@ -380,6 +405,8 @@ class Coordinator(Cluster):
                 job.finished_tasks.add(task)
                 if job.active is not None:
                     job.active.task_finished(task)
+                if job.checkpointer is not None:
+                    job.checkpointer.task_finished(task)
                 self._check_barriers(job, task, None)
                 if len(job.finished_tasks) == len(job.layout.placement) and job.end(
                     JobStatus.FINISHED
@@ -409,6 +436,13 @@ class Coordinator(Cluster):
                     snap.add(msg)
             case messages.BarrierAck(task=task, barrier_id=bid):
                 self._check_barriers(job, task, bid)
+            case (
+                messages.CheckpointCaptured()
+                | messages.CheckpointAck()
+                | messages.CheckpointFailed()
+            ):
+                if job.checkpointer is not None:
+                    job.checkpointer.on_message(msg)
             case (
                 messages.Prepared()
                 | messages.PrepareFailed()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -17,9 +19,10 @@ from .metrics import JobMetrics
 from .slot import ChangeSlot
 
 if TYPE_CHECKING:
-    from runtime.messages import ToCoordinator
+    from runtime.messages import CheckpointConfig, ToCoordinator
 
     from .checkpoint_report import CheckpointPolicy
+    from .checkpointer import Checkpointer
     from .report import RunReport
 
 
@@ -56,6 +59,10 @@ class RuntimeConfig:
     # next stage's barrier travel while the state of the one before still moves, which
     # finishes sooner when the workers have CPU to spare and raises latency when not.
     stage_window: int = 1
+    # Where jobs' checkpoints go (a directory or a pyarrow.fs URI), for jobs that take them.
+    checkpoint_store: str = field(
+        default_factory=lambda: os.path.join(tempfile.gettempdir(), "streampilot-checkpoints")
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return {"batch_size": self.batch_size, "linger_s": self.linger_s, "credits": self.credits}
@@ -95,6 +102,8 @@ class RunningJob:
         self.versions: list = []  # every version, oldest first
         self.snapshot: Any = None  # a stop-and-restart in progress collects snapshots here
         self.checkpoint_policy: CheckpointPolicy | None = None  # None: never checkpointed
+        self.checkpoint_config: CheckpointConfig | None = None  # as its workers are told it
+        self.checkpointer: Checkpointer | None = None  # takes its checkpoints while it runs
         self.status = JobStatus.STARTING
         self.error: str | None = None
         self.started_at: float | None = None
@@ -131,6 +140,8 @@ class RunningJob:
         self.error = error
         self.ended_at = time.time()
         self._done.set()
+        if self.checkpointer is not None:
+            self.checkpointer.stop(f"job {self.id} ended ({status})")
         for _, fut in self.barrier_waits.values():
             if not fut.done():
                 fut.set_exception(

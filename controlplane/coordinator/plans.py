@@ -61,7 +61,7 @@ async def apply(
     """
     slot = job.slot
     slot.refuse_if_busy(wait)
-    async with slot.lock:
+    async with slot.hold():
         token = cancellation or Cancellation()
         raw = plan.plan if isinstance(plan, ValidatedPlan) else plan
         token.fluid = raw.mode == "fluid" and not restart

@@ -106,7 +106,7 @@ async def reconfigure(
     layout names unknown workers or leaves key groups unowned.
     """
     job.slot.refuse_if_busy(wait)
-    async with job.slot.lock:
+    async with job.slot.hold():
         check_layout(job, new)
         return await run_locked(host, job, new, plan=plan, sync_timeout_s=sync_timeout_s)
 
@@ -383,6 +383,7 @@ class LiveRun:
             current_layout=shape.old,
             config=host.channel_config(),
             start_time=job.started_at,
+            checkpoints=job.checkpoint_config,
         )
         hosting = set(shape.old.workers_used())
         for wid in self.workers:

@@ -111,7 +111,7 @@ async def restart_with(
 ) -> RunReport:
     """Stop ``job`` with a snapshot, redeploy it as ``new`` with that state (on new worker
     processes with ``new_workers``), start it again."""
-    async with job.slot.lock:
+    async with job.slot.hold():
         return await restart_locked(coordinator, job, new, new_workers=new_workers)
 
 

@@ -3,7 +3,8 @@
 :class:`ChangeSlot` (``RunningJob.slot``) is the one owner, while the process runs, of the
 rule that a job changes by one plan at a time: the engine reserves it for a plan it has
 accepted (:meth:`ChangeSlot.reserve`) until the plan's outcome is recorded, and every
-change (a plan, a layout, a restart) holds its lock while it runs; whoever asks whether a
+change (a plan, a layout, a restart) holds it while it runs (:meth:`ChangeSlot.hold`, which
+also keeps the job's checkpoints out of its way); whoever asks whether a
 job is busy asks :attr:`ChangeSlot.busy`. A plan's :class:`Cancellation` is created with
 its reservation (or when it takes the lock) and is what :func:`.plans.cancel` requests.
 """
@@ -11,8 +12,10 @@ its reservation (or when it takes the lock) and is what :func:`.plans.cancel` re
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .errors import ReconfigurationBusy
 
@@ -37,14 +40,38 @@ class Cancellation:
         self.reason = self.reason or reason
 
 
+class Quiescer(Protocol):
+    """What a change waits for before it runs, and tells when it ends (the job's
+    checkpoints: :class:`.checkpointer.Checkpointer`)."""
+
+    async def quiesce(self) -> None: ...
+    def resume(self) -> None: ...
+
+
 class ChangeSlot:
     """A job's turn to change (module docstring)."""
 
     def __init__(self, job_id: str) -> None:
         self.job_id = job_id
         self.lock = asyncio.Lock()  # held by the change under way; others wait in order
+        self.quiescer: Quiescer | None = None  # set while the job takes checkpoints
         self.reserved: Cancellation | None = None  # a plan accepted and not recorded yet
         self.current: Cancellation | None = None  # the plan that holds the lock
+
+    @contextlib.asynccontextmanager
+    async def hold(self) -> AsyncIterator[None]:
+        """Hold the job for a change: take the lock (in turn), then wait until no
+        checkpoint capture is under way; no checkpoint starts until the change ends (a
+        checkpoint and a change never interleave)."""
+        async with self.lock:
+            quiescer = self.quiescer
+            if quiescer is not None:
+                await quiescer.quiesce()
+            try:
+                yield
+            finally:
+                if quiescer is not None:
+                    quiescer.resume()
 
     @property
     def busy(self) -> bool:

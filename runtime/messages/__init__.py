@@ -21,7 +21,10 @@ the control key). The conversation, in order:
    import the job's code now, not when a task moves there), no reply.
 4. Running: ``metrics`` every second; ``task_finished``, ``task_failed`` and
    ``worker_error`` when they happen; ``inject_barrier`` is answered by ``barrier_ack``
-   per task for a checkpoint barrier; ``stop`` by ``stopped``.
+   per task for a barrier the coordinator waits for; ``stop`` by ``stopped``.
+   Checkpoints (:mod:`controlplane.coordinator.checkpointer`): a checkpoint barrier
+   (``inject_barrier``) -> ``checkpoint_captured`` then ``checkpoint_ack`` (its part is
+   durable) or ``checkpoint_failed`` per task; ``abandon_checkpoint``, no reply.
 5. Live reconfiguration (steps in :mod:`controlplane.coordinator.reconfig`, the worker's
    part in :mod:`runtime.reconfigure`): ``prepare`` -> ``prepared`` or
    ``prepare_failed``; the reconfiguration barrier (``inject_barrier``) -> ``paused``
@@ -46,18 +49,19 @@ Coordinator -> worker (:class:`ToWorker`), type (class) {fields}:
   modules its pickles name, installed before unpickling (:mod:`runtime.codeload`);
   ``workers`` every alive worker's data address; ``config`` a :class:`ChannelConfig`
   {batch_size, linger_s, credits}; ``restore`` per task a :class:`Restore` {groups,
-  position} (a restart from a snapshot; else empty)
+  position} (a restart from a snapshot; else empty); ``checkpoints`` a
+  :class:`CheckpointConfig` {store, full_every}, or None (the job takes none)
 - ``warm`` (:class:`Warm`) {job_id, graph, code}
 - ``start`` (:class:`Start`) {job_id, start_time}: the job's common clock origin
 - ``inject_barrier`` (:class:`InjectBarrier`) {job_id, kind, barrier_id}: at the sources
 - ``stop`` (:class:`Stop`) {job_id}
 - ``prepare`` (:class:`Prepare`) {job_id, rid, barrier_id, layout, affected, workers,
   code, fluid, precopy_min_bytes, precopy_budget_s, precopy_pause_s, stages,
-  stage_barriers, graph, current_layout, config, start_time}: the whole new layout;
+  stage_barriers, graph, current_layout, config, start_time, checkpoints}: the whole new layout;
   copying ahead (:mod:`runtime.precopy`) for groups of at least ``precopy_min_bytes``
   (None: never), for at most ``precopy_budget_s``, until the rest would ship within
   ``precopy_pause_s``; ``stages`` (fluid) the layouts to go through and a barrier id
-  for each after the first; the last four only for a worker that hosts none of the
+  for each after the first; the last five only for a worker that hosts none of the
   job's tasks yet (it joins the job), else None
 - ``update`` (:class:`Update`) {job_id, rid}
 - ``abort`` (:class:`Abort`) {job_id, rid}
@@ -66,6 +70,7 @@ Coordinator -> worker (:class:`ToWorker`), type (class) {fields}:
 - ``stage_withdraw`` (:class:`StageWithdraw`) {job_id, rid, stage, barrier_id, inject}
 - ``stages_end`` (:class:`StagesEnd`) {job_id, rid, last}: the change ends at stage
   ``last``
+- ``abandon_checkpoint`` (:class:`AbandonCheckpoint`) {job_id, checkpoint_id}
 - ``savepoint`` (:class:`Savepoint`) {job_id, barrier_id}
 - ``shutdown`` (:class:`Shutdown`) {}
 
@@ -82,6 +87,12 @@ Worker -> coordinator (:class:`ToCoordinator`), type (class) {fields}:
 - ``task_failed`` (:class:`TaskFailed`) {job_id, task, error}
 - ``worker_error`` (:class:`WorkerError`) {job_id, error}: a data link of the job broke
 - ``barrier_ack`` (:class:`BarrierAck`) {job_id, task, kind, barrier_id}
+- ``checkpoint_captured`` (:class:`CheckpointCaptured`) {job_id, task, checkpoint_id}
+- ``checkpoint_ack`` (:class:`CheckpointAck`) {job_id, task, checkpoint_id, part,
+  written, size}: ``part`` the task's part of the manifest (``groups``: key group ->
+  chain of [path, offset, length, full, keys]; ``position``; ``sink``), ``written`` the
+  bytes written now, ``size`` the bytes of every chain
+- ``checkpoint_failed`` (:class:`CheckpointFailed`) {job_id, task, checkpoint_id, error}
 - ``stopped`` (:class:`Stopped`) {job_id, metrics}: its tasks' last counts
 - ``snapshot`` (:class:`Snapshot`) {job_id, task, metrics, groups, position}
 - ``prepared`` (:class:`Prepared`) {job_id, rid, precopy}: ``precopy`` what it copied
@@ -127,6 +138,9 @@ from ._codec import (
 )
 from .to_coordinator import (
     BarrierAck,
+    CheckpointAck,
+    CheckpointCaptured,
+    CheckpointFailed,
     Deployed,
     DeployFailed,
     Heartbeat,
@@ -146,9 +160,11 @@ from .to_coordinator import (
     WorkerError,
 )
 from .to_worker import (
+    AbandonCheckpoint,
     Abort,
     Address,
     ChannelConfig,
+    CheckpointConfig,
     Deploy,
     InjectBarrier,
     Prepare,
@@ -168,10 +184,15 @@ from .to_worker import (
 
 __all__ = [
     "MESSAGES",
+    "AbandonCheckpoint",
     "Abort",
     "Address",
     "BarrierAck",
     "ChannelConfig",
+    "CheckpointAck",
+    "CheckpointCaptured",
+    "CheckpointConfig",
+    "CheckpointFailed",
     "Deploy",
     "DeployFailed",
     "Deployed",

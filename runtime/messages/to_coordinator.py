@@ -10,6 +10,9 @@ from ._codec import ToCoordinator, message
 
 __all__ = [
     "BarrierAck",
+    "CheckpointAck",
+    "CheckpointCaptured",
+    "CheckpointFailed",
     "DeployFailed",
     "Deployed",
     "Heartbeat",
@@ -94,6 +97,31 @@ class BarrierAck(ToCoordinator):
     task: str
     kind: BarrierKind
     barrier_id: int
+
+
+@message("checkpoint_captured")
+class CheckpointCaptured(ToCoordinator):
+    job_id: str
+    task: str
+    checkpoint_id: int
+
+
+@message("checkpoint_ack")
+class CheckpointAck(ToCoordinator):
+    job_id: str
+    task: str
+    checkpoint_id: int
+    part: dict[str, Any]
+    written: int
+    size: int
+
+
+@message("checkpoint_failed")
+class CheckpointFailed(ToCoordinator):
+    job_id: str
+    task: str
+    checkpoint_id: int
+    error: str
 
 
 @message("stopped")

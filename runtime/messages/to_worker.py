@@ -10,9 +10,11 @@ from ..records import BarrierKind
 from ._codec import ToWorker, message, struct
 
 __all__ = [
+    "AbandonCheckpoint",
     "Abort",
     "Address",
     "ChannelConfig",
+    "CheckpointConfig",
     "Deploy",
     "InjectBarrier",
     "Prepare",
@@ -43,6 +45,16 @@ class ChannelConfig:
 
 
 @struct
+class CheckpointConfig:
+    """Where a job's tasks write their checkpoint parts (a store location: a directory or
+    a ``pyarrow.fs`` URI) and how long a key group's chain of incremental parts may grow
+    before the group is captured whole again."""
+
+    store: str
+    full_every: int = 8
+
+
+@struct
 class Restore:
     """What a task starts from in a restart: its key groups' state and its source
     position (None: from the start)."""
@@ -70,6 +82,7 @@ class Deploy(ToWorker):
     workers: dict[str, Address]
     config: ChannelConfig
     restore: dict[str, Restore] = field(default_factory=dict)
+    checkpoints: CheckpointConfig | None = None
 
 
 @message("warm")
@@ -117,6 +130,7 @@ class Prepare(ToWorker):
     current_layout: Layout | None = None
     config: ChannelConfig | None = None
     start_time: float | None = None
+    checkpoints: CheckpointConfig | None = None
 
 
 @message("update")
@@ -154,6 +168,12 @@ class StagesEnd(ToWorker):
     job_id: str
     rid: int
     last: int
+
+
+@message("abandon_checkpoint")
+class AbandonCheckpoint(ToWorker):
+    job_id: str
+    checkpoint_id: int
 
 
 @message("savepoint")

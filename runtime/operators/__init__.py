@@ -9,8 +9,9 @@ for keyed operators, the key.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..dataflow import OperatorSpec, logic_ref
 from ..errors import StreamRuntimeError
@@ -18,6 +19,9 @@ from ..keygroups import key_group_fn
 from ..metrics import TaskMetrics
 from ..partitioning import Outputs
 from ..state import KeyedState, KeyGroupNotOwnedError, ValueState
+
+if TYPE_CHECKING:
+    from ..checkpoints.taking import GroupChains
 
 __all__ = ["Processor", "UserCodeError", "make_processor"]
 
@@ -120,6 +124,9 @@ class KeyedProcessor(Processor):
     A key group copied ahead to its next owner (:mod:`runtime.precopy`) is *tracked*
     (:meth:`track`): the keys its records touch from then on are noted, since their
     values may have changed (a UDF may change a value in place without ``set``).
+
+    A task of a checkpointed job notes the keys its records touch in every group
+    (:meth:`note_changes`), for its next incremental checkpoint (:meth:`take_changes`).
     """
 
     def __init__(
@@ -136,6 +143,24 @@ class KeyedProcessor(Processor):
         self._value_state = ValueState()
         self.awaiting: dict[int, list[tuple[Any, Any, float]]] = {}
         self.touched: dict[int, set] = {}  # tracked key group -> keys touched since
+        # Key group -> keys touched since the last checkpoint capture (None: not noted),
+        # and the chains of its checkpoint parts (runtime.checkpoints.taking).
+        self.changed: defaultdict[int, set] | None = None
+        self.chains: GroupChains | None = None
+
+    def note_changes(self) -> None:
+        """Note from now on the keys that records touch, in every group."""
+        if self.changed is None:
+            self.changed = defaultdict(set)
+
+    def take_changes(self) -> dict[int, set]:
+        """The keys touched since the last call (or :meth:`note_changes`), per group;
+        noting starts afresh."""
+        changed = self.changed
+        if changed is None:
+            return {}
+        self.changed = defaultdict(set)
+        return changed
 
     def track(self, group: int) -> None:
         """Note from now on the keys of ``group`` that records touch."""
@@ -173,6 +198,8 @@ class KeyedProcessor(Processor):
         touched = self.touched.get(group)
         if touched is not None:
             touched.update(k for k, _v, _t in waiting)
+        if self.changed is not None:
+            self.changed[group].update(k for k, _v, _t in waiting)
         st = self._value_state
         st._store = store
         out_v: list = []
@@ -198,6 +225,7 @@ class KeyedProcessor(Processor):
         awaiting = self.awaiting
         counts = self.metrics.key_group_counts
         touched = self.touched or None  # one test per record while nothing is tracked
+        changed = self.changed
         st = self._value_state
         out_v: list = []
         out_t: list = []
@@ -222,6 +250,8 @@ class KeyedProcessor(Processor):
                 counts[g] += 1
                 if touched is not None and g in touched:
                     touched[g].add(k)
+                if changed is not None:
+                    changed[g].add(k)
                 st._store = store
                 st._key = k
                 r = fn(k, v, st)

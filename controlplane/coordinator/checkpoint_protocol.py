@@ -1,0 +1,508 @@
+"""A job's checkpoints, as a pure state machine beside the reconfiguration one.
+
+No asyncio, no I/O, no clock: :class:`CheckpointMachine` takes events (a timer that
+fired, a task's capture or ack, a reconfiguration that wants the job, each with the time
+it is handled) and answers with commands for its driver (:class:`.checkpointer.Checkpointer`)
+to carry out in order. The protocol (docs/design.md, section 7):
+
+1. **Trigger.** Every ``interval_s`` (from one checkpoint's start to the next) the driver
+   offers a :class:`Tick` with a fresh barrier id, the job's tasks and its abstraction
+   version. The machine starts a checkpoint when one is due, none is in flight, no
+   reconfiguration holds the job and every task runs (a job whose tasks have started to
+   finish takes no more checkpoints): :class:`Inject` the checkpoint barrier at the
+   sources. A declined tick's id is never used (barrier ids only need to grow).
+2. **Capture.** Each task, once the barrier is aligned, captures its state (key groups:
+   what changed since its previous capture; sources: their replay positions; sinks:
+   their committed offsets) on its loop and says :class:`Captured`; it then writes the
+   capture to the store off its loop and says :class:`Acked` with what it wrote (its
+   part of the manifest), or :class:`TaskError`.
+3. **Commit.** Once every task has acked, :class:`WriteManifest`: the driver writes the
+   checkpoint's manifest (every task's part) to the store, which is the commit point, and
+   answers :class:`ManifestWritten`. The checkpoint is ``completed``; retention keeps the
+   last ``retained`` completed ones (:class:`DeleteFiles` for the checkpoints no
+   retained one refers to: incremental parts refer to earlier checkpoints' files).
+4. **Abandon.** A checkpoint not complete within ``timeout_s``, one a task could not
+   write or finished before acking, one whose manifest could not be written, or one a
+   reconfiguration could not wait for is ``abandoned`` (:class:`Abandon`: the workers drop
+   its barrier); the job goes on and the next one starts when due. An abandoned
+   checkpoint's files stay while a later checkpoint may refer to them (a task's part is
+   incremental over its previous capture, whatever became of that checkpoint) and go
+   once a later one completes without referring to them.
+
+At most one checkpoint is in flight. **A checkpoint and a reconfiguration never
+interleave** (their barriers would overtake each other): a reconfiguration that wants the
+job (:class:`ChangeWanted`) goes ahead at once if no checkpoint is in flight or the one
+in flight has been captured by every task (its files may still be written: they do not
+touch the tasks); otherwise it waits for the captures, at most ``capture_wait_s``, then
+the checkpoint is abandoned and the reconfiguration goes ahead (:class:`AllowChange`).
+No checkpoint starts while a reconfiguration holds the job (:class:`ChangeEnded` ends
+that); one that came due meanwhile starts at the next tick. Each checkpoint records the
+abstraction version it was taken in.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from controlplane.statuses import CheckpointStatus
+
+from .checkpoint_report import CheckpointPolicy, CheckpointReport
+
+__all__ = [
+    "CAPTURE_WAIT_S",
+    "Abandon",
+    "Abandoned",
+    "Acked",
+    "AllowChange",
+    "Captured",
+    "ChangeEnded",
+    "ChangeWanted",
+    "CheckpointMachine",
+    "Command",
+    "DeleteFiles",
+    "Discarded",
+    "Event",
+    "Inject",
+    "JobEnded",
+    "ManifestWritten",
+    "Report",
+    "TaskError",
+    "TaskFinished",
+    "Tick",
+    "TimedOut",
+    "WakeAt",
+    "WriteManifest",
+    "checkpoint_dir",
+]
+
+CAPTURE_WAIT_S = 1.0  # longest a reconfiguration waits for the checkpoint in flight's captures
+
+
+def checkpoint_dir(job_id: str, checkpoint_id: int) -> str:
+    """The store directory of a checkpoint's files (its tasks' parts and its manifest)."""
+    return f"{job_id}/chk-{checkpoint_id}"
+
+
+_DIR = re.compile(r"(?:^|/)chk-(\d+)/")
+
+
+def _referenced(part: dict[str, Any]) -> set[int]:
+    """The checkpoints whose files a task's part refers to (its groups' chains)."""
+    found: set[int] = set()
+    for chain in (part.get("groups") or {}).values():
+        for link in chain:
+            m = _DIR.search(link[0])
+            if m:
+                found.add(int(m.group(1)))
+    return found
+
+
+# -- events ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tick:
+    """The driver's timer fired: a checkpoint may start with ``barrier_id``, over the
+    job's ``tasks`` (those that run now), at abstraction ``version``."""
+
+    barrier_id: int
+    tasks: frozenset[str]
+    version: int | None
+
+
+@dataclass(frozen=True)
+class Captured:
+    """``task`` captured its state for checkpoint ``checkpoint_id`` (aligned its barrier)."""
+
+    task: str
+    checkpoint_id: int
+
+
+@dataclass(frozen=True)
+class Acked:
+    """``task``'s part of checkpoint ``checkpoint_id`` is durable: ``part`` is what the
+    manifest holds for it (``groups``: key group -> chain of [path, offset, length, full,
+    keys]; ``position``; ``sink``), ``written`` the bytes it wrote now, ``size`` the bytes
+    its whole state comes to (every chain)."""
+
+    task: str
+    checkpoint_id: int
+    part: dict[str, Any]
+    written: int
+    size: int
+
+
+@dataclass(frozen=True)
+class TaskError:
+    """``task`` could not take its part of checkpoint ``checkpoint_id``."""
+
+    task: str
+    checkpoint_id: int
+    error: str
+
+
+@dataclass(frozen=True)
+class TaskFinished:
+    """``task`` finished (its inputs ended): it takes no part in checkpoints any more."""
+
+    task: str
+
+
+@dataclass(frozen=True)
+class TimedOut:
+    """The timeout of checkpoint ``checkpoint_id`` passed."""
+
+    checkpoint_id: int
+
+
+@dataclass(frozen=True)
+class ManifestWritten:
+    """The driver wrote checkpoint ``checkpoint_id``'s manifest at ``path`` (``error``:
+    it could not)."""
+
+    checkpoint_id: int
+    path: str | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ChangeWanted:
+    """A reconfiguration wants the job; it waits for :class:`AllowChange`."""
+
+
+@dataclass(frozen=True)
+class ChangeEnded:
+    """The reconfiguration that held the job ended (however it did)."""
+
+
+@dataclass(frozen=True)
+class JobEnded:
+    """The job ended: a checkpoint in flight is abandoned, none starts again."""
+
+    reason: str
+
+
+Event = (
+    Tick
+    | Captured
+    | Acked
+    | TaskError
+    | TaskFinished
+    | TimedOut
+    | ManifestWritten
+    | ChangeWanted
+    | ChangeEnded
+    | JobEnded
+)
+
+# -- commands ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Inject:
+    """Inject checkpoint barrier ``checkpoint_id`` at the job's sources."""
+
+    checkpoint_id: int
+
+
+@dataclass(frozen=True)
+class WakeAt:
+    """Send the next :class:`Tick` at (or after) time ``at``; and :class:`TimedOut` for
+    ``timeout_of`` at ``timeout_at`` if set (a later ``WakeAt`` replaces both)."""
+
+    at: float | None
+    timeout_of: int | None = None
+    timeout_at: float | None = None
+
+
+@dataclass(frozen=True)
+class WriteManifest:
+    """Write the manifest of checkpoint ``checkpoint_id``: ``manifest`` (JSON-able)."""
+
+    checkpoint_id: int
+    manifest: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Abandon:
+    """Tell the workers checkpoint ``checkpoint_id`` is abandoned (they drop its barrier)."""
+
+    checkpoint_id: int
+
+
+@dataclass(frozen=True)
+class DeleteFiles:
+    """Remove these checkpoints' directories from the store (no retained checkpoint
+    refers to them)."""
+
+    checkpoint_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Report:
+    """Tell the listener: ``report`` changed (a copy of its state at this point)."""
+
+    report: CheckpointReport
+
+
+@dataclass(frozen=True)
+class Discarded:
+    """Retention let completed checkpoint ``checkpoint_id`` go (its record says so; its
+    files go with a :class:`DeleteFiles` once nothing refers to them)."""
+
+    checkpoint_id: int
+
+
+@dataclass(frozen=True)
+class AllowChange:
+    """The waiting reconfiguration may go ahead."""
+
+
+@dataclass(frozen=True)
+class Abandoned:
+    """Checkpoint ``checkpoint_id`` ended abandoned (for the driver's waiters)."""
+
+    checkpoint_id: int
+
+
+Command = (
+    Inject
+    | WakeAt
+    | WriteManifest
+    | Abandon
+    | DeleteFiles
+    | Report
+    | Discarded
+    | AllowChange
+    | Abandoned
+)
+
+
+# -- the machine -------------------------------------------------------------------------
+
+
+@dataclass
+class _InFlight:
+    report: CheckpointReport
+    started: float
+    waiting_capture: set[str]
+    waiting_ack: set[str]
+    parts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    committing: bool = False
+
+
+class CheckpointMachine:
+    """The checkpoints of one job (see the module docstring). ``now`` is any monotonic
+    clock in seconds, the same for every call."""
+
+    def __init__(
+        self,
+        job_id: str,
+        policy: CheckpointPolicy,
+        now: float,
+        *,
+        capture_wait_s: float = CAPTURE_WAIT_S,
+    ) -> None:
+        if policy.interval_s is None:
+            raise ValueError("a CheckpointMachine needs a policy with an interval")
+        self.job_id = job_id
+        self.policy = policy
+        self.capture_wait_s = capture_wait_s
+        self.due = now + policy.interval_s  # the first one after an interval of running
+        self.in_flight: _InFlight | None = None
+        self.changing = False  # a reconfiguration holds the job
+        self.change_waiting_since: float | None = None
+        self.ended = False
+        self.finished_tasks: set[str] = set()
+        # Completed checkpoints retained, oldest first: id -> the checkpoints it refers to.
+        self.retained: dict[int, set[int]] = {}
+        self.dirs: set[int] = set()  # checkpoints whose directory may exist in the store
+        self.latest_completed: int | None = None
+
+    # -- public -------------------------------------------------------------------------
+
+    def handle(self, event: Event, now: float) -> list[Command]:
+        """The commands ``event`` calls for, to carry out in order."""
+        out: list[Command] = []
+        match event:
+            case Tick():
+                self._tick(event, now, out)
+            case Captured(task=task, checkpoint_id=cid):
+                flight = self._current(cid)
+                if flight is not None:
+                    flight.waiting_capture.discard(task)
+                    self._maybe_allow_change(out)
+            case Acked():
+                self._acked(event, now, out)
+            case TaskError(task=task, checkpoint_id=cid, error=error):
+                if self._current(cid) is not None:
+                    self._abandon(f"task {task}: {error}", now, out)
+            case TaskFinished(task=task):
+                self.finished_tasks.add(task)
+                flight = self.in_flight
+                if flight is not None and not flight.committing and task in flight.waiting_ack:
+                    self._abandon(f"task {task} finished before it took its part", now, out)
+            case TimedOut(checkpoint_id=cid):
+                flight = self._current(cid)
+                if flight is not None and not flight.committing:
+                    waiting = sorted(flight.waiting_ack)
+                    shown = ", ".join(waiting[:5]) + (" ..." if len(waiting) > 5 else "")
+                    self._abandon(
+                        f"not complete within {self.policy.timeout_s:g}s: waiting for {shown}",
+                        now,
+                        out,
+                    )
+            case ManifestWritten():
+                self._committed(event, now, out)
+            case ChangeWanted():
+                self.changing = True
+                self.change_waiting_since = now
+                self._maybe_allow_change(out)
+                if self.change_waiting_since is not None:
+                    out.append(self._wake(now))
+            case ChangeEnded():
+                self.changing = False
+                self.change_waiting_since = None
+                out.append(self._wake(now))
+            case JobEnded(reason=reason):
+                self.ended = True
+                if self.in_flight is not None:
+                    self._abandon(reason, now, out)
+                out.append(WakeAt(None))
+        return out
+
+    @property
+    def wake_at(self) -> float | None:
+        """When the machine next wants a :class:`Tick` (None: never again)."""
+        return None if self.ended else self.due
+
+    # -- steps --------------------------------------------------------------------------
+
+    def _current(self, checkpoint_id: int) -> _InFlight | None:
+        flight = self.in_flight
+        if flight is None or flight.report.id != checkpoint_id:
+            return None  # a late reply of an abandoned checkpoint
+        return flight
+
+    def _tick(self, tick: Tick, now: float, out: list[Command]) -> None:
+        if self.change_waiting_since is not None:
+            if now - self.change_waiting_since >= self.capture_wait_s:
+                self._abandon(
+                    f"a reconfiguration went first (the capture took over "
+                    f"{self.capture_wait_s:g}s)",
+                    now,
+                    out,
+                )
+                self._maybe_allow_change(out)
+            else:
+                out.append(self._wake(now))
+            return
+        startable = (
+            not self.ended
+            and self.in_flight is None
+            and not self.changing
+            and not self.finished_tasks
+            and now >= self.due
+            and tick.tasks
+        )
+        if not startable:
+            out.append(self._wake(now))
+            return
+        assert self.policy.interval_s is not None
+        report = CheckpointReport(tick.barrier_id, self.job_id, tick.version, tasks=len(tick.tasks))
+        self.in_flight = _InFlight(report, now, set(tick.tasks), set(tick.tasks))
+        self.dirs.add(tick.barrier_id)
+        self.due = now + self.policy.interval_s
+        out.append(Report(_copy(report)))
+        out.append(Inject(tick.barrier_id))
+        out.append(self._wake(now))
+
+    def _acked(self, ack: Acked, now: float, out: list[Command]) -> None:
+        flight = self._current(ack.checkpoint_id)
+        if flight is None or ack.task not in flight.waiting_ack:
+            return
+        flight.waiting_capture.discard(ack.task)
+        flight.waiting_ack.discard(ack.task)
+        flight.parts[ack.task] = ack.part
+        flight.report.bytes += ack.written
+        flight.report.full_bytes += ack.size
+        self._maybe_allow_change(out)
+        if not flight.waiting_ack:
+            flight.committing = True
+            manifest = {
+                "job_id": self.job_id,
+                "checkpoint_id": flight.report.id,
+                "version": flight.report.version,
+                "tasks": dict(sorted(flight.parts.items())),
+            }
+            out.append(WriteManifest(flight.report.id, manifest))
+
+    def _committed(self, done: ManifestWritten, now: float, out: list[Command]) -> None:
+        flight = self._current(done.checkpoint_id)
+        if flight is None:
+            return
+        if done.error is not None:
+            self._abandon(f"its manifest could not be written: {done.error}", now, out)
+            return
+        report = flight.report
+        report.status = CheckpointStatus.COMPLETED
+        report.path = done.path
+        report.duration_ms = round((now - flight.started) * 1000, 3)
+        refs = {report.id}
+        for part in flight.parts.values():
+            refs |= _referenced(part)
+        self.retained[report.id] = refs
+        self.latest_completed = report.id
+        self.in_flight = None
+        out.append(Report(_copy(report)))
+        while len(self.retained) > self.policy.retained:
+            gone = next(iter(self.retained))
+            del self.retained[gone]
+            out.append(Discarded(gone))
+        keep = set().union(*self.retained.values())
+        garbage = tuple(sorted(d for d in self.dirs if d < report.id and d not in keep))
+        if garbage:
+            self.dirs -= set(garbage)
+            out.append(DeleteFiles(garbage))
+        self._maybe_allow_change(out)
+        out.append(self._wake(now))
+
+    def _abandon(self, reason: str, now: float, out: list[Command]) -> None:
+        flight = self.in_flight
+        if flight is None:
+            return
+        self.in_flight = None
+        report = flight.report
+        report.status = CheckpointStatus.ABANDONED
+        report.error = reason
+        report.duration_ms = round((now - flight.started) * 1000, 3)
+        out.append(Abandon(report.id))
+        out.append(Report(_copy(report)))
+        out.append(Abandoned(report.id))
+        if not self.ended:
+            out.append(self._wake(now))
+
+    def _maybe_allow_change(self, out: list[Command]) -> None:
+        if self.change_waiting_since is None:
+            return
+        flight = self.in_flight
+        if flight is None or not flight.waiting_capture:
+            self.change_waiting_since = None
+            out.append(AllowChange())
+
+    def _wake(self, now: float) -> WakeAt:
+        if self.ended:
+            return WakeAt(None)
+        at = self.due
+        if self.change_waiting_since is not None:
+            at = min(at, self.change_waiting_since + self.capture_wait_s)
+        flight = self.in_flight
+        if flight is None:
+            return WakeAt(at)
+        return WakeAt(at, flight.report.id, flight.started + self.policy.timeout_s)
+
+
+def _copy(report: CheckpointReport) -> CheckpointReport:
+    return CheckpointReport(**{f: getattr(report, f) for f in report.__dataclass_fields__})

@@ -1,0 +1,238 @@
+"""The driver of a job's checkpoints: :class:`Checkpointer` carries out what the pure
+:class:`~.checkpoint_protocol.CheckpointMachine` decides (the protocol is documented
+there) on the coordinator's loop: timers, messages to workers, the manifest and the
+removal of files in the store (on a thread: the store's calls block), and the report to
+the control plane's listener.
+
+A reconfiguration of the job first calls :meth:`Checkpointer.quiesce` (through
+:meth:`.slot.ChangeSlot.hold`), which returns once no checkpoint capture is under way,
+and :meth:`Checkpointer.resume` when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+from runtime.checkpoints.store import CheckpointStore, open_store
+
+from runtime import messages
+from runtime.records import BarrierKind
+
+from .checkpoint_protocol import (
+    Abandon,
+    Abandoned,
+    Acked,
+    AllowChange,
+    Captured,
+    ChangeEnded,
+    ChangeWanted,
+    CheckpointMachine,
+    Command,
+    DeleteFiles,
+    Discarded,
+    Event,
+    Inject,
+    JobEnded,
+    ManifestWritten,
+    Report,
+    TaskError,
+    TaskFinished,
+    Tick,
+    TimedOut,
+    WakeAt,
+    WriteManifest,
+    checkpoint_dir,
+)
+
+if TYPE_CHECKING:
+    from .checkpoint_report import CheckpointPolicy, CheckpointReport
+    from .model import RunningJob
+    from .ports import Membership
+
+__all__ = ["CheckpointListener", "Checkpointer", "manifest_path"]
+
+logger = logging.getLogger(__name__)
+
+# Told of every change of a checkpoint's report; a discarded checkpoint comes as its id.
+CheckpointListener = Callable[["str", "CheckpointReport | int"], None]
+
+
+def manifest_path(job_id: str, checkpoint_id: int) -> str:
+    """Where a checkpoint's manifest is in the store: written last, it makes it complete."""
+    return f"{checkpoint_dir(job_id, checkpoint_id)}/_manifest.msgpack"
+
+
+class Checkpointer:
+    """Takes ``job``'s checkpoints as ``policy`` says, into ``store`` (module docstring)."""
+
+    def __init__(
+        self,
+        host: Membership,
+        job: RunningJob,
+        policy: CheckpointPolicy,
+        store: CheckpointStore,
+        listener: CheckpointListener | None = None,
+    ) -> None:
+        self.host = host
+        self.job = job
+        self.store = store
+        self.listener = listener
+        self._loop = asyncio.get_running_loop()
+        self.machine = CheckpointMachine(job.id, policy, self._loop.time())
+        self.latest: dict[str, Any] | None = None  # the manifest of the last completed one
+        self._tick: asyncio.TimerHandle | None = None
+        self._timeout: asyncio.TimerHandle | None = None
+        self._waiters: list[asyncio.Future[None]] = []
+        self._work: set[asyncio.Task[Any]] = set()
+        self._manifests: dict[int, dict[str, Any]] = {}
+
+    @classmethod
+    async def open(
+        cls,
+        host: Membership,
+        job: RunningJob,
+        policy: CheckpointPolicy,
+        location: str,
+        listener: CheckpointListener | None = None,
+    ) -> Checkpointer:
+        """A checkpointer writing to the store at ``location`` (opened on a thread)."""
+        store = await asyncio.to_thread(open_store, location)
+        return cls(host, job, policy, store, listener)
+
+    # -- what the coordinator tells it ---------------------------------------------------
+
+    def start(self) -> None:
+        """The job runs: the first checkpoint comes after one interval."""
+        self._run([WakeAt(self.machine.wake_at)])
+
+    def on_message(self, msg: messages.ToCoordinator) -> None:
+        """A worker's capture, ack or failure for one of this job's checkpoints."""
+        match msg:
+            case messages.CheckpointCaptured(task=task, checkpoint_id=cid):
+                self.handle(Captured(task, cid))
+            case messages.CheckpointAck(task=task, checkpoint_id=cid):
+                self.handle(Acked(task, cid, msg.part, msg.written, msg.size))
+            case messages.CheckpointFailed(task=task, checkpoint_id=cid, error=error):
+                self.handle(TaskError(task, cid, error))
+
+    def task_finished(self, task: str) -> None:
+        self.handle(TaskFinished(task))
+
+    def stop(self, reason: str) -> None:
+        """The job ended: no checkpoint starts again; the one in flight is abandoned."""
+        if not self.machine.ended:
+            self.handle(JobEnded(reason))
+        for fut in self._waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self._waiters.clear()
+
+    async def close(self) -> None:
+        """Wait (briefly) for manifests and removals under way."""
+        if self._work:
+            await asyncio.wait(set(self._work), timeout=5.0)
+
+    async def quiesce(self) -> None:
+        """Return once a reconfiguration may go ahead (no capture under way); no
+        checkpoint starts until :meth:`resume`."""
+        fut = self._loop.create_future()
+        self._waiters.append(fut)
+        self.handle(ChangeWanted())
+        await fut
+
+    def resume(self) -> None:
+        """The reconfiguration ended."""
+        self.handle(ChangeEnded())
+
+    # -- the machine's commands ----------------------------------------------------------
+
+    def handle(self, event: Event) -> None:
+        self._run(self.machine.handle(event, self._loop.time()))
+
+    def _run(self, commands: list[Command]) -> None:
+        job = self.job
+        for c in commands:
+            match c:
+                case Inject(checkpoint_id=cid):
+                    barrier = messages.InjectBarrier(job.id, BarrierKind.CHECKPOINT, cid)
+                    for wid in job.layout.workers_used():
+                        self.host.send(wid, barrier)
+                case WakeAt():
+                    self._arm(c)
+                case WriteManifest(checkpoint_id=cid, manifest=manifest):
+                    self._manifests[cid] = manifest
+                    self._spawn(self._write_manifest(cid, manifest))
+                case Abandon(checkpoint_id=cid):
+                    for wid in job.layout.workers_used():
+                        self.host.send(wid, messages.AbandonCheckpoint(job.id, cid))
+                case DeleteFiles(checkpoint_ids=ids):
+                    self._spawn(self._delete(ids))
+                case Report(report=report):
+                    if report.status == "completed":
+                        self.latest = self._manifests.pop(report.id, None)
+                    self._tell(report)
+                case Discarded(checkpoint_id=cid):
+                    self._tell(cid)
+                case Abandoned(checkpoint_id=cid):
+                    self._manifests.pop(cid, None)
+                case AllowChange():
+                    for fut in self._waiters:
+                        if not fut.done():
+                            fut.set_result(None)
+                    self._waiters.clear()
+
+    def _tell(self, what: CheckpointReport | int) -> None:
+        if self.listener is None:
+            return
+        try:
+            self.listener(self.job.id, what)
+        except Exception:
+            logger.exception("job %s: the checkpoint listener failed", self.job.id)
+
+    def _arm(self, wake: WakeAt) -> None:
+        if self._tick is not None:
+            self._tick.cancel()
+            self._tick = None
+        if self._timeout is not None:
+            self._timeout.cancel()
+            self._timeout = None
+        if wake.at is not None:
+            self._tick = self._loop.call_at(wake.at, self._fire)
+        if wake.timeout_of is not None and wake.timeout_at is not None:
+            cid = wake.timeout_of
+            self._timeout = self._loop.call_at(wake.timeout_at, lambda: self.handle(TimedOut(cid)))
+
+    def _fire(self) -> None:
+        self._tick = None
+        job = self.job
+        tasks = frozenset(job.layout.placement) - job.finished_tasks
+        version = getattr(job.abstraction, "version", None)
+        self.handle(Tick(self.host.next_barrier_id(), tasks, version))
+
+    def _spawn(self, work: Any) -> None:
+        t = asyncio.ensure_future(work)
+        self._work.add(t)
+        t.add_done_callback(self._work.discard)
+
+    async def _write_manifest(self, cid: int, manifest: dict[str, Any]) -> None:
+        path = manifest_path(self.job.id, cid)
+        try:
+            data = msgpack.packb(manifest, use_bin_type=True)
+            await asyncio.to_thread(self.store.put, path, data)
+        except Exception as exc:
+            self.handle(ManifestWritten(cid, None, f"{type(exc).__name__}: {exc}"))
+            return
+        self.handle(ManifestWritten(cid, path))
+
+    async def _delete(self, ids: tuple[int, ...]) -> None:
+        for cid in ids:
+            try:
+                await asyncio.to_thread(self.store.delete, checkpoint_dir(self.job.id, cid))
+            except Exception as exc:  # left in the store; the next removal tries no more
+                logger.warning(
+                    "job %s: checkpoint %s's files not removed: %s", self.job.id, cid, exc
+                )
