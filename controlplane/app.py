@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from controlplane import console, db, http
 from controlplane.auth import routes as tokens
 from controlplane.auth import service as auth
+from controlplane.checkpoints import routes as checkpoints
 from controlplane.code import routes as code
 from controlplane.code import service as code_service
 from controlplane.config import Settings
@@ -138,6 +139,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         jobs,
         versions,
         reconfigurations,
+        checkpoints,
         metrics,
         workers,
         code,

@@ -80,6 +80,32 @@ class Settings(BaseSettings):
             "only under <data_dir>/jobs/<job key>/ (relative sink paths land there)"
         ),
     )
+    checkpoint_interval_s: float = Field(
+        10.0,
+        ge=0,
+        allow_inf_nan=False,
+        description=(
+            "a running job is checkpointed every this many seconds unless its submission "
+            "says otherwise (0: jobs are not checkpointed unless they ask)"
+        ),
+    )
+    checkpoint_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="a checkpoint not complete within this many seconds is abandoned",
+    )
+    checkpoints_retained: int = Field(
+        3, ge=1, description="complete checkpoints kept per job (older ones are discarded)"
+    )
+    checkpoint_dir: str | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "where checkpoints are written: a directory, or a pyarrow.fs URI such as "
+            "s3://bucket/prefix?endpoint_override=host:9000 (unset: <data_dir>/checkpoints)"
+        ),
+    )
     job_modules: list[str] = Field(
         default_factory=list,
         description=(
@@ -217,6 +243,17 @@ class Settings(BaseSettings):
         if (value is None) != (info.data.get("tls_cert") is None):
             raise ValueError("tls_cert and tls_key go together: set both or neither")
         return value
+
+    def checkpoint_location(self) -> str:
+        """Where checkpoints go: ``checkpoint_dir`` as given when it is a URI
+        (``scheme://...``), else that directory, or ``<data_dir>/checkpoints`` when unset,
+        made absolute (workers do not share the server's working directory)."""
+        if self.checkpoint_dir is not None and "://" in self.checkpoint_dir:
+            return self.checkpoint_dir
+        directory = (
+            Path(self.checkpoint_dir) if self.checkpoint_dir else self.data_dir / "checkpoints"
+        )
+        return str(directory.resolve())
 
     def redacted_database_url(self) -> str:
         """The database URL with any password hidden, for logs and messages."""

@@ -100,6 +100,7 @@ class Base(DeclarativeBase):
 def load_models() -> MetaData:
     """Import every resource's ORM models and return the complete metadata."""
     from controlplane.auth import models as _auth  # noqa: F401
+    from controlplane.checkpoints import models as _checkpoints  # noqa: F401
     from controlplane.code import models as _code  # noqa: F401
     from controlplane.events import models as _events  # noqa: F401
     from controlplane.hosted_controllers import models as _controllers  # noqa: F401

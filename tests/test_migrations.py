@@ -27,6 +27,7 @@ TABLES = {
     "controller_logs",
     "events",
     "workers",
+    "checkpoints",
 }
 
 

@@ -3,9 +3,9 @@
 Local, without a server: ``run`` (a job on local worker processes) and ``demo`` (starts a
 StreamManager and drives a word count through REST). The StreamManager itself: ``server``
 and ``db upgrade``. Over REST, one sub-app per resource: ``job``, ``abstraction``,
-``reconfigure``, ``reconfig``, ``workers``, ``code``, ``controller`` and ``token``; they find the server
-and token in ``--server`` / ``--token`` or ``STREAMPILOT_SERVER`` / ``STREAMPILOT_TOKEN``
-(see :mod:`controlplane.cli.client`).
+``reconfigure``, ``reconfig``, ``checkpoints``, ``workers``, ``code``, ``controller`` and
+``token``; they find the server and token in ``--server`` / ``--token`` or
+``STREAMPILOT_SERVER`` / ``STREAMPILOT_TOKEN`` (see :mod:`controlplane.cli.client`).
 
 Exit status: 0 on success; 1 when the server refused or failed the request (its message
 is printed on one line), or a job or reconfiguration failed; 2 for bad usage, a server
@@ -20,6 +20,7 @@ from controlplane.datasets.cli import app as dataset_app
 
 from . import (
     abstraction,
+    checkpoints,
     code,
     controllers,
     demo,
@@ -48,6 +49,7 @@ app.add_typer(jobs.app, name="job")
 app.add_typer(abstraction.app, name="abstraction")
 app.add_typer(reconfigure.app, name="reconfigure")
 app.add_typer(reconfigs.app, name="reconfig")
+app.add_typer(checkpoints.app, name="checkpoints")
 app.add_typer(workers.app, name="workers")
 app.add_typer(code.app, name="code")
 app.add_typer(controllers.app, name="controller")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Annotated, Any
 
 import typer
 
+from .checkpoints import describe_policy
 from .client import Client
 from .local import parse_params
 from .output import console, fail, record_table, table, when
@@ -27,12 +29,34 @@ def print_job(job: dict[str, Any]) -> None:
                 ("params", json.dumps(job["params"])),
                 ("status", job["status"]),
                 ("version", job["version"]),
+                ("checkpoints", describe_policy(job.get("checkpoints"))),
                 ("error", job["error"]),
                 ("created", when(job["created_at"])),
                 ("updated", when(job["updated_at"])),
             ]
         )
     )
+
+
+def parse_interval(value: str | None) -> dict[str, Any]:
+    """``--checkpoint-interval`` as the submission's ``checkpoints`` object: seconds, or
+    ``0`` / ``off`` for none; nothing when not given (the server's default)."""
+    if value is None:
+        return {}
+    if value.strip().lower() == "off":
+        return {"interval_s": None}
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if seconds == 0:
+        return {"interval_s": None}
+    if not 0 < seconds < math.inf:  # also refuses nan
+        raise typer.BadParameter(
+            f"expected seconds above 0, or 0 / off for no checkpoints; got {value!r}",
+            param_hint="--checkpoint-interval",
+        )
+    return {"interval_s": seconds}
 
 
 def _failed(job: dict[str, Any]) -> None:
@@ -50,13 +74,24 @@ def submit(
     name: Annotated[
         str | None, typer.Option(help="a name for people (default: the module's name)")
     ] = None,
+    checkpoint_interval: Annotated[
+        str | None,
+        typer.Option(
+            metavar="SECONDS",
+            help="checkpoint the job every SECONDS (0 or off: never; default: the server's)",
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     """Submit a job: the server builds, deploys and starts it.
 
     Exits 1 if the job failed to deploy."""
     params = parse_params(param)
+    checkpoints = parse_interval(checkpoint_interval)
     name = name or job_ref.partition(":")[0].rsplit(".", 1)[-1] or job_ref
-    return api.post("/jobs", {"name": name, "job": job_ref, "params": params})
+    body: dict[str, Any] = {"name": name, "job": job_ref, "params": params}
+    if checkpoints:
+        body["checkpoints"] = checkpoints
+    return api.post("/jobs", body)
 
 
 def _print_jobs(page: dict[str, Any]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import String, Text
+from sqlalchemy import JSON, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from controlplane.db import Base, utcnow
@@ -22,7 +22,9 @@ class JobRecord(Base):
 
     The job is deployed under its id (``controlplane.engine.job_key``: the abstraction's
     ``job.id`` and worker messages use ``str(id)``); ``version`` is the current
-    abstraction version (None if the job never deployed).
+    abstraction version (None if the job never deployed); ``checkpoints`` the checkpoint
+    policy it was deployed with (:func:`controlplane.checkpoints.policy.to_document`;
+    None: not checkpointed).
     """
 
     __tablename__ = "jobs"
@@ -34,5 +36,6 @@ class JobRecord(Base):
     status: Mapped[str] = mapped_column(String(20), index=True)
     error: Mapped[str | None] = mapped_column(Text)
     version: Mapped[int | None]
+    checkpoints: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from controlplane.checkpoints.schemas import CheckpointPolicyRead, CheckpointSettings
+
 from .models import JobRecord
 
 __all__ = ["JobCreate", "JobRead", "JobStatus"]
@@ -43,6 +45,13 @@ class JobCreate(BaseModel):
         ),
     )
     params: dict[str, Any] = Field(default_factory=dict, description="passed to the callable")
+    checkpoints: CheckpointSettings = Field(
+        default_factory=CheckpointSettings,
+        description=(
+            "how the job is checkpointed: a field left out (or the whole object) takes the "
+            'server default; {"interval_s": null} turns checkpoints off'
+        ),
+    )
 
 
 class JobRead(BaseModel):
@@ -53,6 +62,9 @@ class JobRead(BaseModel):
     status: JobStatus
     error: str | None = Field(description="why the job failed (or was stopped), if it did")
     version: int | None = Field(description="current abstraction version")
+    checkpoints: CheckpointPolicyRead | None = Field(
+        description="the checkpoint policy the job runs with (null: not checkpointed)"
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -66,6 +78,9 @@ class JobRead(BaseModel):
             status=job.status,  # type: ignore[arg-type]
             error=job.error,
             version=job.version,
+            checkpoints=(
+                CheckpointPolicyRead.model_validate(job.checkpoints) if job.checkpoints else None
+            ),
             created_at=job.created_at,
             updated_at=job.updated_at,
         )

@@ -17,6 +17,8 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, object_session
 
 from controlplane import db
+from controlplane.checkpoints.policy import policy_for, to_document
+from controlplane.checkpoints.schemas import CheckpointSettings
 from controlplane.engine import Engine, JobState, job_key
 from controlplane.errors import NotFound
 from controlplane.events import service as events
@@ -51,14 +53,18 @@ def submit_job(
     ref: str,
     params: Mapping[str, Any],
     write_anywhere: bool = False,
+    checkpoints: CheckpointSettings | None = None,
 ) -> JobRecord:
     """Record, build and deploy a job under its new id (with abstraction version 1 when it
     deployed). ``ref`` must name registered code, and the graph is built in a throwaway
     process (:func:`.build.build_graph`: :class:`BadJob` with the reason, nothing
     recorded); its sinks write under the job's directory unless ``write_anywhere`` (an
-    admin's job). The job may be recorded ``failed`` with the cause (e.g. a worker could
-    not import it). If the unit of work rolls back, the deployed job is stopped."""
+    admin's job). It is checkpointed as ``checkpoints`` asks over the server's defaults
+    (:func:`~controlplane.checkpoints.policy.policy_for`), the policy recorded with it.
+    The job may be recorded ``failed`` with the cause (e.g. a worker could not import
+    it). If the unit of work rolls back, the deployed job is stopped."""
     target = registered_job(engine.settings, ref)
+    policy = policy_for(engine.settings, checkpoints)
     job = JobRecord(
         name=name,
         job_ref=ref,
@@ -66,6 +72,7 @@ def submit_job(
         status=JobStatus.STARTING,
         error=None,
         version=None,
+        checkpoints=to_document(policy),
     )
     session.add(job)
     session.flush()  # the id names the deployed job and its directory
@@ -78,7 +85,7 @@ def submit_job(
         write_anywhere=write_anywhere,
         settings=engine.settings,
     )
-    state = engine.submit(graph, key)
+    state = engine.submit(graph, key, checkpoints=policy)
     db.after_rollback(session, lambda: engine.stop(key))
     events.record(
         session=session,

@@ -1,0 +1,86 @@
+"""API shapes of checkpoints: what a submission asks of its job's checkpoints, the policy a
+job runs with, and the record of each checkpoint."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from controlplane.statuses import CheckpointStatus
+
+from .models import CheckpointRecord
+
+__all__ = ["CheckpointPolicyRead", "CheckpointRead", "CheckpointSettings"]
+
+
+class CheckpointSettings(BaseModel):
+    """How a job is checkpointed, as its submission asks: a field left out takes the
+    server's default (``STREAMPILOT_CHECKPOINT_INTERVAL_S``, ``..._TIMEOUT_S``,
+    ``STREAMPILOT_CHECKPOINTS_RETAINED``); ``interval_s: null`` turns them off."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        allow_inf_nan=False,
+        json_schema_extra={"examples": [{"interval_s": 30}, {"interval_s": None}]},
+    )
+
+    interval_s: float | None = Field(
+        None,
+        gt=0,
+        description="seconds from one checkpoint's start to the next (null: no checkpoints)",
+    )
+    timeout_s: float | None = Field(
+        None, gt=0, description="a checkpoint not complete within this is abandoned"
+    )
+    retained: int | None = Field(None, ge=1, description="complete checkpoints kept")
+
+
+class CheckpointPolicyRead(BaseModel):
+    """The checkpoint policy a job runs with: its submission's settings over the server's
+    defaults."""
+
+    interval_s: float = Field(description="seconds from one checkpoint's start to the next")
+    timeout_s: float = Field(description="a checkpoint not complete within this is abandoned")
+    retained: int = Field(description="complete checkpoints kept (older ones are discarded)")
+    full_every: int = Field(
+        description="a key group's chain of incremental parts is at most this long before "
+        "the group is written whole again"
+    )
+
+
+class CheckpointRead(BaseModel):
+    checkpoint_id: int = Field(description="the coordinator's id of it, growing within the job")
+    job_id: int
+    version: int | None = Field(description="the abstraction version the job ran")
+    status: CheckpointStatus = Field(
+        description="in_progress, then completed; abandoned when it could not complete; "
+        "discarded once a completed one's files were removed (retention)"
+    )
+    error: str | None = Field(description="why it was abandoned, if it was")
+    path: str | None = Field(description="where its manifest is in the checkpoint store")
+    bytes: int = Field(description="what its tasks wrote for it (only what changed)")
+    full_bytes: int = Field(description="what the state it restores comes to")
+    tasks: int = Field(description="tasks that took part")
+    started_at: datetime
+    duration_ms: float | None = Field(description="from its start to its end (null until then)")
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, rec: CheckpointRecord) -> CheckpointRead:
+        return cls(
+            checkpoint_id=rec.checkpoint_id,
+            job_id=rec.job_id,
+            version=rec.version,
+            status=CheckpointStatus(rec.status),
+            error=rec.error,
+            path=rec.path,
+            bytes=rec.bytes,
+            full_bytes=rec.full_bytes,
+            tasks=rec.tasks,
+            started_at=rec.started_at,
+            duration_ms=rec.duration_ms,
+            created_at=rec.created_at,
+            updated_at=rec.updated_at,
+        )
