@@ -122,6 +122,7 @@ class Engine:
                 precopy_min_bytes=settings.precopy_min_bytes,
                 precopy_pause_ms=settings.precopy_pause_ms,
                 stage_window=settings.stage_window,
+                checkpoint_store=settings.checkpoint_location(),
             ),
             tls=tls.server() if (tls := tls_files(settings)) is not None else None,
         )

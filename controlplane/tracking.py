@@ -6,10 +6,12 @@ abstraction versions and reconfigurations.
   they are marked failed; reconfigurations not ended are marked failed; workers of earlier
   runs still recorded alive are marked lost.
 - While running: job states and the worker registry are mirrored every
-  ``MIRROR_INTERVAL_S`` (reads refresh jobs too), and each reconfiguration's progress is
-  written as the engine reports it, with the new abstraction version when it completes.
+  ``MIRROR_INTERVAL_S`` (reads refresh jobs too), each reconfiguration's progress is
+  written as the engine reports it, with the new abstraction version when it completes,
+  and so is each checkpoint's (in the order the coordinator reports them, by one writer).
 - At shutdown (:meth:`Tracker.shutdown`), after the engine has closed: reconfigurations
-  cut short are marked failed, and jobs get their final (stopped) state.
+  and checkpoints cut short are marked failed and abandoned, and jobs get their final
+  (stopped) state.
 
 Every write is its own unit of work, run in a worker thread so that the event loop,
 which also runs the coordinator, never waits on the database.
@@ -23,14 +25,17 @@ import logging
 import uuid
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane import db
+from controlplane.checkpoints import service as checkpoints
+from controlplane.coordinator.checkpoint_report import CheckpointReport
 from controlplane.engine import Engine, JobState, Progress, Reservation
 from controlplane.jobs import service as jobs
 from controlplane.reconfigurations import service as reconfigurations
-from controlplane.statuses import JobStatus, WorkerStatus
+from controlplane.statuses import CheckpointStatus, JobStatus, WorkerStatus
 from controlplane.workers import service as workers
 
 __all__ = ["MIRROR_INTERVAL_S", "Tracker"]
@@ -56,6 +61,9 @@ class Tracker:
         self._mirrored: dict[str, JobState] = {}
         self._workers_mirrored: tuple = ()
         self.instance = uuid.uuid4().hex  # names this run's workers in the database
+        # Checkpoint reports to write, in order: (job id, report's fields or a discarded id).
+        self._checkpoints: asyncio.Queue[tuple[str, dict[str, Any] | int]] = asyncio.Queue()
+        self._checkpoint_writer: asyncio.Task[None] | None = None
 
     def recover(self) -> None:
         """Mark what the previous process left unfinished as failed (call before start)."""
@@ -64,6 +72,7 @@ class Tracker:
             n_recs = reconfigurations.fail_unfinished(
                 session=session, reason=INTERRUPTED_BY_RESTART
             )
+            checkpoints.abandon_unfinished(session=session, reason=INTERRUPTED_BY_RESTART)
             workers.end_alive(
                 session=session,
                 instance=self.instance,
@@ -83,17 +92,55 @@ class Tracker:
         (on the engine's loop)."""
         await self._mirror_workers()
         self._mirror = asyncio.create_task(self._mirror_states(), name="mirror-job-states")
+        self._checkpoint_writer = asyncio.create_task(
+            self._write_checkpoints(), name="write-checkpoints"
+        )
+        self.engine.coordinator.on_checkpoint = self._checkpoint_reported
 
     async def stop(self) -> None:
-        if self._mirror is not None:
-            self._mirror.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._mirror
+        self.engine.coordinator.on_checkpoint = None
+        for task in (self._mirror, self._checkpoint_writer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    def _checkpoint_reported(self, job_id: str, what: CheckpointReport | int) -> None:
+        # Called by the coordinator, on the loop: only queue (a report changes later).
+        self._checkpoints.put_nowait((job_id, what if isinstance(what, int) else what.reported()))
+
+    async def _write_checkpoints(self) -> None:
+        while True:
+            job_id, what = await self._checkpoints.get()
+            final = isinstance(what, int) or what["status"] != CheckpointStatus.IN_PROGRESS
+            attempts = WRITE_ATTEMPTS if final else 1  # a later report supersedes
+            for attempt in range(1, attempts + 1):
+                try:
+                    await asyncio.to_thread(self._write_checkpoint, job_id, what)
+                    break
+                except Exception:
+                    logger.exception(
+                        "could not record checkpoint report %s of job %s (attempt %d of %d)",
+                        what,
+                        job_id,
+                        attempt,
+                        attempts,
+                    )
+                    if attempt < attempts:
+                        await asyncio.sleep(WRITE_RETRY_S)
+
+    def _write_checkpoint(self, job_id: str, what: dict[str, Any] | int) -> None:
+        with db.unit_of_work(self.sessions) as session:
+            if isinstance(what, int):
+                checkpoints.discard(session=session, job_db_id=int(job_id), checkpoint_id=what)
+            else:
+                checkpoints.record(session=session, job_db_id=int(job_id), reported=what)
 
     def shutdown(self, states: Mapping[str, JobState]) -> None:
         """Record the end of the run, given the engine's final ``states`` (after it closed)."""
         with db.unit_of_work(self.sessions) as session:
             reconfigurations.fail_unfinished(session=session, reason=INTERRUPTED_BY_SHUTDOWN)
+            checkpoints.abandon_unfinished(session=session, reason=INTERRUPTED_BY_SHUTDOWN)
             final = {
                 rid: s
                 if s.status != JobStatus.STOPPED or s.error

@@ -26,6 +26,7 @@ from api_support import (
     ServerThread,
     free_port,
     postgres_database,
+    wait_until,
 )
 
 from controlplane import db
@@ -421,3 +422,32 @@ def test_latest_completed_and_unfinished_ones_abandoned(database: str) -> None:
         # A report written late, after the restart, does not bring it back.
         checkpoints.record(session=session, job_db_id=job_id, reported=report(11, job_id, tasks=2))
         assert checkpoints.get(session=session, job_id=job_id, checkpoint_id=11).tasks == 0
+
+
+def test_a_running_job_s_checkpoints_are_recorded_as_the_coordinator_takes_them(api: Api) -> None:
+    body = {
+        "name": "checkpointed-live",
+        "job": "examples.wordcount:build",
+        "params": {"records": 0, "rate": 2000},
+        "checkpoints": {"interval_s": 0.2, "retained": 2},
+    }
+    with api.running_job(body) as job_id, api.client() as http:
+
+        def completed() -> list[dict[str, Any]] | None:
+            r = http.get(f"/api/v1/jobs/{job_id}/checkpoints", params={"status": "completed"})
+            assert r.status_code == 200, r.text
+            items = r.json()["items"]
+            return items if len(items) >= 2 else None
+
+        latest, _ = wait_until(completed, 60, f"2 completed checkpoints of job {job_id}")
+        assert latest["version"] == 1 and latest["tasks"] > 0
+        assert latest["bytes"] > 0 and latest["full_bytes"] >= latest["bytes"]
+        assert latest["path"].endswith("_manifest.msgpack") and latest["duration_ms"] >= 0
+        one = http.get(f"/api/v1/jobs/{job_id}/checkpoints/{latest['checkpoint_id']}")
+        assert one.status_code == 200 and one.json()["status"] == "completed"
+
+        def discarded() -> list[dict[str, Any]] | None:
+            r = http.get(f"/api/v1/jobs/{job_id}/checkpoints", params={"status": "discarded"})
+            return r.json()["items"] or None
+
+        wait_until(discarded, 60, f"a checkpoint of job {job_id} discarded by retention")

@@ -140,13 +140,13 @@ def test_retention_keeps_the_last_completed_and_the_files_they_refer_to():
     assert discarded == ids[:2]
     # Every retained checkpoint's chain goes back to the first: nothing can be deleted.
     assert deleted == []
-    # Now count-0 writes its group whole: the old chain's checkpoints become garbage.
+    # Now count-0 writes its group whole: once no retained checkpoint reaches back to
+    # the old chain, its checkpoints' files go.
     cid = of(Inject, run.tick(50.0))[0].checkpoint_id
     out = run.complete(cid, 51.0, {"count-0": part(cid)})
-    deleted = [d for c in of(DeleteFiles, out) for d in c.checkpoint_ids]
-    assert deleted == ids[:2]  # ids[2] and ids[3] are still the retained ones... and cid
+    assert not of(DeleteFiles, out)  # the other retained one still refers to them all
     out = run.complete(of(Inject, run.tick(60.0))[0].checkpoint_id, 61.0, {"count-0": part(cid)})
-    assert [d for c in of(DeleteFiles, out) for d in c.checkpoint_ids] == ids[2:]
+    assert [d for c in of(DeleteFiles, out) for d in c.checkpoint_ids] == ids
 
 
 def test_an_abandoned_checkpoint_s_files_stay_while_a_later_one_refers_to_them():
@@ -159,10 +159,12 @@ def test_an_abandoned_checkpoint_s_files_stay_while_a_later_one_refers_to_them()
     third = of(Inject, run.tick(30.0))[0].checkpoint_id
     out = run.complete(third, 31.0, {"count-0": part(first, abandoned, third)})
     assert not of(DeleteFiles, out)
-    # A declined tick's id leaves no directory behind to delete.
+    # Once the retained ones no longer reach back to them, the files go.
     fourth = of(Inject, run.tick(40.0))[0].checkpoint_id
-    out = run.complete(fourth, 41.0, {"count-0": part(fourth)})
-    assert [d for c in of(DeleteFiles, out) for d in c.checkpoint_ids] == [first, abandoned]
+    assert not of(DeleteFiles, run.complete(fourth, 41.0, {"count-0": part(fourth)}))
+    fifth = of(Inject, run.tick(50.0))[0].checkpoint_id
+    out = run.complete(fifth, 51.0, {"count-0": part(fourth, fifth)})
+    assert [d for c in of(DeleteFiles, out) for d in c.checkpoint_ids] == [first, abandoned, third]
 
 
 def test_a_reconfiguration_goes_ahead_at_once_when_no_capture_is_under_way():
@@ -260,6 +262,8 @@ def test_checkpoints_never_overlap_never_interleave_with_a_change_and_keep_what_
             continue  # one change at a time holds the job (the slot's lock)
         if kind == "end_change" and not changing:
             continue
+        if kind == "want":
+            waiting = True
         out = run.at(now, event)
         for c in out:
             match c:
@@ -286,8 +290,6 @@ def test_checkpoints_never_overlap_never_interleave_with_a_change_and_keep_what_
                 case AllowChange():
                     assert waiting
                     waiting, changing = False, True
-        if kind == "want" and not of(AllowChange, out):
-            waiting = True
         if kind == "end_change":
             changing = False
         assert len(retained) <= 2

@@ -28,7 +28,7 @@ from controlplane.statuses import CheckpointStatus
 
 from .models import CheckpointRecord
 
-__all__ = ["abandon_unfinished", "get", "latest_completed", "list_for_job", "record"]
+__all__ = ["abandon_unfinished", "discard", "get", "latest_completed", "list_for_job", "record"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +81,19 @@ def record(*, session: Session, job_db_id: int, reported: Mapping[str, Any]) -> 
     rec.duration_ms = reported["duration_ms"]
     session.flush()
     return rec
+
+
+def discard(*, session: Session, job_db_id: int, checkpoint_id: int) -> None:
+    """Retention let completed checkpoint ``checkpoint_id`` go: its row says ``discarded``
+    (one not recorded, or not completed, is left as it is)."""
+    rec = session.scalar(
+        select(CheckpointRecord).where(
+            CheckpointRecord.job_id == job_db_id, CheckpointRecord.checkpoint_id == checkpoint_id
+        )
+    )
+    if rec is not None and rec.status == CheckpointStatus.COMPLETED:
+        rec.status = CheckpointStatus.DISCARDED
+        session.flush()
 
 
 def list_for_job(

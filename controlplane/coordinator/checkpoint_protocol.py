@@ -395,7 +395,6 @@ class CheckpointMachine:
                     now,
                     out,
                 )
-                self._maybe_allow_change(out)
             else:
                 out.append(self._wake(now))
             return
@@ -481,6 +480,7 @@ class CheckpointMachine:
         out.append(Abandon(report.id))
         out.append(Report(_copy(report)))
         out.append(Abandoned(report.id))
+        self._maybe_allow_change(out)
         if not self.ended:
             out.append(self._wake(now))
 

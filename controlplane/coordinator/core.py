@@ -29,11 +29,10 @@ import ssl
 import time
 from typing import TYPE_CHECKING
 
-from runtime.checkpoints.store import CheckpointStoreError
-
 from controlplane.abstraction import Abstraction, Plan, Resolver, resolve_importable
 from controlplane.statuses import JobStatus
 from runtime import codeload, messages
+from runtime.checkpoints.store import CheckpointStoreError
 from runtime.dataflow import JobGraph
 from runtime.layout import Layout
 from runtime.records import BarrierKind
