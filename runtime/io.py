@@ -61,11 +61,27 @@ class Source(ABC):
 
 
 class SinkWriter(ABC):
-    """One sink task's writer. Called from one asyncio task only."""
+    """One sink task's writer. Called from one asyncio task only.
+
+    Exactly-once output through failures: at each checkpoint the runtime asks the writer
+    for :meth:`snapshot` (what it has made durable so far, e.g. a file's length), and a
+    writer recovered from that checkpoint gets it back through :meth:`restore` before any
+    write, to take back what it wrote after it (e.g. truncate the file). A writer that
+    keeps the defaults is at-least-once: records after the checkpoint are written again.
+    """
 
     @abstractmethod
     def write(self, values: list) -> None:
         """Take a batch of records, in arrival order."""
+
+    def snapshot(self) -> Any:
+        """Make what was written so far durable and say what it is (msgpack-able), at a
+        checkpoint barrier (on the task's loop: keep it short). None: nothing to restore."""
+        return None
+
+    def restore(self, state: Any) -> None:
+        """Go back to ``state`` (from :meth:`snapshot`), before any :meth:`write`: what was
+        written after it is taken back."""
 
     def close(self) -> None:
         """End of stream: write final results and release resources. Called once."""

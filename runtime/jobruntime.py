@@ -29,7 +29,13 @@ from typing import Any, Protocol
 from . import handshake, protocol
 from .change import Change, WorkerReconfigurationError
 from .channels import InputChannel, InputGate, LocalOutputChannel, OutputChannel
-from .checkpoints.taking import Capture, CheckpointWriter, GroupChains, capture_keyed
+from .checkpoints.taking import (
+    Capture,
+    CheckpointWriter,
+    GroupChains,
+    capture_keyed,
+    read_groups,
+)
 from .dataflow import JobGraph, OperatorSpec
 from .handover import StateInbox
 from .keygroups import key_group_fn
@@ -296,15 +302,35 @@ class JobRuntime:
             gates[tid] = gate
         for tid in local:
             self.tasks[tid] = await self.make_task(tid, self.layout, gates[tid])
-        for tid, entry in self.restore.items():  # a restart from a snapshot
-            task = self.tasks[tid]
-            if (
-                entry.groups
-                and isinstance(task, StreamTask)
-                and isinstance(task.processor, KeyedProcessor)
-            ):
-                for g, data in entry.groups.items():
-                    task.processor.state.import_group(g, data)
+        for tid, entry in self.restore.items():  # a restart from a snapshot or a checkpoint
+            await self._restore(self.tasks[tid], entry)
+
+    async def _restore(self, task: BaseTask, entry: Restore) -> None:
+        """Give ``task`` the state ``entry`` holds: key groups (bytes of a savepoint, or
+        chains of a checkpoint read from the store on a thread), a sink's snapshot. A
+        source's position is taken when it starts."""
+        processor = task.processor if isinstance(task, StreamTask) else None
+        if isinstance(processor, KeyedProcessor):
+            state = processor.state
+            for g, data in entry.groups.items():
+                state.import_group(g, data)
+            if entry.chains:
+                if self.checkpoints is None:
+                    raise WorkerReconfigurationError(
+                        f"task {task.task_id}: restored from a checkpoint, but the job has "
+                        "no checkpoint store here"
+                    )
+                store = await asyncio.to_thread(
+                    self.worker.checkpoint_writer.store, self.checkpoints.store
+                )
+                groups = await asyncio.to_thread(read_groups, store, entry.chains)
+                for g, data in groups.items():
+                    state.take_in(g, data)
+                processor.chains = GroupChains.restored(
+                    self.checkpoints.full_every, entry.chains, state.arrivals
+                )
+        elif isinstance(processor, SinkProcessor) and entry.sink is not None:
+            processor.writer.restore(entry.sink)
 
     def start(self, start_time: float) -> None:
         self.start_time = start_time
@@ -368,6 +394,8 @@ class JobRuntime:
         try:
             if isinstance(task, SourceTask) and task.reader is not None:
                 capture.position = task.reader.position()
+            elif isinstance(processor, SinkProcessor):
+                capture.sink = processor.writer.snapshot()
             elif isinstance(processor, KeyedProcessor) and processor.chains is not None:
                 chains = processor.chains
                 state = processor.state

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import StreamRuntimeError
-from .snapshot import GroupCapture, capture_group, encode_part
+from .snapshot import GroupCapture, capture_group, encode_part, materialize
 from .store import CheckpointStore, open_store
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "GroupChains",
     "Link",
     "part_path",
+    "read_groups",
 ]
 
 logger = logging.getLogger(__name__)
@@ -133,6 +134,33 @@ class GroupChains:
         """The chains as they are now (the lists copied; links shared, filled in later)."""
         return {g: list(chain) for g, chain in self.chains.items()}
 
+    @classmethod
+    def restored(
+        cls, full_every: int, chains: dict[int, list[list]], arrivals: dict[int, int]
+    ) -> GroupChains:
+        """The chains of groups just restored from a checkpoint's ``chains`` (as its
+        manifest holds them): the next capture builds on them."""
+        made = cls(full_every)
+        for g, chain in chains.items():
+            made.chains[g] = [
+                Link(path, bool(full), int(keys), int(offset), int(length), True)
+                for path, offset, length, full, keys in chain
+            ]
+            made.tenure[g] = arrivals[g]
+        return made
+
+
+def read_groups(store: CheckpointStore, chains: dict[int, list[list]]) -> dict[int, dict]:
+    """Each key group's state, materialized from its chain of parts in ``store`` (blocking:
+    run it on a thread). Raises the store's errors, or ``SnapshotError`` for a part that
+    is not what the chain says."""
+    return {
+        g: materialize(
+            store.get_range(path, offset, length) for path, offset, length, _f, _k in chain
+        )
+        for g, chain in chains.items()
+    }
+
 
 @dataclass(eq=False)
 class Capture:
@@ -192,7 +220,8 @@ class CheckpointWriter:
         """Stop taking captures; what was submitted is still written."""
         self._pool.shutdown(wait=False, cancel_futures=False)
 
-    def _store(self, location: str) -> CheckpointStore:
+    def store(self, location: str) -> CheckpointStore:
+        """The store at ``location`` (opened once; blocking on first use)."""
         store = self._stores.get(location)
         if store is None:
             store = self._stores[location] = open_store(location)
@@ -205,7 +234,7 @@ class CheckpointWriter:
         if capture.groups:
             try:
                 chunks, index = encode_part(capture.groups)
-                written = self._store(capture.store).put(capture.path, chunks)
+                written = self.store(capture.store).put(capture.path, chunks)
             except Exception as exc:
                 for link in capture.links.values():
                     link.ok = False

@@ -49,7 +49,8 @@ Coordinator -> worker (:class:`ToWorker`), type (class) {fields}:
   modules its pickles name, installed before unpickling (:mod:`runtime.codeload`);
   ``workers`` every alive worker's data address; ``config`` a :class:`ChannelConfig`
   {batch_size, linger_s, credits}; ``restore`` per task a :class:`Restore` {groups,
-  position} (a restart from a snapshot; else empty); ``checkpoints`` a
+  position, chains, sink} (a restart from a snapshot, or a recovery from a checkpoint;
+  else empty); ``checkpoints`` a
   :class:`CheckpointConfig` {store, full_every}, or None (the job takes none)
 - ``warm`` (:class:`Warm`) {job_id, graph, code}
 - ``start`` (:class:`Start`) {job_id, start_time}: the job's common clock origin

@@ -56,11 +56,15 @@ class CheckpointConfig:
 
 @struct
 class Restore:
-    """What a task starts from in a restart: its key groups' state and its source
-    position (None: from the start)."""
+    """What a task starts from in a restart or a recovery: its key groups' state (bytes,
+    from a savepoint; or ``chains``: per group, the parts of a checkpoint to read from the
+    job's checkpoint store, [path, offset, length, full, keys] each), its source position
+    (None: from the start) and its sink writer's snapshot (None: nothing to restore)."""
 
     groups: dict[int, bytes] = field(default_factory=dict)
     position: Any = None
+    chains: dict[int, list[list[Any]]] = field(default_factory=dict)
+    sink: Any = None
 
 
 @message("registered")
