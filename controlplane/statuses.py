@@ -21,11 +21,13 @@ __all__ = [
 
 class JobStatus(StrEnum):
     """``starting`` until every task is deployed, then ``running`` (``reconfiguring``
-    while a plan is applied), and one of the three ends."""
+    while a plan is applied, ``recovering`` while it goes back to its last complete
+    checkpoint after a failure), and one of the three ends."""
 
     STARTING = "starting"
     RUNNING = "running"
     RECONFIGURING = "reconfiguring"
+    RECOVERING = "recovering"
     FINISHED = "finished"
     FAILED = "failed"
     STOPPED = "stopped"

@@ -12,6 +12,11 @@ Collect
     them (in order of each key's first appearance) at :meth:`close`. ``key`` must be a
     picklable module-level callable returning a hashable value.
 
+    Exactly-once through failures: at a checkpoint a writer flushes and fsyncs its part
+    file and reports its length (and, ``mode="last"``, its latest records); recovered
+    from that checkpoint it truncates the file back to that length, so that what it wrote
+    after the checkpoint, which the sources replay, is not there twice.
+
 :func:`read_parts` reads every part file of a directory back, in part-index order.
 
 Errors: invalid parameters raise :class:`ValueError` naming the field; a failure to
@@ -21,9 +26,11 @@ that JSON cannot encode raises :class:`TypeError` naming the file.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import pickle
 import re
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
@@ -101,6 +108,38 @@ class CollectWriter(SinkWriter):
         latest, key = self._latest, self._key
         for value in values:
             latest[key(value)] = value  # type: ignore[misc]
+
+    def snapshot(self) -> dict[str, Any]:
+        """The part file's length once flushed and fsync'd (and the latest records)."""
+        try:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            state: dict[str, Any] = {"bytes": os.fstat(self._file.fileno()).st_size}
+        except OSError as exc:
+            raise self._error("cannot sync", exc) from exc
+        if self._latest is not None:
+            state["latest"] = pickle.dumps(self._latest, protocol=5)
+        return state
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Truncate the part file back to its length at the checkpoint (and take back its
+        latest records); raises :class:`OSError` if the file is shorter than that (it was
+        changed outside the job)."""
+        length = int(state["bytes"])
+        try:
+            self._file.flush()
+            size = os.fstat(self._file.fileno()).st_size
+            if size < length:
+                raise OSError(
+                    errno.EIO,
+                    f"is {size} bytes, shorter than the {length} it had at the checkpoint "
+                    "(changed outside the job?)",
+                )
+            os.truncate(self._path, length)
+        except OSError as exc:
+            raise self._error("cannot restore", exc) from exc
+        if self._latest is not None and "latest" in state:
+            self._latest = pickle.loads(state["latest"])
 
     def close(self) -> None:
         if self._file.closed:

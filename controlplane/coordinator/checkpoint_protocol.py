@@ -68,6 +68,7 @@ __all__ = [
     "JobEnded",
     "ManifestWritten",
     "Report",
+    "Suspended",
     "TaskError",
     "TaskFinished",
     "Tick",
@@ -178,6 +179,14 @@ class ChangeEnded:
 
 
 @dataclass(frozen=True)
+class Suspended:
+    """The job is recovering: the checkpoint in flight is abandoned with ``reason`` and
+    none starts until :class:`ChangeEnded`."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class JobEnded:
     """The job ended: a checkpoint in flight is abandoned, none starts again."""
 
@@ -194,6 +203,7 @@ Event = (
     | ManifestWritten
     | ChangeWanted
     | ChangeEnded
+    | Suspended
     | JobEnded
 )
 
@@ -366,6 +376,10 @@ class CheckpointMachine:
                 self.changing = False
                 self.change_waiting_since = None
                 out.append(self._wake(now))
+            case Suspended(reason=reason):
+                self.changing = True
+                self.change_waiting_since = None
+                self._abandon(reason, now, out)
             case JobEnded(reason=reason):
                 self.ended = True
                 if self.in_flight is not None:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgpack
-from runtime.checkpoints.store import CheckpointStore, open_store
 
 from runtime import messages
+from runtime.checkpoints.store import CheckpointStore, open_store
 from runtime.records import BarrierKind
 
 from .checkpoint_protocol import (
@@ -39,6 +39,7 @@ from .checkpoint_protocol import (
     JobEnded,
     ManifestWritten,
     Report,
+    Suspended,
     TaskError,
     TaskFinished,
     Tick,
@@ -49,16 +50,27 @@ from .checkpoint_protocol import (
 )
 
 if TYPE_CHECKING:
+    from runtime.layout import Layout
+
     from .checkpoint_report import CheckpointPolicy, CheckpointReport
     from .model import RunningJob
     from .ports import Membership
 
-__all__ = ["CheckpointListener", "Checkpointer", "manifest_path"]
+__all__ = ["CheckpointListener", "Checkpointer", "Restorable", "manifest_path"]
 
 logger = logging.getLogger(__name__)
 
 # Told of every change of a checkpoint's report; a discarded checkpoint comes as its id.
 CheckpointListener = Callable[["str", "CheckpointReport | int"], None]
+
+
+class Restorable(NamedTuple):
+    """A complete checkpoint, as a recovery needs it: its manifest, and the layout and
+    abstraction version the job ran when it was taken."""
+
+    manifest: dict[str, Any]
+    layout: Layout
+    abstraction: Any
 
 
 def manifest_path(job_id: str, checkpoint_id: int) -> str:
@@ -83,7 +95,8 @@ class Checkpointer:
         self.listener = listener
         self._loop = asyncio.get_running_loop()
         self.machine = CheckpointMachine(job.id, policy, self._loop.time())
-        self.latest: dict[str, Any] | None = None  # the manifest of the last completed one
+        self.latest: Restorable | None = None  # the last completed one
+        self._taken: dict[int, tuple[Layout, Any]] = {}  # in flight: layout and version
         self._tick: asyncio.TimerHandle | None = None
         self._timeout: asyncio.TimerHandle | None = None
         self._waiters: list[asyncio.Future[None]] = []
@@ -145,8 +158,13 @@ class Checkpointer:
         await fut
 
     def resume(self) -> None:
-        """The reconfiguration ended."""
+        """The reconfiguration (or the recovery) ended."""
         self.handle(ChangeEnded())
+
+    def suspend(self, reason: str) -> None:
+        """The job is recovering: the checkpoint in flight is abandoned with ``reason``;
+        none starts until :meth:`resume`."""
+        self.handle(Suspended(reason))
 
     # -- the machine's commands ----------------------------------------------------------
 
@@ -158,6 +176,7 @@ class Checkpointer:
         for c in commands:
             match c:
                 case Inject(checkpoint_id=cid):
+                    self._taken[cid] = (job.layout, job.abstraction)
                     barrier = messages.InjectBarrier(job.id, BarrierKind.CHECKPOINT, cid)
                     for wid in job.layout.workers_used():
                         self.host.send(wid, barrier)
@@ -173,12 +192,15 @@ class Checkpointer:
                     self._spawn(self._delete(ids))
                 case Report(report=report):
                     if report.status == "completed":
-                        self.latest = self._manifests.pop(report.id, None)
+                        layout, abstraction = self._taken.pop(report.id)
+                        manifest = self._manifests.pop(report.id)
+                        self.latest = Restorable(manifest, layout, abstraction)
                     self._tell(report)
                 case Discarded(checkpoint_id=cid):
                     self._tell(cid)
                 case Abandoned(checkpoint_id=cid):
                     self._manifests.pop(cid, None)
+                    self._taken.pop(cid, None)
                 case AllowChange():
                     for fut in self._waiters:
                         if not fut.done():

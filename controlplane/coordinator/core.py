@@ -27,7 +27,8 @@ import logging
 import pickle
 import ssl
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from controlplane.abstraction import Abstraction, Plan, Resolver, resolve_importable
 from controlplane.statuses import JobStatus
@@ -45,6 +46,7 @@ from .layouts import abstraction_of, refresh_workers
 from .model import RunningJob, RuntimeConfig, WorkerInfo
 from .plans import apply, cancel
 from .reconfig import reconfigure
+from .recovery import recover, refusal
 from .restart import restart_with
 from .validation import ValidatedPlan, validate
 
@@ -81,8 +83,10 @@ class Coordinator(Cluster):
         # What a logic ref in a plan may name (raises BadLogic otherwise); the server's
         # accepts registered code only, a program running its own coordinator anything.
         self.resolve_logic = resolve_logic
-        # Told of every job's checkpoints as they go (the control plane records them).
+        # Told of every job's checkpoints as they go, and of each recovery once the job
+        # runs again with the version it made (the control plane records them).
         self.on_checkpoint: CheckpointListener | None = None
+        self.on_recovery: Callable[[str, RunReport, dict[str, Any]], None] | None = None
 
     async def close(self) -> None:
         """Stop running jobs, tell workers to exit, close every connection."""
@@ -338,7 +342,30 @@ class Coordinator(Cluster):
             raise CoordinatorError(f"no job {job_id!r}") from None
 
     async def fail(self, job: RunningJob, error: str) -> None:
-        """End ``job`` as failed with ``error`` (if it has not ended) and stop it everywhere."""
+        """``job`` failed with ``error``: it recovers from its last complete checkpoint if
+        it can (:mod:`.recovery`), else it ends failed and is stopped everywhere."""
+        self._failed(job, error)
+
+    def _failed(self, job: RunningJob, error: str) -> None:
+        """See :meth:`fail`. A failure while the job recovers is of its tasks before the
+        recovery (they are being stopped): the recovery goes on."""
+        if job.done:
+            return
+        if job.status == JobStatus.RECOVERING:
+            logger.info("job %s (recovering): %s", job.id, error)
+            return
+        rec = job.recovery
+        rec.causes.append((asyncio.get_running_loop().time(), error))
+        why = refusal(job) if job.status != JobStatus.STARTING else "it never started"
+        if why is None:
+            if job.active is not None:  # a reconfiguration under way ends with the error
+                job.active.fail(error)
+            job.status = JobStatus.RECOVERING
+            logger.warning("job %s recovers: %s", job.id, error)
+            rec.running = asyncio.ensure_future(recover(self, job, error))
+            return
+        if job.checkpointer is not None:
+            error = f"{error} (not recovered: {why})"
         if job.end(JobStatus.FAILED, error):
             logger.warning("job %s failed: %s", job.id, error)
             self.stop_everywhere(job)
@@ -373,14 +400,12 @@ class Coordinator(Cluster):
             if job.done or info.id not in job.layout.workers_used():
                 continue
             msg = _lost_message(info, info.error)
-            if job.status == JobStatus.STARTING:
+            if job.status in (JobStatus.STARTING, JobStatus.RECOVERING):
                 fut = job.deploy_replies.get(info.id)
                 if fut is not None and not fut.done():
                     fut.set_result(msg)
                     continue
-            if job.end(JobStatus.FAILED, msg):
-                logger.warning("job %s failed: %s", job.id, msg)
-                self.stop_everywhere(job)
+            self._failed(job, msg)
 
     def _on_message(self, info: WorkerInfo, msg: messages.ToCoordinator) -> None:
         """React to ``msg`` from worker ``info`` (decoded: see :mod:`runtime.messages`)."""
@@ -416,12 +441,9 @@ class Coordinator(Cluster):
                 job.failed_tasks[task] = error
                 if job.active is not None:  # a reconfiguration under way ends with its error
                     job.active.fail(error)
-                if job.end(JobStatus.FAILED, error):
-                    logger.warning("job %s failed: %s", job.id, error)
-                    self.stop_everywhere(job)
+                self._failed(job, error)
             case messages.WorkerError(error=error):
-                if job.end(JobStatus.FAILED, error):
-                    self.stop_everywhere(job)
+                self._failed(job, error)
             case messages.Stopped(metrics=metrics):
                 for task, snap in metrics.items():
                     job.metrics.add(time.time(), task, snap)

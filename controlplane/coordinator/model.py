@@ -16,6 +16,7 @@ from runtime.metrics import summarize_latency
 
 from .errors import CoordinatorError
 from .metrics import JobMetrics
+from .recovery import Recovery
 from .slot import ChangeSlot
 
 if TYPE_CHECKING:
@@ -104,6 +105,7 @@ class RunningJob:
         self.checkpoint_policy: CheckpointPolicy | None = None  # None: never checkpointed
         self.checkpoint_config: CheckpointConfig | None = None  # as its workers are told it
         self.checkpointer: Checkpointer | None = None  # takes its checkpoints while it runs
+        self.recovery = Recovery()  # its failures, and the recovery under way
         self.status = JobStatus.STARTING
         self.error: str | None = None
         self.started_at: float | None = None

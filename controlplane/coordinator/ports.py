@@ -33,6 +33,10 @@ class Membership(Protocol):
 
     def alive_workers(self) -> list[WorkerInfo]: ...
 
+    def connected(self, worker_id: str) -> bool:
+        """Whether worker ``worker_id``'s control connection is up."""
+        ...
+
     def send(self, worker_id: str, msg: ToWorker) -> None:
         """Send ``msg`` to worker ``worker_id``; nothing if it is not connected."""
         ...

@@ -44,7 +44,8 @@ Coordinator -> worker (:class:`ToWorker`), type (class) {fields}:
 
 - ``registered`` (:class:`Registered`) {worker_id}
 - ``refused`` (:class:`Refused`) {reason}
-- ``deploy`` (:class:`Deploy`) {job_id, graph, code, layout, workers, config, restore}:
+- ``deploy`` (:class:`Deploy`) {job_id, graph, code, layout, workers, config, restore,
+  checkpoints}:
   ``graph`` the pickled :class:`runtime.dataflow.JobGraph`; ``code`` the uploaded
   modules its pickles name, installed before unpickling (:mod:`runtime.codeload`);
   ``workers`` every alive worker's data address; ``config`` a :class:`ChannelConfig`

@@ -63,7 +63,7 @@ class Restore:
 
     groups: dict[int, bytes] = field(default_factory=dict)
     position: Any = None
-    chains: dict[int, list[list[Any]]] = field(default_factory=dict)
+    chains: dict[int, tuple[Any, ...]] = field(default_factory=dict)
     sink: Any = None
 
 

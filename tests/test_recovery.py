@@ -1,0 +1,202 @@
+"""Recovery from failures, with faults injected on purpose: a worker SIGKILLed while its
+job runs, a task whose code fails; the job recovers from its last complete checkpoint
+and its output is exactly the reference (nothing lost, nothing twice).
+
+The cluster here is the module's own (its workers are killed), with a checkpoint store
+in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jobs_for_tests import count, identity
+
+from controlplane.coordinator import RuntimeConfig
+from controlplane.coordinator.checkpoint_report import CheckpointPolicy, CheckpointReport
+from controlplane.coordinator.report import RunReport
+from controlplane.statuses import CheckpointStatus, JobStatus
+from controlplane.testing import BackgroundCluster
+from runtime import Dataflow
+from runtime.dataflow import JobGraph
+from runtime.sinks import Collect, read_parts
+from runtime.sources import Generator
+
+WAIT_S = 120.0
+RECORDS = 40_000
+KEYS = 300
+
+
+class Events:
+    """What the coordinator tells of a job's checkpoints and recoveries."""
+
+    def __init__(self) -> None:
+        self.checkpoints: list[CheckpointReport] = []
+        self.recoveries: list[tuple[RunReport, dict[str, Any]]] = []
+        self._cond = threading.Condition()
+
+    def checkpoint(self, job_id: str, what: CheckpointReport | int) -> None:
+        with self._cond:
+            if isinstance(what, CheckpointReport):
+                self.checkpoints.append(what)
+            self._cond.notify_all()
+
+    def recovered(self, job_id: str, report: RunReport, version: dict[str, Any]) -> None:
+        with self._cond:
+            self.recoveries.append((report, version))
+            self._cond.notify_all()
+
+    def completed(self, job_id: str) -> int:
+        return sum(
+            1
+            for r in self.checkpoints
+            if r.job_id == job_id and r.status == CheckpointStatus.COMPLETED
+        )
+
+    def wait(self, what: str, condition: Callable[[], bool]) -> None:
+        with self._cond:
+            assert self._cond.wait_for(condition, WAIT_S), f"no {what} within {WAIT_S:.0f}s"
+
+
+@pytest.fixture(scope="module")
+def fault_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundCluster]:
+    store = tmp_path_factory.mktemp("checkpoints")
+    c = BackgroundCluster(workers=2, config=RuntimeConfig(checkpoint_store=str(store)))
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def events(fault_cluster: BackgroundCluster) -> Iterator[Events]:
+    e = Events()
+    co = fault_cluster.coordinator
+    co.on_checkpoint, co.on_recovery = e.checkpoint, e.recovered
+    yield e
+    co.on_checkpoint = co.on_recovery = None
+    for job in list(co.jobs.values()):
+        if not job.done:
+            fault_cluster.call(co.stop_job(job.id))
+
+
+SOURCE = Generator(records=RECORDS, rate=8_000, keys=KEYS, seed=11)
+
+
+def counts_to(path: Path) -> JobGraph:
+    flow = Dataflow("recovered_counts")
+    src = flow.source("src", SOURCE, parallelism=2)
+    counts = src.key_by(identity).process("count", count, parallelism=2)
+    counts.sink("out", Collect(str(path)), parallelism=2)
+    return flow.compile()
+
+
+def reference() -> list[tuple[str, int]]:
+    """Every (key, running count) the job emits once, in no order: replayed in process."""
+    seen: Counter = Counter()
+    for index in range(2):
+        reader = SOURCE.open(index, 2, 0.0)
+        while (polled := reader.poll(1e12, 4096)) is not None:
+            seen.update(polled[0])
+    return sorted((k, n) for k, c in seen.items() for n in range(1, c + 1))
+
+
+def submit(cluster: BackgroundCluster, graph: JobGraph, interval_s: float = 0.2) -> Any:
+    policy = CheckpointPolicy(interval_s=interval_s, timeout_s=60, retained=2)
+    return cluster.call(cluster.coordinator.submit(graph, checkpoints=policy))
+
+
+def worker_of(job: Any, task: str) -> str:
+    return job.layout.placement[task]
+
+
+def test_a_worker_killed_while_its_job_runs_is_recovered_from_and_the_output_is_exact(
+    fault_cluster: BackgroundCluster, events: Events, tmp_path: Path
+) -> None:
+    job = submit(fault_cluster, counts_to(tmp_path / "out"))
+    events.wait("2 completed checkpoints", lambda: events.completed(job.id) >= 2)
+    victim = worker_of(job, "count-1")
+    pid = fault_cluster.coordinator.workers[victim].pid
+    os.kill(pid, signal.SIGKILL)
+    events.wait("a recovery", lambda: bool(events.recoveries))
+    report, version = events.recoveries[0]
+    assert report.status == "completed" and report.plan["origin"] == "recovery"
+    assert victim in report.plan["reason"] and report.plan["lost_workers"] == [victim]
+    assert version["job"]["version"] == 2 and report.version == 2
+    placed = {t["id"]: t["resources"]["worker"] for op in version["operators"] for t in op["tasks"]}
+    assert victim not in placed.values()
+    assert fault_cluster.wait(job, WAIT_S) == JobStatus.FINISHED, job.error
+    out = sorted((k, n) for k, n in read_parts(tmp_path / "out"))
+    assert out == reference()
+
+
+def fail_once(marker: str, key: Any, value: Any, state: Any) -> tuple:
+    """Counts, and fails when key k00007 reaches 50 if the file ``marker`` does not exist
+    yet, making it (so it fails once only)."""
+    n = state.get(0) + 1
+    state.set(n)
+    if key == "k00007" and n == 50 and not os.path.exists(marker):
+        Path(marker).touch()
+        raise RuntimeError("injected failure at k00007 = 50")
+    return ((key, n),)
+
+
+def test_a_task_that_fails_once_is_recovered_from_and_the_output_is_exact(
+    fault_cluster: BackgroundCluster, events: Events, tmp_path: Path
+) -> None:
+    marker = tmp_path / "failed-once"
+    flow = Dataflow("fails_once")
+    src = flow.source("src", SOURCE, parallelism=2)
+    udf = functools.partial(fail_once, str(marker))
+    src.key_by(identity).process("count", udf, parallelism=2).sink(
+        "out", Collect(str(tmp_path / "out")), parallelism=2
+    )
+    job = submit(fault_cluster, flow.compile(), interval_s=0.1)
+    assert fault_cluster.wait(job, WAIT_S) == JobStatus.FINISHED, job.error
+    assert marker.exists(), "the failure was never injected"
+    (report, _version) = events.recoveries[0]
+    assert "injected failure at k00007 = 50" in report.plan["reason"]
+    out = sorted((k, n) for k, n in read_parts(tmp_path / "out"))
+    assert out == reference()
+
+
+def always_fail(key: Any, value: Any, state: Any) -> tuple:
+    n = state.get(0) + 1
+    state.set(n)
+    if n > 40:
+        raise RuntimeError(f"key {key} counted past 40")
+    return ()
+
+
+def test_a_job_that_keeps_failing_fails_with_every_cause_listed(
+    fault_cluster: BackgroundCluster, events: Events
+) -> None:
+    flow = Dataflow("keeps_failing")
+    src = flow.source("src", Generator(records=None, rate=2_000, keys=50, seed=3))
+    src.key_by(identity).process("count", always_fail, parallelism=1)
+    graph = flow.compile()
+    job = submit(fault_cluster, graph, interval_s=0.05)
+    assert fault_cluster.wait(job, WAIT_S) == JobStatus.FAILED
+    assert job.error is not None and "restart policy" in job.error
+    assert job.error.count("counted past 40") >= 2 and "[1]" in job.error
+
+
+def test_a_job_without_a_complete_checkpoint_fails_and_says_so(
+    fault_cluster: BackgroundCluster, events: Events
+) -> None:
+    flow = Dataflow("fails_at_once")
+    src = flow.source("src", Generator(records=None, rate=2_000, keys=50, seed=3))
+    src.key_by(identity).process("count", always_fail, parallelism=1)
+    job = submit(fault_cluster, flow.compile(), interval_s=3600)
+    assert fault_cluster.wait(job, WAIT_S) == JobStatus.FAILED
+    assert "counted past 40" in (job.error or "")
+    assert "no complete checkpoint" in (job.error or "")
+    assert not events.recoveries
