@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane import db
 from controlplane.checkpoints import service as checkpoints
+from controlplane.coordinator import RunReport
 from controlplane.coordinator.checkpoint_report import CheckpointReport
 from controlplane.engine import Engine, JobState, Progress, Reservation
 from controlplane.jobs import service as jobs
@@ -61,8 +62,9 @@ class Tracker:
         self._mirrored: dict[str, JobState] = {}
         self._workers_mirrored: tuple = ()
         self.instance = uuid.uuid4().hex  # names this run's workers in the database
-        # Checkpoint reports to write, in order: (job id, report's fields or a discarded id).
-        self._checkpoints: asyncio.Queue[tuple[str, dict[str, Any] | int]] = asyncio.Queue()
+        # Checkpoint reports and recoveries to write, in order: (job id, a report's fields,
+        # a discarded checkpoint's id, or a recovery).
+        self._checkpoints: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._checkpoint_writer: asyncio.Task[None] | None = None
 
     def recover(self) -> None:
@@ -96,14 +98,22 @@ class Tracker:
             self._write_checkpoints(), name="write-checkpoints"
         )
         self.engine.coordinator.on_checkpoint = self._checkpoint_reported
+        self.engine.coordinator.on_recovery = self._recovered
 
     async def stop(self) -> None:
         self.engine.coordinator.on_checkpoint = None
+        self.engine.coordinator.on_recovery = None
         for task in (self._mirror, self._checkpoint_writer):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+    def _recovered(self, job_id: str, report: RunReport, document: dict[str, Any]) -> None:
+        # Called by the coordinator, on the loop, once the job runs again: only queue.
+        self._checkpoints.put_nowait(
+            (job_id, ("recovery", report.reported(), report.plan, document))
+        )
 
     def _checkpoint_reported(self, job_id: str, what: CheckpointReport | int) -> None:
         # Called by the coordinator, on the loop: only queue (a report changes later).
@@ -112,7 +122,7 @@ class Tracker:
     async def _write_checkpoints(self) -> None:
         while True:
             job_id, what = await self._checkpoints.get()
-            final = isinstance(what, int) or what["status"] != CheckpointStatus.IN_PROGRESS
+            final = not isinstance(what, dict) or what["status"] != CheckpointStatus.IN_PROGRESS
             attempts = WRITE_ATTEMPTS if final else 1  # a later report supersedes
             for attempt in range(1, attempts + 1):
                 try:
@@ -129,9 +139,19 @@ class Tracker:
                     if attempt < attempts:
                         await asyncio.sleep(WRITE_RETRY_S)
 
-    def _write_checkpoint(self, job_id: str, what: dict[str, Any] | int) -> None:
+    def _write_checkpoint(self, job_id: str, what: dict[str, Any] | int | tuple) -> None:
         with db.unit_of_work(self.sessions) as session:
-            if isinstance(what, int):
+            if isinstance(what, tuple):  # a recovery, in order with the checkpoints
+                _kind, reported, plan, document = what
+                reconfigurations.record_recovery(
+                    session=session,
+                    job_id=int(job_id),
+                    reported=reported,
+                    plan=plan,
+                    base_version=int(document["job"]["version"]) - 1,
+                    document=document,
+                )
+            elif isinstance(what, int):
                 checkpoints.discard(session=session, job_db_id=int(job_id), checkpoint_id=what)
             else:
                 checkpoints.record(session=session, job_db_id=int(job_id), reported=what)

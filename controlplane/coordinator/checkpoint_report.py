@@ -1,4 +1,6 @@
-"""What a job's checkpoints are set to do, and the report of one checkpoint.
+"""What a job's checkpoints are set to do, the report of one checkpoint, and how often
+a job may recover from its failures (plain data the coordinator and the control plane
+share).
 
 A :class:`CheckpointPolicy` comes with a job (its submission, over the server's
 defaults); the coordinator takes a checkpoint every ``interval_s`` while the job runs.
@@ -10,13 +12,14 @@ the REST schema hold.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from controlplane.statuses import CheckpointStatus
 
-__all__ = ["CheckpointPolicy", "CheckpointReport"]
+__all__ = ["CheckpointPolicy", "CheckpointReport", "Failures", "RestartPolicy"]
 
 
 @dataclass(frozen=True)
@@ -82,3 +85,31 @@ class CheckpointReport:
             "started_at": self.started_at,
             "duration_ms": self.duration_ms,
         }
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """At most ``max_failures`` recoveries within ``window_s`` seconds (Flink's
+    failure-rate strategy), each ``delay_s`` after its failure."""
+
+    max_failures: int = 3
+    window_s: float = 60.0
+    delay_s: float = 0.0
+
+
+@dataclass
+class Failures:
+    """A job's failures (:mod:`.recovery`): ``causes`` every failure, oldest first, with
+    its time (monotonic); ``running`` the recovery under way, if any."""
+
+    policy: RestartPolicy = field(default_factory=RestartPolicy)
+    causes: list[tuple[float, str]] = field(default_factory=list)
+    running: asyncio.Task[None] | None = None
+
+    def allows(self, now: float) -> bool:
+        """Whether the failures within the window leave room for one more recovery."""
+        recent = [t for t, _c in self.causes if now - t <= self.policy.window_s]
+        return len(recent) <= self.policy.max_failures
+
+    def listed(self) -> str:
+        return "; ".join(f"[{i}] {c}" for i, (_t, c) in enumerate(self.causes, 1))

@@ -354,7 +354,7 @@ class Coordinator(Cluster):
         if job.status == JobStatus.RECOVERING:
             logger.info("job %s (recovering): %s", job.id, error)
             return
-        rec = job.recovery
+        rec = job.failures
         rec.causes.append((asyncio.get_running_loop().time(), error))
         why = refusal(job) if job.status != JobStatus.STARTING else "it never started"
         if why is None:

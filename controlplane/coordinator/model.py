@@ -14,16 +14,15 @@ from runtime.dataflow import JobGraph
 from runtime.layout import Layout
 from runtime.metrics import summarize_latency
 
+from .checkpoint_report import Failures
 from .errors import CoordinatorError
 from .metrics import JobMetrics
-from .recovery import Recovery
 from .slot import ChangeSlot
 
 if TYPE_CHECKING:
     from runtime.messages import CheckpointConfig, ToCoordinator
 
     from .checkpoint_report import CheckpointPolicy
-    from .checkpointer import Checkpointer
     from .report import RunReport
 
 
@@ -39,7 +38,22 @@ class ActiveRun(Protocol):
     def cancel(self, reason: str) -> None: ...
 
 
-__all__ = ["ActiveRun", "RunningJob", "RuntimeConfig", "WorkerInfo"]
+class JobCheckpoints(Protocol):
+    """What a job knows of its checkpoints (:class:`.checkpointer.Checkpointer`)."""
+
+    latest: Any  # the last complete checkpoint (a Restorable), or None
+    store: Any  # the checkpoint store
+
+    def on_message(self, msg: ToCoordinator) -> None: ...
+    def task_finished(self, task: str) -> None: ...
+    def start(self) -> None: ...
+    def stop(self, reason: str) -> None: ...
+    def suspend(self, reason: str) -> None: ...
+    def resume(self) -> None: ...
+    async def quiesce(self) -> None: ...
+
+
+__all__ = ["ActiveRun", "JobCheckpoints", "RunningJob", "RuntimeConfig", "WorkerInfo"]
 
 
 @dataclass(frozen=True)
@@ -104,8 +118,8 @@ class RunningJob:
         self.snapshot: Any = None  # a stop-and-restart in progress collects snapshots here
         self.checkpoint_policy: CheckpointPolicy | None = None  # None: never checkpointed
         self.checkpoint_config: CheckpointConfig | None = None  # as its workers are told it
-        self.checkpointer: Checkpointer | None = None  # takes its checkpoints while it runs
-        self.recovery = Recovery()  # its failures, and the recovery under way
+        self.checkpointer: JobCheckpoints | None = None  # takes its checkpoints while it runs
+        self.failures = Failures()  # its failures, and the recovery under way
         self.status = JobStatus.STARTING
         self.error: str | None = None
         self.started_at: float | None = None

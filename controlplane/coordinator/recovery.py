@@ -33,7 +33,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from controlplane.statuses import JobStatus
@@ -52,41 +51,12 @@ if TYPE_CHECKING:
     from .model import RunningJob, WorkerInfo
     from .ports import JobHost
 
-__all__ = ["RECOVERY", "Recovery", "RestartPolicy", "recover", "refusal"]
+__all__ = ["RECOVERY", "recover", "refusal"]
 
 logger = logging.getLogger(__name__)
 
 RECOVERY = "recovery"  # the origin of the versions recoveries make
 STOP_TIMEOUT_S = 5.0  # workers still connected stop the job's tasks within this
-
-
-@dataclass(frozen=True)
-class RestartPolicy:
-    """At most ``max_failures`` recoveries within ``window_s`` seconds (Flink's
-    failure-rate strategy), each ``delay_s`` after its failure."""
-
-    max_failures: int = 3
-    window_s: float = 60.0
-    delay_s: float = 0.0
-
-
-@dataclass
-class Recovery:
-    """A job's failures and recoveries: ``causes`` every failure, oldest first, with its
-    time (monotonic); ``running`` the recovery under way, if any."""
-
-    policy: RestartPolicy = field(default_factory=RestartPolicy)
-    causes: list[tuple[float, str]] = field(default_factory=list)
-    running: asyncio.Task[None] | None = None
-    lost: set[str] = field(default_factory=set)  # workers lost since the last recovery
-
-    def allows(self, now: float) -> bool:
-        """Whether the failures within the window leave room for one more recovery."""
-        recent = [t for t, _c in self.causes if now - t <= self.policy.window_s]
-        return len(recent) <= self.policy.max_failures
-
-    def listed(self) -> str:
-        return "; ".join(f"[{i}] {c}" for i, (_t, c) in enumerate(self.causes, 1))
 
 
 def refusal(job: RunningJob) -> str | None:
@@ -101,7 +71,7 @@ def refusal(job: RunningJob) -> str | None:
 async def recover(host: JobHost, job: RunningJob, cause: str) -> None:
     """Recover ``job`` after the failure ``cause`` (module docstring); fails it, with
     every cause listed, when the restart policy allows no more."""
-    rec = job.recovery
+    rec = job.failures
     loop = asyncio.get_running_loop()
     while True:
         if not rec.allows(loop.time()):

@@ -13,7 +13,9 @@ from .models import JobRecord
 
 __all__ = ["JobCreate", "JobRead", "JobStatus"]
 
-JobStatus = Literal["starting", "running", "reconfiguring", "finished", "failed", "stopped"]
+JobStatus = Literal[
+    "starting", "running", "reconfiguring", "recovering", "finished", "failed", "stopped"
+]
 
 
 class JobCreate(BaseModel):

@@ -19,7 +19,8 @@ TERMINAL_RECONFIGURATION_STATUSES = frozenset(s for s in ReconfigurationStatus i
 
 class ReconfigurationRecord(Base):
     """One reconfiguration of a job: the plan (``base_version``, ops, mode), where it
-    came from (``origin``: plan, scale, rebalance, migrate, logic), how it went (status,
+    came from (``origin``: plan, scale, rebalance, migrate, logic; ``recovery`` for a
+    recovery, whose plan says why), how it went (status,
     error, affected tasks, phase timings, per-task pauses and update times in
     milliseconds; in fluid mode how many live runs it took and each stage's time; per
     worker, what it copied ahead and where that time went) and the version it made

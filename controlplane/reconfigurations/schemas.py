@@ -165,7 +165,27 @@ class Timings(BaseModel):
     )
     sync: float | None = None
     update: float | None = None
+    halt: float | None = Field(
+        default=None, description="a recovery: stopping the job's tasks on its workers"
+    )
+    place: float | None = Field(
+        default=None, description="a recovery: finding (or starting) workers for lost ones"
+    )
+    restore: float | None = Field(
+        default=None,
+        description="a recovery: deploying from the checkpoint (state read from the store) "
+        "and starting",
+    )
     total: float | None = None
+
+
+class RecoveryRead(BaseModel):
+    """Why and how a recovery made its version."""
+
+    reason: str = Field(description="the failure it recovered from")
+    checkpoint_id: int = Field(description="the checkpoint it went back to")
+    lost_workers: list[str] = Field(description="workers gone, whose tasks it placed anew")
+    placed_on: dict[str, str] = Field(description="each lost worker -> the one in its place")
 
 
 class CopiedAhead(BaseModel):
@@ -195,7 +215,10 @@ class CopiedAhead(BaseModel):
 class ReconfigurationRead(BaseModel):
     id: int
     job_id: int
-    origin: str = Field(description="plan, scale, rebalance, migrate or logic")
+    origin: str = Field(
+        description="plan, scale, rebalance, migrate or logic; recovery for a version a "
+        "recovery made (its plan says why: reason, checkpoint_id, lost_workers, placed_on)"
+    )
     status: ReconfigurationStatus
     base_version: int
     result_version: int | None = Field(description="the version it made current")
@@ -227,6 +250,9 @@ class ReconfigurationRead(BaseModel):
         description="per worker that copied key groups ahead in the prepare (see "
         "timings_ms.precopy), what it copied and where that time went"
     )
+    recovery: RecoveryRead | None = Field(
+        None, description="origin recovery: the failure, the checkpoint, the workers replaced"
+    )
     created_at: datetime
     ended_at: datetime | None
 
@@ -250,6 +276,7 @@ class ReconfigurationRead(BaseModel):
             runs=rec.runs,
             stage_ms=rec.stage_ms,
             precopied=rec.precopied,
+            recovery=rec.plan.get("recovery"),
             created_at=rec.created_at,
             ended_at=rec.ended_at,
         )
@@ -284,7 +311,10 @@ PreviewRequest = Annotated[
 class PreviewRead(BaseModel):
     """What a reconfiguration would do, validated as if posted, and not carried out."""
 
-    origin: str = Field(description="plan, scale, rebalance, migrate or logic")
+    origin: str = Field(
+        description="plan, scale, rebalance, migrate or logic; recovery for a version a "
+        "recovery made (its plan says why: reason, checkpoint_id, lost_workers, placed_on)"
+    )
     base_version: int
     result_version: int = Field(
         description="the version it would make current (fluid mode: one version per step)"

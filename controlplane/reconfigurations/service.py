@@ -74,6 +74,7 @@ __all__ = [
     "preview_reconfiguration",
     "rebalance_plan",
     "record_progress",
+    "record_recovery",
     "request_reconfiguration",
     "scale_plan",
 ]
@@ -350,6 +351,48 @@ def list_reconfigurations(
     jobs.get_row(session=session, job_id=job_id)
     query = select(ReconfigurationRecord).where(ReconfigurationRecord.job_id == job_id)
     return fetch_page(session, query, ReconfigurationRecord.id.desc(), limit, offset)
+
+
+def record_recovery(
+    *,
+    session: Session,
+    job_id: int,
+    reported: Mapping[str, Any],
+    plan: Mapping[str, Any],
+    base_version: int,
+    document: dict[str, Any],
+) -> ReconfigurationRecord:
+    """Record a recovery the coordinator made (:mod:`controlplane.coordinator.recovery`):
+    a completed reconfiguration with origin ``recovery``, no operations, whose plan's
+    ``recovery`` says why (``reason``, ``checkpoint_id``, ``lost_workers``,
+    ``placed_on``), and the version it made."""
+    why = {k: plan[k] for k in ("reason", "checkpoint_id", "lost_workers", "placed_on")}
+    rec = ReconfigurationRecord(
+        job_id=job_id,
+        origin="recovery",
+        plan={"base_version": base_version, "mode": "pause", "ops": [], "recovery": why},
+        base_version=base_version,
+        result_version=int(document["job"]["version"]),
+        ended_at=db.utcnow(),
+        **{column: value for column, value in reported.items()},
+    )
+    session.add(rec)
+    session.flush()
+    job = jobs.get_row(session=session, job_id=job_id)
+    versions.add_version(session=session, job=job, document=document, reconfiguration_id=rec.id)
+    total = reported["timings_ms"].get("total")
+    events.record(
+        session=session,
+        kind="job.recovered",
+        job_id=job_id,
+        message=f"job {job_id} recovered from checkpoint {plan.get('checkpoint_id')} "
+        f"as version {rec.result_version}"
+        + (f" in {total:.0f} ms" if total is not None else "")
+        + f": {plan.get('reason')}",
+        data={"reconfiguration": rec.id, "plan": dict(plan)},
+    )
+    session.flush()
+    return rec
 
 
 def record_progress(*, session: Session, reconfiguration_id: int, progress: Progress) -> None:

@@ -11,7 +11,7 @@ const METRICS_WINDOW_S = 5; // long enough to smooth one-second snapshots, short
 const JOBS_SHOWN = 50;
 const RECONFIGURATIONS_SHOWN = 20;
 const CONNECTED = "Connected: the token is accepted.";
-const LIVE = new Set(["starting", "running", "reconfiguring"]); // jobs with metrics to read
+const LIVE = new Set(["starting", "running", "reconfiguring", "recovering"]); // jobs with metrics to read
 const ENDED = new Set(["completed", "failed", "aborted", "cancelled"]); // reconfigurations
 
 const $ = (selector) => document.querySelector(selector);
