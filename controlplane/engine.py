@@ -53,7 +53,7 @@ from controlplane.coordinator import (
     RuntimeConfig,
     ValidatedPlan,
 )
-from controlplane.coordinator.checkpoint_report import CheckpointPolicy
+from controlplane.coordinator.checkpoint_report import CheckpointPolicy, RestartPolicy
 from controlplane.engine_views import (
     JobState,
     JobView,
@@ -178,15 +178,22 @@ class Engine:
     # -- synchronous API, for request threads --------------------------------------------
 
     def submit(
-        self, graph: JobGraph, job_id: str, checkpoints: CheckpointPolicy | None = None
+        self,
+        graph: JobGraph,
+        job_id: str,
+        checkpoints: CheckpointPolicy | None = None,
+        restart: RestartPolicy | None = None,
     ) -> JobState:
         """Deploy and start ``graph`` as job ``job_id`` (a new id), checkpointed as
-        ``checkpoints`` says (None: never); the job may come back ``failed`` with its
-        cause. Raises :class:`Unavailable` when no worker is registered or the id is taken."""
+        ``checkpoints`` says (None: never) and recovering from failures as ``restart``
+        allows (None: the default); the job may come back ``failed`` with its cause.
+        Raises :class:`Unavailable` when no worker is registered or the id is taken."""
 
         async def submit() -> JobState:
             try:
-                job = await self.coordinator.submit(graph, job_id=job_id, checkpoints=checkpoints)
+                job = await self.coordinator.submit(
+                    graph, job_id=job_id, checkpoints=checkpoints, restart=restart
+                )
             except CoordinatorError as exc:
                 raise Unavailable(f"{exc}") from None
             document = job.abstraction.to_dict() if job.abstraction is not None else None

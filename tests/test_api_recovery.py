@@ -42,9 +42,7 @@ def test_a_killed_worker_s_job_recovers_as_a_new_version_and_its_output_is_exact
         abstraction = http.get(f"/api/v1/jobs/{job_id}/abstraction").json()
         count = next(op for op in abstraction["operators"] if op["kind"] == "keyed")
         victim = count["tasks"][-1]["resources"]["worker"]
-        pid = next(
-            w["pid"] for w in http.get("/api/v1/workers").json() if w["id"] == victim
-        )
+        pid = next(w["pid"] for w in http.get("/api/v1/workers").json() if w["id"] == victim)
         os.kill(pid, signal.SIGKILL)
 
         job = api.wait_job(http, job_id, {"finished", "failed"}, timeout=120)
@@ -56,6 +54,7 @@ def test_a_killed_worker_s_job_recovers_as_a_new_version_and_its_output_is_exact
         assert victim in recovery["recovery"]["reason"]
         assert recovery["recovery"]["lost_workers"] == [victim]
         assert recovery["timings_ms"]["total"] > 0 and recovery["ops"] == []
+        assert set(recovery["recovery"]["timings_ms"]) == {"halt", "place", "restore", "total"}
         v2 = http.get(f"/api/v1/jobs/{job_id}/abstraction", params={"version": 2}).json()
         workers = {t["resources"]["worker"] for op in v2["operators"] for t in op["tasks"]}
         assert victim not in workers

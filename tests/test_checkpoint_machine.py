@@ -39,7 +39,9 @@ POLICY = CheckpointPolicy(interval_s=10.0, timeout_s=5.0, retained=2)
 
 def part(*refs: int, task: str = "count-0") -> dict:
     """A task's part whose group 0 chain has links in the checkpoints ``refs``."""
-    return {"groups": {0: [[f"j/chk-{r}/{task}.part", 0, 10, i == 0, 1] for i, r in enumerate(refs)]}}
+    return {
+        "groups": {0: [[f"j/chk-{r}/{task}.part", 0, 10, i == 0, 1] for i, r in enumerate(refs)]}
+    }
 
 
 def of(kind, commands):
@@ -218,7 +220,17 @@ EVENTS = st.lists(
     st.tuples(
         st.floats(0.0, 4.0),
         st.sampled_from(
-            ["tick", "captured", "ack", "error", "timeout", "manifest", "want", "end_change", "finish"]
+            [
+                "tick",
+                "captured",
+                "ack",
+                "error",
+                "timeout",
+                "manifest",
+                "want",
+                "end_change",
+                "finish",
+            ]
         ),
         st.sampled_from(sorted(TASKS)),
     ),

@@ -38,7 +38,7 @@ from runtime.dataflow import JobGraph
 from runtime.layout import Layout
 from runtime.records import BarrierKind
 
-from .checkpoint_report import CheckpointPolicy
+from .checkpoint_report import CheckpointPolicy, RestartPolicy
 from .checkpointer import Checkpointer, CheckpointListener
 from .cluster import HEARTBEAT_TIMEOUT_S, Cluster
 from .errors import CoordinatorError
@@ -104,11 +104,13 @@ class Coordinator(Cluster):
         *,
         job_id: str | None = None,
         checkpoints: CheckpointPolicy | None = None,
+        restart: RestartPolicy | None = None,
     ) -> RunningJob:
         """Deploy and start ``graph``; returns the running job (or a failed one, with cause).
 
         ``job_id`` lets the caller (the StreamManager) name the job; it must be new.
-        ``checkpoints``: how often the job is checkpointed (None: never).
+        ``checkpoints``: how often the job is checkpointed (None: never); ``restart``: how
+        often it may recover from failures (:mod:`.recovery`; None: the default policy).
         """
         if job_id is not None and job_id in self.jobs:
             raise CoordinatorError(f"job id {job_id!r} is taken")
@@ -117,6 +119,8 @@ class Coordinator(Cluster):
             raise CoordinatorError("no workers are registered: start some before submitting a job")
         layout = Layout.initial(graph, ids)
         job = RunningJob(job_id or f"job-{next(self._job_ids)}", graph, layout)
+        if restart is not None:
+            job.failures.policy = restart
         self.jobs[job.id] = job
         if checkpoints is not None and checkpoints.enabled:
             try:

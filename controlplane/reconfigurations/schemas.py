@@ -165,17 +165,6 @@ class Timings(BaseModel):
     )
     sync: float | None = None
     update: float | None = None
-    halt: float | None = Field(
-        default=None, description="a recovery: stopping the job's tasks on its workers"
-    )
-    place: float | None = Field(
-        default=None, description="a recovery: finding (or starting) workers for lost ones"
-    )
-    restore: float | None = Field(
-        default=None,
-        description="a recovery: deploying from the checkpoint (state read from the store) "
-        "and starting",
-    )
     total: float | None = None
 
 
@@ -186,6 +175,11 @@ class RecoveryRead(BaseModel):
     checkpoint_id: int = Field(description="the checkpoint it went back to")
     lost_workers: list[str] = Field(description="workers gone, whose tasks it placed anew")
     placed_on: dict[str, str] = Field(description="each lost worker -> the one in its place")
+    timings_ms: dict[str, float] = Field(
+        description="halt (stopping the job's tasks), place (finding or starting workers for "
+        "lost ones), restore (deploying from the checkpoint, state read from the store, and "
+        "starting), total"
+    )
 
 
 class CopiedAhead(BaseModel):
