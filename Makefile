@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/reconfig.py --precopy-pause-ms 0 20
 	$(BIN)/python bench/state_transfer.py --no-pool
 	$(BIN)/python bench/fork_copy.py
+	$(BIN)/python bench/recovery.py
 	$(BIN)/python bench/spark.py
 	$(BIN)/python bench/controllers.py
 	$(BIN)/python bench/report.py

@@ -305,6 +305,14 @@ def _way_back(only: list[str]) -> list[str]:
     return [o.replace("scale out 2 -> 4", "scale in 4 -> 2") for o in only if "scale out" in o]
 
 
+def padded_params(state_mb: float) -> dict:
+    """The padded word count's parameters, unbounded and unthrottled (``rate`` is the
+    caller's): every word carries padding so that each of the 2 count tasks holds about
+    ``state_mb`` MB of state once every word has come."""
+    pad = int(state_mb * 2**20 / (KEYS / 2))  # two count tasks share the 10,000 words
+    return {"records": 0, "keys": KEYS, "zipf": 1.0, "parallelism": 2, "state_bytes": pad}
+
+
 async def run_state_size(
     state_mb: float,
     rate_words: float | None,
@@ -314,14 +322,8 @@ async def run_state_size(
     pauses: list[float] | None = None,
     reserve_mb: int = 0,
 ) -> dict:
-    pad = int(state_mb * 2**20 / (KEYS / 2))  # two count tasks share the 10,000 words
-    params = {
-        "records": 0,
-        "keys": KEYS,
-        "zipf": 1.0,
-        "parallelism": 2,
-        "state_bytes": pad,
-    }
+    params = padded_params(state_mb)
+    pad = params["state_bytes"]
     entries: dict[str, dict] = {}
     async with LocalCluster(3, worker_reserve_mb=reserve_mb) as cluster:
         co = cluster.coordinator

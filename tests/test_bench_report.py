@@ -1,15 +1,16 @@
 """The verdict tables of BENCHMARKS.md are computed from the benchmark's rows, not typed in:
 these check that they judge the targets (10x the restart on new workers in completion
-time and peak latency, p99 under 3x steady) as they are stated, that the steady p99 they
-are judged against is the run's, not one moment's, and that the rendered page stays short
-and free of session history."""
+time and peak latency, p99 under 3x steady; the checkpoints' overhead, the time to first
+output after a recovery, nothing lost or twice) as they are stated, that the steady p99
+they are judged against is the run's, not one moment's, and that the rendered page stays
+short and free of session history."""
 
 from __future__ import annotations
 
 import re
 
 from bench.reconfig import steady_before_changes
-from bench.report import render, verdicts
+from bench.report import recovery_section, render, verdicts
 
 
 def row(total_ms: float, max_ms: float, p99_over_steady: float | None, status="completed"):
@@ -109,12 +110,151 @@ def test_steady_p99_is_the_median_of_the_windows_before_the_changes() -> None:
 
 
 def test_the_rendered_page_is_short_and_without_session_history() -> None:
-    """From the results in bench/results/: under 15 KB, no paragraph of more than a few
-    sentences, no session numbers, commit hashes or issue references."""
+    """From the results in bench/results/: under 23 KB (eight sections), no paragraph of
+    more than a few sentences, no session numbers, commit hashes or issue references."""
     page = render()
-    assert len(page.encode()) < 15_000
+    assert len(page.encode()) < 23_000
     paragraphs = [p for p in page.split("\n\n") if not p.lstrip().startswith("|")]
     assert max(len(p) for p in paragraphs) < 1_000
     assert not re.search(r"\bsession \d+", page, re.IGNORECASE)
     assert not re.search(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b", page)
     assert "issue" not in page.lower()
+
+
+def spread(median: float | None, n: int = 3) -> dict:
+    return {"median": median, "min": median, "max": median, "n": n}
+
+
+def overhead(throughput: float, p99: float) -> dict:
+    return {
+        "max_words_per_s": spread(1_000_000 * throughput),
+        "p99_ms": spread(20 * p99),
+        "p50_ms": spread(8.0),
+        "throughput_ratio": spread(throughput),
+        "p99_ratio": spread(p99),
+        "checkpoints_completed": 4,
+        "checkpoints_abandoned": 0,
+        "duration_ms": spread(100.0),
+        "bytes_written": spread(2**20),
+        "bytes_restore_reads": spread(2**22),
+        "written_over_restore_reads": spread(0.25),
+    }
+
+
+def recovered(first_output_s: float) -> dict:
+    return {
+        "first_output_s": spread(first_output_s),
+        "caught_up_s": spread(first_output_s + 0.5),
+        "p99_back_s": spread(first_output_s + 2),
+        "replayed_s": spread(0.6),
+        "steady_p99_ms": spread(20.0),
+        "detect_ms": spread(20.0),
+        "timings_ms": {k: spread(10.0) for k in ("halt", "place", "restore", "total")},
+        "restore_reads_bytes": spread(2**22),
+        "recovered": 3,
+        "rounds": 3,
+    }
+
+
+def size(mb: float, overheads: tuple, firsts: tuple, twice: int = 0) -> dict:
+    """A state size's results, as bench/recovery.py writes them: (throughput, p99) ratios
+    of every 10 s and every 1 s, first output onto a spare worker and onto a new one."""
+    (t10, p10), (t1, p1) = overheads
+    return {
+        "state_mb_per_task": mb,
+        "state_bytes": 2 * mb * 2**20,
+        "rate_words_per_s": 500_000.0,
+        "load_average": {"start": [1.5, 1.0, 1.0], "end": [1.5, 1.0, 1.0]},
+        "overhead": {
+            "none": overhead(1.0, 1.0),
+            "every_10s": overhead(t10, p10),
+            "every_1s": overhead(t1, p1),
+            "every_1s_whole": overhead(0.8, 2.5),
+        },
+        "recovery": {"spare": recovered(firsts[0]), "new_worker": recovered(firsts[1])},
+        "exactly_once": {
+            "sentences": 300_000,
+            "rate_sentences_per_s": 20_000.0,
+            "status": "finished",
+            "killed": True,
+            "recoveries": 1,
+            "records_written": 2_400_000 + twice,
+            "records_expected": 2_400_000,
+            "missing": 0,
+            "twice": twice,
+        },
+    }
+
+
+def test_the_recovery_section_judges_its_targets_as_stated() -> None:
+    """Overhead: every 10 s at least 95% throughput and at most 1.5x p99, every 1 s 85%
+    and 2x (the bounds themselves pass); first output under 1 s onto a spare worker and
+    2 s onto a new one at 10 MB (and 1 MB), under 5 s at 100 MB (the bound fails)."""
+    result = {
+        "command": "python bench/recovery.py",
+        "rounds": 3,
+        "seconds": 20.0,
+        "warmup_s": 6.0,
+        "recovery_policy": {"interval_s": 1.0},
+        "kill_at_checkpoint": 10,
+        "kill_after_s": 0.5,
+        "state_sizes": [
+            size(1, ((0.95, 1.5), (0.85, 2.0)), (0.99, 1.9)),
+            size(10, ((0.94, 1.0), (0.9, 2.1)), (1.0, 1.5)),
+            size(100, ((1.0, 1.0), (1.0, 1.0)), (4.9, 5.0), twice=3),
+        ],
+    }
+    lines = recovery_section(result)
+
+    def met(*first_cells: str) -> str:
+        prefix = "| " + " | ".join(first_cells) + " |"
+        row = next(line for line in lines if line.startswith(prefix))  # the first table's
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        return cells[-1] if "every" in first_cells[1] else cells[5]
+
+    assert met("1 MB", "every 10 s") == "yes" and met("1 MB", "every 1 s") == "yes"
+    assert met("10 MB", "every 10 s") == "no" and met("10 MB", "every 1 s") == "no"
+    assert met("100 MB", "every 10 s") == "yes"
+    assert met("1 MB", "the spare worker") == "yes"
+    assert met("1 MB", "a new worker process") == "yes"
+    assert met("10 MB", "the spare worker") == "no"
+    assert met("10 MB", "a new worker process") == "yes"
+    assert met("100 MB", "the spare worker") == "yes"
+    assert met("100 MB", "a new worker process") == "no"
+    missed = [line for line in lines if line.startswith("Missed:")]
+    assert missed == [
+        "Missed: 10 MB every 10 s, 10 MB every 1 s.",
+        "Missed: 10 MB onto the spare worker, 100 MB onto a new worker process.",
+        "Missed: 100 MB (3 records twice, 0 missing).",
+    ]
+    exact = {
+        line.split("|")[1].strip(): line.split("|")[-2].strip()
+        for line in lines
+        if "| yes, 1 |" in line
+    }
+    assert exact == {"1 MB": "yes", "10 MB": "yes", "100 MB": "no"}
+
+
+def test_where_the_job_fell_behind_without_checkpoints_only_throughput_is_judged() -> None:
+    """p50 in seconds without checkpoints: the job was behind its rate, its p99 is the
+    backlog's; the p99 bound is not applied, the throughput bound is, and a note says so."""
+    slow = size(10, ((0.96, 3.0), (0.8, 1.0)), (0.5, 1.5))
+    slow["overhead"]["none"]["p50_ms"] = spread(1_800.0)
+    result = {
+        "command": "python bench/recovery.py",
+        "rounds": 3,
+        "seconds": 20.0,
+        "warmup_s": 6.0,
+        "recovery_policy": {"interval_s": 1.0},
+        "kill_at_checkpoint": 10,
+        "kill_after_s": 0.5,
+        "state_sizes": [slow],
+    }
+    lines = recovery_section(result)
+    rows: dict[str, str] = {}
+    for line in lines:  # the first table's row of each configuration
+        if line.startswith("| 10 MB |"):
+            rows.setdefault(line.split("|")[2].strip(), line)
+    assert rows["every 10 s"].rstrip(" |").endswith("yes, throughput only")
+    assert rows["every 1 s"].rstrip(" |").endswith("no, throughput only")
+    assert any("fell behind" in line and "1,800.0 ms" in line for line in lines)
