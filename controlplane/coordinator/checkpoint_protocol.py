@@ -387,6 +387,17 @@ class CheckpointMachine:
                 out.append(WakeAt(None))
         return out
 
+    def adopt(self, manifest: dict[str, Any], present: set[int]) -> None:
+        """Take the completed checkpoint ``manifest`` (an earlier coordinator's) as the
+        latest and retained one; the directories ``present`` are known to exist."""
+        cid = int(manifest["checkpoint_id"])
+        refs = {cid}
+        for part in manifest["tasks"].values():
+            refs |= _referenced(part)
+        self.retained = {cid: refs}
+        self.latest_completed = cid
+        self.dirs |= present | refs
+
     @property
     def wake_at(self) -> float | None:
         """When the machine next wants a :class:`Tick` (None: never again)."""

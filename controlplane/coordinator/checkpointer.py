@@ -161,6 +161,13 @@ class Checkpointer:
         """The reconfiguration (or the recovery) ended."""
         self.handle(ChangeEnded())
 
+    def adopt(self, checkpoint: Restorable, present: set[int] | None = None) -> None:
+        """A job resumed from ``checkpoint`` (taken under an earlier control plane): it is
+        the one a recovery goes back to, retained, and the checkpoints ``present`` in the
+        store (their directories' ids) are removed once no retained one refers to them."""
+        self.latest = checkpoint
+        self.machine.adopt(checkpoint.manifest, present or set())
+
     def suspend(self, reason: str) -> None:
         """The job is recovering: the checkpoint in flight is abandoned with ``reason``;
         none starts until :meth:`resume`."""
@@ -183,6 +190,8 @@ class Checkpointer:
                 case WakeAt():
                     self._arm(c)
                 case WriteManifest(checkpoint_id=cid, manifest=manifest):
+                    # The job's clock origin: a job resumed from it keeps its sources' pace.
+                    manifest = {**manifest, "started_at": job.started_at}
                     self._manifests[cid] = manifest
                     self._spawn(self._write_manifest(cid, manifest))
                 case Abandon(checkpoint_id=cid):
