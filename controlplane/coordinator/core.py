@@ -463,6 +463,8 @@ class Coordinator(Cluster):
             return
         match msg:
             case messages.Deployed() | messages.DeployFailed():
+                if isinstance(msg, messages.Deployed) and msg.restored:
+                    job.restored[info.id] = dict(msg.restored)
                 fut = job.deploy_replies.get(info.id)
                 if fut is not None and not fut.done():
                     fut.set_result(msg.error if isinstance(msg, messages.DeployFailed) else None)

@@ -134,9 +134,11 @@ async def _attempt(host: JobHost, job: RunningJob, cause: str) -> None:
         report.status = Status.UPDATING
         job.finished_tasks.clear()
         job.failed_tasks.clear()
+        job.restored = {}
         error = await host.deploy(job, new, restore_of(job, new, manifest))
         if error:
             raise ReconfigurationError(f"the deploy from checkpoint failed: {error}")
+        report.plan["restored"] = dict(sorted(job.restored.items()))
         job.layout = new
         job.metrics.track_tasks({t: t.rpartition("-")[0] for t in new.placement})
         # Step 4. Record the version and run.
