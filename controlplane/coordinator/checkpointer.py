@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgpack
 
+from controlplane.statuses import JobStatus
 from runtime import messages
 from runtime.checkpoints.store import CheckpointStore, open_store
 from runtime.records import BarrierKind
@@ -241,6 +242,8 @@ class Checkpointer:
         self._tick = None
         job = self.job
         tasks = frozenset(job.layout.placement) - job.finished_tasks
+        if job.status is JobStatus.RECOVERING:  # its tasks are being stopped: none to take
+            tasks = frozenset()
         version = getattr(job.abstraction, "version", None)
         self.handle(Tick(self.host.next_barrier_id(), tasks, version))
 
