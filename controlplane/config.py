@@ -106,6 +106,27 @@ class Settings(BaseSettings):
             "s3://bucket/prefix?endpoint_override=host:9000 (unset: <data_dir>/checkpoints)"
         ),
     )
+    restart_max_failures: int = Field(
+        3,
+        ge=0,
+        description=(
+            "a failed job recovers from its last complete checkpoint at most this many times "
+            "within restart_window_s unless its submission says otherwise (0: it fails at "
+            "its first failure)"
+        ),
+    )
+    restart_window_s: float = Field(
+        60.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="the window, in seconds, over which a job's failures are counted",
+    )
+    restart_delay_s: float = Field(
+        0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="seconds a job waits after a failure before it recovers",
+    )
     job_modules: list[str] = Field(
         default_factory=list,
         description=(

@@ -1,5 +1,6 @@
 """The CLI's checkpoint commands (Typer's CliRunner) against a real StreamManager: ``job
-submit --checkpoint-interval`` and the policy ``job show`` prints, ``checkpoints list``
+submit --checkpoint-interval`` and ``--max-failures`` and the policies ``job show``
+prints, ``checkpoints list``
 (newest first, by status, by page) and ``checkpoints show`` over records the checkpoints
 service wrote, and their errors (404 naming the job or checkpoint, bad usage)."""
 
@@ -59,6 +60,37 @@ def test_a_bad_checkpoint_interval_is_bad_usage(api: Api, value: str) -> None:
         f"--checkpoint-interval: expected seconds above 0, or 0 / off for no checkpoints; got '{value}'"
         in said
     )
+
+
+@pytest.mark.parametrize(
+    ("option", "max_failures", "shown"),
+    [
+        ([], 3, "recovers at most 3 times in 60 s, no delay"),
+        (["--max-failures", "5"], 5, "recovers at most 5 times in 60 s, no delay"),
+        (["--max-failures", "0"], 0, "recovers at most 0 times in 60 s, no delay"),
+    ],
+)
+def test_submit_with_a_restart_policy(
+    api: Api, option: list[str], max_failures: int, shown: str
+) -> None:
+    job = ok_json(cli(api, "job", "submit", *BOUNDED, *option, "--json"))
+    assert job["restart"] == {"max_failures": max_failures, "window_s": 60.0, "delay_s": 0.0}
+    table = ok(cli(api, "job", "show", job["id"]))
+    assert "restarts" in table and shown in unboxed(table)
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("-1", "Input should be greater than or equal to 0"),
+        ("many", "Input should be a valid integer"),
+        ("1.5", "Input should be a valid integer"),
+    ],
+)
+def test_a_bad_max_failures_is_bad_usage(api: Api, value: str, said: str) -> None:
+    result = cli(api, "job", "submit", *BOUNDED, "--max-failures", value)
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '--max-failures': {said}" in unboxed(result.output)
 
 
 def test_checkpoints_list(api: Api, recorded: int) -> None:

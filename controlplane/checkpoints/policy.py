@@ -1,6 +1,7 @@
-"""A job's checkpoint policy: what its submission asks (:class:`CheckpointSettings`) over
-the server's defaults (:class:`~controlplane.config.Settings`), and the document the jobs
-table keeps of it so that a restarted control plane knows it."""
+"""A job's checkpoint and restart policies: what its submission asks
+(:class:`CheckpointSettings`, :class:`RestartSettings`) over the server's defaults
+(:class:`~controlplane.config.Settings`), and the documents the jobs table keeps of them
+so that a restarted control plane knows them."""
 
 from __future__ import annotations
 
@@ -8,11 +9,18 @@ from dataclasses import asdict
 from typing import Any
 
 from controlplane.config import Settings
-from controlplane.coordinator.checkpoint_report import CheckpointPolicy
+from controlplane.coordinator.checkpoint_report import CheckpointPolicy, RestartPolicy
 
-from .schemas import CheckpointSettings
+from .schemas import CheckpointSettings, RestartSettings
 
-__all__ = ["from_document", "policy_for", "to_document"]
+__all__ = [
+    "from_document",
+    "policy_for",
+    "restart_from_document",
+    "restart_policy_for",
+    "restart_to_document",
+    "to_document",
+]
 
 
 def policy_for(settings: Settings, requested: CheckpointSettings | None) -> CheckpointPolicy | None:
@@ -40,3 +48,28 @@ def to_document(policy: CheckpointPolicy | None) -> dict[str, Any] | None:
 def from_document(document: dict[str, Any] | None) -> CheckpointPolicy | None:
     """The policy :func:`to_document` wrote (None when off)."""
     return CheckpointPolicy(**document) if document is not None else None
+
+
+def restart_policy_for(settings: Settings, requested: RestartSettings | None) -> RestartPolicy:
+    """The restart policy of a job whose submission asked ``requested`` (None: nothing):
+    each field the request left out, or gave as null, takes the server's default
+    (``restart_max_failures``, ``restart_window_s``, ``restart_delay_s``)."""
+    asked = requested.model_dump(exclude_none=True) if requested is not None else {}
+    return RestartPolicy(
+        max_failures=asked.get("max_failures", settings.restart_max_failures),
+        window_s=asked.get("window_s", settings.restart_window_s),
+        delay_s=asked.get("delay_s", settings.restart_delay_s),
+    )
+
+
+def restart_to_document(policy: RestartPolicy) -> dict[str, Any]:
+    """The JSON document of ``policy``, as the jobs table keeps it."""
+    return asdict(policy)
+
+
+def restart_from_document(document: dict[str, Any] | None, settings: Settings) -> RestartPolicy:
+    """The policy :func:`restart_to_document` wrote; for a job recorded before restart
+    policies were (no document), the server's defaults."""
+    if document is None:
+        return restart_policy_for(settings, None)
+    return RestartPolicy(**document)

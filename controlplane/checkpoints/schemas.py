@@ -1,5 +1,6 @@
-"""API shapes of checkpoints: what a submission asks of its job's checkpoints, the policy a
-job runs with, and the record of each checkpoint."""
+"""API shapes of checkpoints: what a submission asks of its job's checkpoints and of its
+recoveries (the restart policy), the policies a job runs with, and the record of each
+checkpoint."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ from controlplane.statuses import CheckpointStatus
 
 from .models import CheckpointRecord
 
-__all__ = ["CheckpointPolicyRead", "CheckpointRead", "CheckpointSettings"]
+__all__ = [
+    "CheckpointPolicyRead",
+    "CheckpointRead",
+    "CheckpointSettings",
+    "RestartPolicyRead",
+    "RestartSettings",
+]
 
 
 class CheckpointSettings(BaseModel):
@@ -47,6 +54,41 @@ class CheckpointPolicyRead(BaseModel):
         description="a key group's chain of incremental parts is at most this long before "
         "the group is written whole again"
     )
+
+
+class RestartSettings(BaseModel):
+    """How often a job may recover from its failures, as its submission asks: a field left
+    out (or null) takes the server's default (``STREAMPILOT_RESTART_MAX_FAILURES``,
+    ``..._WINDOW_S``, ``..._DELAY_S``)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        allow_inf_nan=False,
+        json_schema_extra={"examples": [{"max_failures": 5, "window_s": 300}]},
+    )
+
+    max_failures: int | None = Field(
+        None,
+        ge=0,
+        description="recoveries allowed within window_s; one more failure fails the job "
+        "(0: the first failure does)",
+    )
+    window_s: float | None = Field(
+        None, gt=0, description="the window, in seconds, over which failures are counted"
+    )
+    delay_s: float | None = Field(
+        None, ge=0, description="seconds from a failure to the recovery's start"
+    )
+
+
+class RestartPolicyRead(BaseModel):
+    """The restart policy a job runs with: its submission's settings over the server's
+    defaults. It matters only while the job takes checkpoints: a job without a complete
+    checkpoint fails at its first failure."""
+
+    max_failures: int = Field(description="recoveries allowed within window_s")
+    window_s: float = Field(description="the window, in seconds, over which failures count")
+    delay_s: float = Field(description="seconds from a failure to the recovery's start")
 
 
 class CheckpointRead(BaseModel):

@@ -1,5 +1,6 @@
 """``streampilot checkpoints list|show``: a job's checkpoints as the server recorded them,
-and :func:`describe_policy`, which ``job`` prints a job's checkpoint policy with."""
+and :func:`describe_policy` and :func:`describe_restart`, which ``job`` prints a job's
+checkpoint and restart policies with."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from .output import console, fmt_ms, record_table, table, when
 from .reconfigs import fmt_bytes
 from .remote import JobArg, LimitOpt, OffsetOpt, page_footer, rest_command
 
-__all__ = ["app", "describe_policy", "print_checkpoint"]
+__all__ = ["app", "describe_policy", "describe_restart", "print_checkpoint"]
 
 app = typer.Typer(help="A job's checkpoints: status, sizes, timings.", no_args_is_help=True)
 
@@ -29,6 +30,14 @@ def describe_policy(policy: dict[str, Any] | None) -> str:
         f"every {policy['interval_s']:g} s, timeout {policy['timeout_s']:g} s, "
         f"{policy['retained']} kept"
     )
+
+
+def describe_restart(policy: dict[str, Any] | None) -> str:
+    """A job's restart policy in a few words (``-`` when it has none recorded)."""
+    if policy is None:
+        return "-"
+    delay = f"{policy['delay_s']:g} s after each" if policy["delay_s"] else "no delay"
+    return f"recovers at most {policy['max_failures']} times in {policy['window_s']:g} s, {delay}"
 
 
 def print_checkpoint(cp: dict[str, Any]) -> None:

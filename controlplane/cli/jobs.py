@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .checkpoints import describe_policy
+from .checkpoints import describe_policy, describe_restart
 from .client import Client
 from .local import parse_params
 from .output import console, fail, record_table, table, when
@@ -30,6 +30,7 @@ def print_job(job: dict[str, Any]) -> None:
                 ("status", job["status"]),
                 ("version", job["version"]),
                 ("checkpoints", describe_policy(job.get("checkpoints"))),
+                ("restarts", describe_restart(job.get("restart"))),
                 ("error", job["error"]),
                 ("created", when(job["created_at"])),
                 ("updated", when(job["updated_at"])),
@@ -81,6 +82,18 @@ def submit(
             help="checkpoint the job every SECONDS (0 or off: never; default: the server's)",
         ),
     ] = None,
+    max_failures: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N",
+            min=0,
+            help=(
+                "the job recovers from its last checkpoint at most N times within the "
+                "server's restart window (0: it fails at its first failure; default: the "
+                "server's)"
+            ),
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     """Submit a job: the server builds, deploys and starts it.
 
@@ -91,6 +104,8 @@ def submit(
     body: dict[str, Any] = {"name": name, "job": job_ref, "params": params}
     if checkpoints:
         body["checkpoints"] = checkpoints
+    if max_failures is not None:
+        body["restart"] = {"max_failures": max_failures}
     return api.post("/jobs", body)
 
 

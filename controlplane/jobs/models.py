@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, String, Text
+from sqlalchemy import JSON, String, Text, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from controlplane.db import Base, utcnow
@@ -24,7 +24,12 @@ class JobRecord(Base):
     ``job.id`` and worker messages use ``str(id)``); ``version`` is the current
     abstraction version (None if the job never deployed); ``checkpoints`` the checkpoint
     policy it was deployed with (:func:`controlplane.checkpoints.policy.to_document`;
-    None: not checkpointed).
+    None: not checkpointed) and ``restart`` its restart policy
+    (:func:`~controlplane.checkpoints.policy.restart_to_document`; None only for a job
+    recorded before restart policies were). ``write_anywhere`` says whether its sinks
+    were let write outside the job's directory (an admin's submission). With ``job_ref``
+    and ``params`` these are what it takes to build the job's graph again
+    (:func:`controlplane.jobs.service.rebuild_graph`).
     """
 
     __tablename__ = "jobs"
@@ -37,5 +42,7 @@ class JobRecord(Base):
     error: Mapped[str | None] = mapped_column(Text)
     version: Mapped[int | None]
     checkpoints: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    restart: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    write_anywhere: Mapped[bool] = mapped_column(default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

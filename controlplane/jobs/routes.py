@@ -30,9 +30,10 @@ def submit_job(
     """Build the job from its reference (registered code only: 422 with how to register
     code otherwise) and params in a throwaway process, deploy it on the workers and start
     it. Its sinks write under ``<data_dir>/jobs/<id>/`` (relative paths land there), or
-    anywhere with an admin token. It is checkpointed as ``checkpoints`` asks, over the
-    server's defaults (the policy it runs with is in the answer). A job that fails to
-    deploy is returned with status ``failed`` and its ``error``."""
+    anywhere with an admin token. It is checkpointed as ``checkpoints`` asks and recovers
+    from failures as ``restart`` allows, over the server's defaults (the policies it runs
+    with are in the answer). A job that fails to deploy is returned with status ``failed``
+    and its ``error``."""
     job = service.submit_job(
         session=session,
         engine=engine,
@@ -41,6 +42,7 @@ def submit_job(
         params=body.params,
         write_anywhere=auth.grants(token.scopes, "admin"),
         checkpoints=body.checkpoints,
+        restart=body.restart,
     )
     return JobRead.of(job)
 

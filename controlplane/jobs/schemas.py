@@ -7,7 +7,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from controlplane.checkpoints.schemas import CheckpointPolicyRead, CheckpointSettings
+from controlplane.checkpoints.schemas import (
+    CheckpointPolicyRead,
+    CheckpointSettings,
+    RestartPolicyRead,
+    RestartSettings,
+)
 
 from .models import JobRecord
 
@@ -54,6 +59,13 @@ class JobCreate(BaseModel):
             'server default; {"interval_s": null} turns checkpoints off'
         ),
     )
+    restart: RestartSettings = Field(
+        default_factory=RestartSettings,
+        description=(
+            "how often the checkpointed job may recover from failures: a field left out (or "
+            "the whole object) takes the server default"
+        ),
+    )
 
 
 class JobRead(BaseModel):
@@ -66,6 +78,10 @@ class JobRead(BaseModel):
     version: int | None = Field(description="current abstraction version")
     checkpoints: CheckpointPolicyRead | None = Field(
         description="the checkpoint policy the job runs with (null: not checkpointed)"
+    )
+    restart: RestartPolicyRead | None = Field(
+        description="the restart policy the job runs with (null only for a job recorded "
+        "before restart policies were)"
     )
     created_at: datetime
     updated_at: datetime
@@ -83,6 +99,7 @@ class JobRead(BaseModel):
             checkpoints=(
                 CheckpointPolicyRead.model_validate(job.checkpoints) if job.checkpoints else None
             ),
+            restart=RestartPolicyRead.model_validate(job.restart) if job.restart else None,
             created_at=job.created_at,
             updated_at=job.updated_at,
         )

@@ -1,5 +1,6 @@
 """Jobs: submit (build the graph from registered code in a throwaway process, deploy it,
-record it), list, get, stop, and keeping each row's status in step with the coordinator.
+record it), list, get, stop, keeping each row's status in step with the coordinator, and
+what a recorded job takes to deploy again (:func:`rebuild_graph`, :func:`policies_of`).
 
 Functions take the session as a keyword argument and never commit. A row's status is the
 coordinator's as last seen: reads refresh it, and :mod:`controlplane.tracking` mirrors it
@@ -17,14 +18,24 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, object_session
 
 from controlplane import db
-from controlplane.checkpoints.policy import policy_for, to_document
-from controlplane.checkpoints.schemas import CheckpointSettings
+from controlplane.checkpoints.policy import (
+    from_document,
+    policy_for,
+    restart_from_document,
+    restart_policy_for,
+    restart_to_document,
+    to_document,
+)
+from controlplane.checkpoints.schemas import CheckpointSettings, RestartSettings
+from controlplane.config import Settings
+from controlplane.coordinator.checkpoint_report import CheckpointPolicy, RestartPolicy
 from controlplane.engine import Engine, JobState, job_key
-from controlplane.errors import NotFound
+from controlplane.errors import BadJob, NotFound
 from controlplane.events import service as events
 from controlplane.pagination import fetch_page
 from controlplane.statuses import JobStatus
 from controlplane.versions import service as versions
+from runtime.dataflow import JobGraph
 
 from .build import build_graph, job_dir, registered_job
 from .models import JOB_STATUSES, TERMINAL_JOB_STATUSES, JobRecord
@@ -34,6 +45,8 @@ __all__ = [
     "get_row",
     "list_jobs",
     "mark_unreachable",
+    "policies_of",
+    "rebuild_graph",
     "refresh",
     "stop_job",
     "submit_job",
@@ -54,17 +67,23 @@ def submit_job(
     params: Mapping[str, Any],
     write_anywhere: bool = False,
     checkpoints: CheckpointSettings | None = None,
+    restart: RestartSettings | None = None,
 ) -> JobRecord:
     """Record, build and deploy a job under its new id (with abstraction version 1 when it
     deployed). ``ref`` must name registered code, and the graph is built in a throwaway
     process (:func:`.build.build_graph`: :class:`BadJob` with the reason, nothing
     recorded); its sinks write under the job's directory unless ``write_anywhere`` (an
-    admin's job). It is checkpointed as ``checkpoints`` asks over the server's defaults
-    (:func:`~controlplane.checkpoints.policy.policy_for`), the policy recorded with it.
-    The job may be recorded ``failed`` with the cause (e.g. a worker could not import
-    it). If the unit of work rolls back, the deployed job is stopped."""
-    target = registered_job(engine.settings, ref)
-    policy = policy_for(engine.settings, checkpoints)
+    admin's job). It is checkpointed as ``checkpoints`` asks and recovers from failures as
+    ``restart`` allows, over the server's defaults
+    (:func:`~controlplane.checkpoints.policy.policy_for`,
+    :func:`~controlplane.checkpoints.policy.restart_policy_for`); the row records both
+    policies and everything :func:`rebuild_graph` needs. The job may be recorded
+    ``failed`` with the cause (e.g. a worker could not import it). If the unit of work
+    rolls back, the deployed job is stopped."""
+    settings = engine.settings
+    target = registered_job(settings, ref)
+    policy = policy_for(settings, checkpoints)
+    restart_policy = restart_policy_for(settings, restart)
     job = JobRecord(
         name=name,
         job_ref=ref,
@@ -73,19 +92,14 @@ def submit_job(
         error=None,
         version=None,
         checkpoints=to_document(policy),
+        restart=restart_to_document(restart_policy),
+        write_anywhere=write_anywhere,
     )
     session.add(job)
     session.flush()  # the id names the deployed job and its directory
+    graph = _build(settings, job, target)
     key = job_key(job.id)
-    directory = job_dir(engine.settings, key)
-    graph = build_graph(
-        target,
-        params,
-        directory=directory,
-        write_anywhere=write_anywhere,
-        settings=engine.settings,
-    )
-    state = engine.submit(graph, key, checkpoints=policy)
+    state = engine.submit(graph, key, checkpoints=policy, restart=restart_policy)
     db.after_rollback(session, lambda: engine.stop(key))
     events.record(
         session=session,
@@ -99,6 +113,50 @@ def submit_job(
         versions.add_version(session=session, job=job, document=state.abstraction)
     logger.info("job %s submitted: %s", job.id, state.status)
     return job
+
+
+def rebuild_graph(*, settings: Settings, job: JobRecord) -> JobGraph:
+    """The graph of the recorded ``job``, built as :func:`submit_job` built it: its
+    ``job_ref`` resolved to registered code again, with its params, in its directory, its
+    sinks confined there unless it was submitted with ``write_anywhere``. Runs the build's
+    throwaway process (:func:`.build.build_graph`, at most
+    :data:`~.build.BUILD_TIMEOUT_S`); touches neither the row nor the coordinator.
+
+    Raises :class:`BadJob`: ``bad_job_ref`` naming the job when its code is no longer
+    registered (the module left ``STREAMPILOT_JOB_MODULES``, the callable is gone), and
+    the build's codes otherwise (``job_build_failed``, ``invalid_job``,
+    ``sink_path_refused``, ...)."""
+    try:
+        target = registered_job(settings, job.job_ref)
+    except BadJob as exc:
+        raise BadJob(
+            f"job {job.id} ({job.name}) cannot be built again: its code is no longer "
+            f"registered: {exc.message}",
+            code=exc.code,
+        ) from None
+    return _build(settings, job, target)
+
+
+def policies_of(
+    job: JobRecord, settings: Settings
+) -> tuple[CheckpointPolicy | None, RestartPolicy]:
+    """The checkpoint policy (None: not checkpointed) and the restart policy the recorded
+    ``job`` was deployed with; a job recorded before restart policies were gets the
+    server's default one from ``settings``."""
+    return from_document(job.checkpoints), restart_from_document(job.restart, settings)
+
+
+def _build(settings: Settings, job: JobRecord, target: str) -> JobGraph:
+    """The one way a job row becomes a graph (a submission's, or again): registered code
+    ``target`` (what ``job.job_ref`` resolved to) with the row's params, directory and
+    ``write_anywhere``."""
+    return build_graph(
+        target,
+        job.params,
+        directory=job_dir(settings, job_key(job.id)),
+        write_anywhere=job.write_anywhere,
+        settings=settings,
+    )
 
 
 def get_row(*, session: Session, job_id: int) -> JobRecord:

@@ -1,5 +1,7 @@
 """Checkpoints: the ``checkpoints`` table (each checkpoint of a job, as the coordinator
-reported it) and the policy each job was deployed with (``jobs.checkpoints``).
+reported it), and on ``jobs`` the policies each job was deployed with (``checkpoints``,
+``restart``) and whether its sinks may write anywhere (``write_anywhere``, false for the
+jobs already there).
 
 ``jobs`` is altered in place (SQLite 3.35+ drops a column in place): a batch table copy
 would cascade-delete every job's versions, reconfigurations and checkpoints on SQLite,
@@ -29,6 +31,11 @@ def _timestamp(name: str, nullable: bool = False) -> sa.Column:
 
 def upgrade() -> None:
     op.add_column("jobs", sa.Column("checkpoints", sa.JSON(none_as_null=True), nullable=True))
+    op.add_column("jobs", sa.Column("restart", sa.JSON(none_as_null=True), nullable=True))
+    op.add_column(
+        "jobs",
+        sa.Column("write_anywhere", sa.Boolean(), server_default=sa.false(), nullable=False),
+    )
 
     op.create_table(
         "checkpoints",
@@ -62,4 +69,6 @@ def downgrade() -> None:
     op.drop_index(op.f("ix_checkpoints_status"), table_name="checkpoints")
     op.drop_index(op.f("ix_checkpoints_job_id"), table_name="checkpoints")
     op.drop_table("checkpoints")
+    op.drop_column("jobs", "write_anywhere")
+    op.drop_column("jobs", "restart")
     op.drop_column("jobs", "checkpoints")
