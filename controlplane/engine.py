@@ -41,7 +41,13 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from controlplane.abstraction import AbstractionError, bytes_shipped, diff, step_bytes
+from controlplane.abstraction import (
+    Abstraction,
+    AbstractionError,
+    bytes_shipped,
+    diff,
+    step_bytes,
+)
 from controlplane.backends import BackendError, WorkerBackend, make_backend, tls_files
 from controlplane.config import Settings
 from controlplane.coordinator import (
@@ -200,6 +206,36 @@ class Engine:
             return replace(_state(job), abstraction=document)
 
         return self._call(submit, SUBMIT_TIMEOUT_S)
+
+    async def resume(
+        self,
+        graph: JobGraph,
+        job_id: str,
+        *,
+        manifest: dict[str, Any],
+        at_checkpoint: dict[str, Any],
+        latest_version: int,
+        checkpoints: CheckpointPolicy,
+        restart: RestartPolicy | None,
+        present: set[int],
+    ) -> JobState:
+        """(On the loop.) Run job ``job_id`` of an earlier run of the control plane from
+        its last complete checkpoint (see :mod:`controlplane.coordinator.resume`); the
+        job may come back ``failed`` with its cause."""
+        try:
+            job = await self.coordinator.resume(
+                graph,
+                job_id,
+                manifest=manifest,
+                at_checkpoint=Abstraction.from_dict(at_checkpoint),
+                latest_version=latest_version,
+                checkpoints=checkpoints,
+                restart=restart,
+                present=present,
+            )
+        except CoordinatorError as exc:
+            raise Unavailable(f"{exc}") from None
+        return _state(job)
 
     def stop(self, job_id: str) -> JobState | None:
         """Stop the job (a no-op once it has ended); None if the coordinator does not know it."""

@@ -1,10 +1,13 @@
 """Keeps the database in step with the engine: the orchestration that spans jobs,
 abstraction versions and reconfigurations.
 
-- At start-up (:meth:`Tracker.recover`), before the engine runs: jobs recorded as not
-  ended cannot be followed any more (their workers died with the previous process), so
-  they are marked failed; reconfigurations not ended are marked failed; workers of earlier
-  runs still recorded alive are marked lost.
+- At start-up (:meth:`Tracker.recover`), before the engine runs: the workers of jobs
+  recorded as not ended died with the previous process. A job that takes checkpoints and
+  has a complete one in the store is marked ``recovering`` and, once the engine runs
+  (:meth:`Tracker.start`), resumed from it on the new workers
+  (:mod:`controlplane.coordinator.resume`); any other is marked failed, saying why.
+  Reconfigurations not ended are marked failed, checkpoints not ended abandoned; workers
+  of earlier runs still recorded alive are marked lost.
 - While running: job states and the worker registry are mirrored every
   ``MIRROR_INTERVAL_S`` (reads refresh jobs too), each reconfiguration's progress is
   written as the engine reports it, with the new abstraction version when it completes,
@@ -22,22 +25,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+import msgpack
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane import db
 from controlplane.checkpoints import service as checkpoints
 from controlplane.coordinator import RunReport
 from controlplane.coordinator.checkpoint_report import CheckpointReport
-from controlplane.engine import Engine, JobState, Progress, Reservation
+from controlplane.engine import Engine, JobState, Progress, Reservation, job_key
 from controlplane.jobs import service as jobs
+from controlplane.jobs.models import TERMINAL_JOB_STATUSES, JobRecord
 from controlplane.reconfigurations import service as reconfigurations
 from controlplane.statuses import CheckpointStatus, JobStatus, WorkerStatus
+from controlplane.versions import service as versions
 from controlplane.workers import service as workers
+from runtime.checkpoints.store import CheckpointStoreError, open_store
 
 __all__ = ["MIRROR_INTERVAL_S", "Tracker"]
 
@@ -47,10 +56,12 @@ MIRROR_INTERVAL_S = 0.5  # a job's status change reaches the database within thi
 WRITE_ATTEMPTS = 5  # a reconfiguration's final state is written despite brief database trouble
 WRITE_RETRY_S = 1.0  # pause between attempts
 
-RESTARTED = "the control plane restarted; the job's workers are gone (submit it again)"
+RESTARTED = "the control plane restarted; the job's workers are gone"
 INTERRUPTED_BY_RESTART = "interrupted: the control plane restarted"
 INTERRUPTED_BY_SHUTDOWN = "interrupted: the control plane shut down"
 STOPPED_BY_SHUTDOWN = "stopped: the control plane shut down"
+_CHECKPOINT_DIR = re.compile(r"[^/]+/chk-(\d+)/")
+_MANIFEST = re.compile(r"[^/]+/chk-(\d+)/_manifest\.msgpack$")
 WORKER_OF_EARLIER_RUN = "the control plane restarted; its workers exited with it"
 
 
@@ -66,11 +77,26 @@ class Tracker:
         # a discarded checkpoint's id, or a recovery).
         self._checkpoints: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._checkpoint_writer: asyncio.Task[None] | None = None
+        # Jobs of an earlier run to resume: job id -> (its newest manifest, the
+        # checkpoints whose directories are in the store).
+        self._to_resume: dict[int, tuple[str, set[int]]] = {}
+        self._resumer: asyncio.Task[None] | None = None
 
     def recover(self) -> None:
-        """Mark what the previous process left unfinished as failed (call before start)."""
+        """Sort out what the previous process left unfinished (call before start): jobs to
+        resume, jobs failed, reconfigurations failed, checkpoints abandoned."""
         with db.unit_of_work(self.sessions) as session:
-            n_jobs = jobs.sync_states(session=session, states={}, missing=RESTARTED)
+            n_failed = 0
+            for job in session.scalars(
+                select(JobRecord).where(JobRecord.status.not_in(TERMINAL_JOB_STATUSES))
+            ):
+                found = self._last_checkpoint(job)
+                if isinstance(found, str):
+                    jobs.mark_unreachable(job, found)
+                    n_failed += 1
+                else:
+                    job.status, job.error = JobStatus.RECOVERING, None
+                    self._to_resume[job.id] = found
             n_recs = reconfigurations.fail_unfinished(
                 session=session, reason=INTERRUPTED_BY_RESTART
             )
@@ -82,12 +108,32 @@ class Tracker:
                 status=WorkerStatus.LOST,
                 reason=WORKER_OF_EARLIER_RUN,
             )
-        if n_jobs or n_recs:
+        if n_failed or n_recs or self._to_resume:
             logger.warning(
-                "marked %d job(s) and %d reconfiguration(s) of a previous run failed",
-                n_jobs,
+                "a previous run left %d job(s) to resume, %d failed, %d reconfiguration(s) failed",
+                len(self._to_resume),
+                n_failed,
                 n_recs,
             )
+
+    def _last_checkpoint(self, job: JobRecord) -> tuple[str, set[int]] | str:
+        """Where the last complete checkpoint of ``job`` is in the store (the newest
+        manifest: a manifest is written last, so its presence makes a checkpoint
+        complete, whatever the database heard) and which checkpoints' directories are
+        there; or why the job cannot resume."""
+        policy, _restart = jobs.policies_of(job, self.engine.settings)
+        if policy is None:
+            return f"{RESTARTED} (it took no checkpoints to resume from)"
+        try:
+            store = open_store(self.engine.settings.checkpoint_location())
+            paths = store.list(job_key(job.id))
+        except CheckpointStoreError as exc:
+            return f"{RESTARTED} (its checkpoints cannot be read: {exc})"
+        present = {int(m.group(1)) for p in paths if (m := _CHECKPOINT_DIR.match(p))}
+        manifests = sorted((int(m.group(1)), p) for p in paths if (m := _MANIFEST.match(p)))
+        if not manifests:
+            return f"{RESTARTED} (it had no complete checkpoint to resume from)"
+        return manifests[-1][1], present
 
     async def start(self) -> None:
         """Record the workers started with the engine, then mirror job states and workers
@@ -99,15 +145,61 @@ class Tracker:
         )
         self.engine.coordinator.on_checkpoint = self._checkpoint_reported
         self.engine.coordinator.on_recovery = self._recovered
+        if self._to_resume:
+            self._resumer = asyncio.create_task(self._resume_all(), name="resume-jobs")
 
     async def stop(self) -> None:
         self.engine.coordinator.on_checkpoint = None
         self.engine.coordinator.on_recovery = None
-        for task in (self._mirror, self._checkpoint_writer):
+        for task in (self._resumer, self._mirror, self._checkpoint_writer):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+    async def _resume_all(self) -> None:
+        for job_id, (manifest, present) in sorted(self._to_resume.items()):
+            try:
+                await self._resume(job_id, manifest, present)
+            except Exception as exc:
+                logger.warning("job %s could not resume: %s", job_id, exc, exc_info=True)
+                why = f"{RESTARTED}; resuming from its checkpoint failed: {exc}"
+                await asyncio.to_thread(self._write_unreachable, job_id, why)
+        self._to_resume.clear()
+
+    async def _resume(self, job_id: int, path: str, present: set[int]) -> None:
+        settings = self.engine.settings
+
+        def load() -> tuple[Any, ...]:
+            with db.unit_of_work(self.sessions) as session:
+                job = jobs.get_row(session=session, job_id=job_id)
+                policy, restart = jobs.policies_of(job, settings)
+                graph = jobs.rebuild_graph(settings=settings, job=job)
+                store = open_store(settings.checkpoint_location())
+                manifest = msgpack.unpackb(store.get(path), strict_map_key=False)
+                at = versions.get_version(
+                    session=session, job_id=job_id, version=int(manifest["version"])
+                ).document
+                return graph, manifest, at, int(job.version or 1), policy, restart
+
+        graph, manifest, at, latest, policy, restart = await asyncio.to_thread(load)
+        state = await self.engine.resume(
+            graph,
+            job_key(job_id),
+            manifest=manifest,
+            at_checkpoint=at,
+            latest_version=latest,
+            checkpoints=policy,
+            restart=restart,
+            present=present,
+        )
+        logger.warning(
+            "job %s resumed from checkpoint %s: %s", job_id, manifest["checkpoint_id"], state.status
+        )
+
+    def _write_unreachable(self, job_id: int, why: str) -> None:
+        with db.unit_of_work(self.sessions) as session:
+            jobs.mark_unreachable(jobs.get_row(session=session, job_id=job_id), why)
 
     def _recovered(self, job_id: str, report: RunReport, document: dict[str, Any]) -> None:
         # Called by the coordinator, on the loop, once the job runs again: only queue.

@@ -86,6 +86,12 @@ class SinkWriter(ABC):
     def close(self) -> None:
         """End of stream: write final results and release resources. Called once."""
 
+    def abort(self) -> None:
+        """The task stops before its end (stopped, failed, or halted for a recovery):
+        release resources now, writing no final results; what was written since the last
+        :meth:`snapshot` may be taken back by a :meth:`restore` that follows. Called at
+        most once, possibly after :meth:`close` (then it does nothing)."""
+
 
 class Sink(ABC):
     """A picklable description of a sink."""

@@ -145,6 +145,7 @@ class JobRuntime:
         self.savepoint_id: int | None = None
         self.restore: dict[str, Restore] = dict(restore or {})
         self.checkpoints = checkpoints
+        self.restored: dict[str, int] = {}  # bytes of state restored: local_bytes, store_bytes
         self.stage_work: set[asyncio.Future] = set()  # key groups moving in a fluid stage
         self._connecting: dict[tuple[str, bool], asyncio.Future[PeerLink]] = {}
 
@@ -320,10 +321,12 @@ class JobRuntime:
                         f"task {task.task_id}: restored from a checkpoint, but the job has "
                         "no checkpoint store here"
                     )
-                store = await asyncio.to_thread(
-                    self.worker.checkpoint_writer.store, self.checkpoints.store
-                )
-                groups = await asyncio.to_thread(read_groups, store, entry.chains)
+                writer, location = self.worker.checkpoint_writer, self.checkpoints.store
+                store = await asyncio.to_thread(writer.store, location)
+                local = writer.copies_for(location)
+                groups, read = await asyncio.to_thread(read_groups, store, entry.chains, local)
+                for what, n in read.items():
+                    self.restored[what] = self.restored.get(what, 0) + n
                 for g, data in groups.items():
                     state.take_in(g, data)
                 processor.chains = GroupChains.restored(

@@ -141,6 +141,19 @@ class CollectWriter(SinkWriter):
         if self._latest is not None and "latest" in state:
             self._latest = pickle.loads(state["latest"])
 
+    def abort(self) -> None:
+        """Stopped before its end: flush what is buffered and close the file, writing no
+        final results (``mode="last"``: its latest records stay unwritten). The file is
+        closed here and now, not when the writer is collected: a recovery that follows
+        truncates it back to its checkpointed length, and nothing buffered may land
+        after that."""
+        if self._file.closed:
+            return
+        try:
+            self._file.close()
+        except OSError as exc:
+            raise self._error("cannot close", exc) from exc
+
     def close(self) -> None:
         if self._file.closed:
             return

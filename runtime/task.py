@@ -227,6 +227,16 @@ class StreamTask(BaseTask):
     def queued(self) -> dict[str, int]:
         return self.gate.queued()
 
+    def close(self) -> None:
+        """A sink's writer lets go of its files now (at the end of stream it was closed
+        already; stopped or failed, it is aborted), not when it is collected."""
+        abort = getattr(self.processor, "abort", None)
+        if abort is not None:
+            try:
+                abort()
+            except Exception:
+                logger.warning("task %s: its sink could not be closed", self.task_id, exc_info=True)
+
     def snapshot_metrics(self) -> dict:
         snap = super().snapshot_metrics()
         if isinstance(self.processor, KeyedProcessor):  # a level, like the queues

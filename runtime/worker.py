@@ -473,7 +473,7 @@ class WorkerProcess:
             error = f"worker {self.worker_id}: {type(exc).__name__}: {exc}"
             self.send(messages.DeployFailed(job_id, error))
             return
-        self.send(messages.Deployed(job_id, tuple(sorted(job.tasks))))
+        self.send(messages.Deployed(job_id, tuple(sorted(job.tasks)), dict(job.restored)))
 
     async def _report_metrics(self) -> None:
         proc = self._process

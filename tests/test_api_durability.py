@@ -1,10 +1,11 @@
 """Durability: the StreamManager process is killed (SIGKILL) or stopped (SIGTERM) while
 jobs run and a reconfiguration is under way, then started again on the same database.
 
-Jobs, abstraction versions, reconfiguration history and uploaded code survive; jobs whose
-workers died with the old process are reported failed (not running) with the reason; the
-reconfiguration the kill interrupted is failed with the reason; a clean stop records the
-jobs as stopped. Runs the real ``streampilot server`` in a subprocess on SQLite and
+Jobs, abstraction versions, reconfiguration history and uploaded code survive; a job
+that takes checkpoints resumes from its last complete one on the new workers, and its
+output is exact; a job that takes none is reported failed (not running) with the reason;
+the reconfiguration the kill interrupted is failed with the reason; a clean stop records
+the jobs as stopped. Runs the real ``streampilot server`` in a subprocess on SQLite and
 PostgreSQL.
 """
 
@@ -29,6 +30,9 @@ from api_support import (
     postgres_database,
     wait_until,
 )
+
+from examples.wordcount import reference
+from runtime.sinks import read_parts
 
 SERVER_START_TIMEOUT_S = 60.0
 SERVER_EXIT_TIMEOUT_S = 30.0
@@ -103,8 +107,14 @@ class Server:
         return code
 
 
-def submit(http: httpx.Client, name: str, job: str, params: dict) -> int:
-    r = http.post("/api/v1/jobs", json={"name": name, "job": job, "params": params})
+def submit(
+    http: httpx.Client, name: str, job: str, params: dict, checkpoints: dict | None = None
+) -> int:
+    """Submit a job (without checkpoints unless ``checkpoints`` says otherwise)."""
+    body = {"name": name, "job": job, "params": params, "checkpoints": {"interval_s": None}}
+    if checkpoints is not None:
+        body["checkpoints"] = checkpoints
+    r = http.post("/api/v1/jobs", json=body)
     assert r.status_code == 201, r.text
     assert r.json()["status"] == "running", r.json()
     return r.json()["id"]
@@ -183,6 +193,7 @@ def test_restart_keeps_history_and_reports_the_truth(
             for job in (counted, held):
                 assert jobs[job]["status"] == "failed", jobs[job]
                 assert "control plane restarted" in jobs[job]["error"]
+                assert "no checkpoints to resume from" in jobs[job]["error"]
             assert jobs[counted]["version"] == 2
             versions = http.get(f"/api/v1/jobs/{counted}/abstraction/versions").json()
             assert [v["version"] for v in versions["items"]] == [2, 1]
@@ -233,3 +244,52 @@ def test_restart_keeps_history_and_reports_the_truth(
             assert job["error"] == "stopped: the control plane shut down"
         finally:
             third.end(signal.SIGTERM)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_checkpointed_job_resumes_from_its_last_checkpoint_after_a_kill(
+    kind: str, tmp_path: Path, no_leftover_processes: None
+) -> None:
+    params = {"records": 40_000, "rate": 4_000, "output": "out"}
+    with database(kind, tmp_path) as url:
+        first = Server(url, tmp_path / "server.log")
+        try:
+            http = first.http
+            job = submit(http, "resumed", "examples.wordcount:build", params, {"interval_s": 0.3})
+
+            def completed() -> bool:
+                page = http.get(f"/api/v1/jobs/{job}/checkpoints", params={"status": "completed"})
+                return page.json()["total"] >= 2
+
+            wait_until(completed, 60, "2 completed checkpoints")
+        except BaseException:
+            first.end(signal.SIGKILL)
+            raise
+        assert first.end(signal.SIGKILL) == -signal.SIGKILL
+
+        second = Server(url, tmp_path / "server.log")
+        try:
+            http = second.http
+
+            def ended() -> dict | None:
+                body = http.get(f"/api/v1/jobs/{job}").json()
+                return body if body["status"] in ("finished", "failed", "stopped") else None
+
+            final = wait_until(ended, 120, "the resumed job to end", 0.2)
+            assert final["status"] == "finished", final
+            assert final["version"] == 2
+            recs = http.get(f"/api/v1/jobs/{job}/reconfigurations").json()["items"]
+            (resumed,) = [r for r in recs if r["origin"] == "recovery"]
+            assert resumed["recovery"]["reason"] == "the control plane restarted"
+            assert resumed["result_version"] == 2
+            ids = [
+                c["checkpoint_id"]
+                for c in http.get(f"/api/v1/jobs/{job}/checkpoints").json()["items"]
+            ]
+            assert len(ids) == len(set(ids))  # the resumed job's checkpoints come after
+        finally:
+            second.end(signal.SIGTERM)
+    (out,) = list(tmp_path.glob("data/jobs/*/out"))
+    lines = read_parts(out)
+    assert len({w for w, _ in lines}) == len(lines), "a word written twice"
+    assert dict(lines) == reference(params)

@@ -302,6 +302,8 @@ def test_checkpoints_never_overlap_never_interleave_with_a_change_and_keep_what_
                 case AllowChange():
                     assert waiting
                     waiting, changing = False, True
+        if kind == "tick" and not of(Inject, out):  # a declined tick never spins the timer
+            assert all(w.at is None or w.at > now for w in of(WakeAt, out)), out
         if kind == "end_change":
             changing = False
         assert len(retained) <= 2

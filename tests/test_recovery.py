@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from jobs_for_tests import count, identity
+from s3server import running_s3_server
 
 from controlplane.coordinator import RuntimeConfig
 from controlplane.coordinator.checkpoint_report import CheckpointPolicy, CheckpointReport
@@ -200,3 +201,45 @@ def test_a_job_without_a_complete_checkpoint_fails_and_says_so(
     assert "counted past 40" in (job.error or "")
     assert "no complete checkpoint" in (job.error or "")
     assert not events.recoveries
+
+
+@pytest.fixture(scope="module")
+def s3_cluster() -> Iterator[BackgroundCluster]:
+    """Two workers whose checkpoints go to S3 (a real moto server in this process)."""
+    with running_s3_server() as s3:
+        s3.create_bucket("recovery")
+        c = BackgroundCluster(
+            workers=2, config=RuntimeConfig(checkpoint_store=s3.uri("recovery", "checkpoints"))
+        )
+        try:
+            yield c
+        finally:
+            c.close()
+
+
+def test_with_a_remote_store_surviving_tasks_restore_from_their_local_copies(
+    s3_cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    events = Events()
+    co = s3_cluster.coordinator
+    co.on_checkpoint, co.on_recovery = events.checkpoint, events.recovered
+    try:
+        job = submit(s3_cluster, counts_to(tmp_path / "out"))
+        events.wait("2 completed checkpoints", lambda: events.completed(job.id) >= 2)
+        victim = worker_of(job, "count-1")
+        survivor = worker_of(job, "count-0")
+        assert survivor != victim
+        os.kill(co.workers[victim].pid, signal.SIGKILL)
+        events.wait("a recovery", lambda: bool(events.recoveries))
+        report, _version = events.recoveries[0]
+        restored = report.plan["restored"]
+        (replacement,) = report.plan["placed_on"].values()
+        # The survivor's key groups come from its own copies; the lost worker's from S3.
+        assert restored[survivor]["local_bytes"] > 0 and restored[survivor]["store_bytes"] == 0
+        assert restored[replacement]["store_bytes"] > 0
+        assert restored[replacement]["local_bytes"] == 0
+        assert s3_cluster.wait(job, WAIT_S) == JobStatus.FINISHED, job.error
+    finally:
+        co.on_checkpoint = co.on_recovery = None
+    out = sorted((k, n) for k, n in read_parts(tmp_path / "out"))
+    assert out == reference()

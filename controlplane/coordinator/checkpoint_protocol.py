@@ -379,6 +379,7 @@ class CheckpointMachine:
             case Suspended(reason=reason):
                 self.changing = True
                 self.change_waiting_since = None
+                self.finished_tasks.clear()  # the recovered tasks run again
                 self._abandon(reason, now, out)
             case JobEnded(reason=reason):
                 self.ended = True
@@ -386,6 +387,17 @@ class CheckpointMachine:
                     self._abandon(reason, now, out)
                 out.append(WakeAt(None))
         return out
+
+    def adopt(self, manifest: dict[str, Any], present: set[int]) -> None:
+        """Take the completed checkpoint ``manifest`` (an earlier coordinator's) as the
+        latest and retained one; the directories ``present`` are known to exist."""
+        cid = int(manifest["checkpoint_id"])
+        refs = {cid}
+        for part in manifest["tasks"].values():
+            refs |= _referenced(part)
+        self.retained = {cid: refs}
+        self.latest_completed = cid
+        self.dirs |= present | refs
 
     @property
     def wake_at(self) -> float | None:
@@ -420,10 +432,12 @@ class CheckpointMachine:
             and now >= self.due
             and tick.tasks
         )
+        assert self.policy.interval_s is not None
         if not startable:
+            if not tick.tasks and now >= self.due:  # nothing runs: try again an interval on
+                self.due = now + self.policy.interval_s
             out.append(self._wake(now))
             return
-        assert self.policy.interval_s is not None
         report = CheckpointReport(tick.barrier_id, self.job_id, tick.version, tasks=len(tick.tasks))
         self.in_flight = _InFlight(report, now, set(tick.tasks), set(tick.tasks))
         self.dirs.add(tick.barrier_id)
@@ -507,11 +521,17 @@ class CheckpointMachine:
             out.append(AllowChange())
 
     def _wake(self, now: float) -> WakeAt:
+        """When to tick next: at ``due``, unless something holds checkpoints back (one in
+        flight, a change, finished tasks): then only when what holds them ends (its own
+        event wakes the machine), or when a waiting change's capture wait is over; never
+        at a time already past, which would spin the driver's timer."""
         if self.ended:
             return WakeAt(None)
-        at = self.due
+        held = self.in_flight is not None or self.changing or bool(self.finished_tasks)
+        at: float | None = None if held else max(self.due, now)
         if self.change_waiting_since is not None:
-            at = min(at, self.change_waiting_since + self.capture_wait_s)
+            deadline = self.change_waiting_since + self.capture_wait_s
+            at = deadline if at is None else min(at, deadline)
         flight = self.in_flight
         if flight is None:
             return WakeAt(at)

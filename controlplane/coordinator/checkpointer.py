@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgpack
 
+from controlplane.statuses import JobStatus
 from runtime import messages
 from runtime.checkpoints.store import CheckpointStore, open_store
 from runtime.records import BarrierKind
@@ -161,6 +162,13 @@ class Checkpointer:
         """The reconfiguration (or the recovery) ended."""
         self.handle(ChangeEnded())
 
+    def adopt(self, checkpoint: Restorable, present: set[int] | None = None) -> None:
+        """A job resumed from ``checkpoint`` (taken under an earlier control plane): it is
+        the one a recovery goes back to, retained, and the checkpoints ``present`` in the
+        store (their directories' ids) are removed once no retained one refers to them."""
+        self.latest = checkpoint
+        self.machine.adopt(checkpoint.manifest, present or set())
+
     def suspend(self, reason: str) -> None:
         """The job is recovering: the checkpoint in flight is abandoned with ``reason``;
         none starts until :meth:`resume`."""
@@ -183,6 +191,8 @@ class Checkpointer:
                 case WakeAt():
                     self._arm(c)
                 case WriteManifest(checkpoint_id=cid, manifest=manifest):
+                    # The job's clock origin: a job resumed from it keeps its sources' pace.
+                    manifest = {**manifest, "started_at": job.started_at}
                     self._manifests[cid] = manifest
                     self._spawn(self._write_manifest(cid, manifest))
                 case Abandon(checkpoint_id=cid):
@@ -232,6 +242,8 @@ class Checkpointer:
         self._tick = None
         job = self.job
         tasks = frozenset(job.layout.placement) - job.finished_tasks
+        if job.status is JobStatus.RECOVERING:  # its tasks are being stopped: none to take
+            tasks = frozenset()
         version = getattr(job.abstraction, "version", None)
         self.handle(Tick(self.host.next_barrier_id(), tasks, version))
 

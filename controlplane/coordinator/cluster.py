@@ -160,6 +160,12 @@ class Cluster:
         """A barrier id never handed out before (barriers of every job share them)."""
         return next(self._barrier_ids)
 
+    def skip_barrier_ids(self, past: int) -> None:
+        """Hand out only ids above ``past`` from now on (a job resumed from an earlier
+        coordinator's checkpoint ``past``: its later checkpoints come after it)."""
+        upcoming = next(self._barrier_ids)
+        self._barrier_ids = itertools.count(max(upcoming, past + 1))
+
     def connected(self, worker_id: str) -> bool:
         """Whether worker ``worker_id`` has an open control connection."""
         return worker_id in self._conns

@@ -48,6 +48,7 @@ from .plans import apply, cancel
 from .reconfig import reconfigure
 from .recovery import recover, refusal
 from .restart import restart_with
+from .resume import RESTARTED, resume
 from .validation import ValidatedPlan, validate
 
 if TYPE_CHECKING:
@@ -146,15 +147,52 @@ class Coordinator(Cluster):
         logger.info("job %s running on %s", job.id, ", ".join(layout.workers_used()))
         return job
 
-    async def _checkpointed(self, job: RunningJob, policy: CheckpointPolicy) -> None:
+    async def resume(
+        self,
+        graph: JobGraph,
+        job_id: str,
+        *,
+        manifest: dict[str, Any],
+        at_checkpoint: Abstraction,
+        latest_version: int,
+        checkpoints: CheckpointPolicy,
+        restart: RestartPolicy | None = None,
+        present: set[int] | None = None,
+    ) -> RunningJob:
+        """Run job ``job_id``, which ran under an earlier control plane, from its last
+        complete checkpoint ``manifest`` (taken in version ``at_checkpoint``; the job's
+        last version is ``latest_version``; ``present``: the checkpoints whose
+        directories the store holds) on this coordinator's workers (see :mod:`.resume`);
+        returns it running, or failed with the cause."""
+        if job_id in self.jobs:
+            raise CoordinatorError(f"job id {job_id!r} is taken")
+        placeholder = Layout({}, {}, {}, {})
+        job = RunningJob(job_id, graph, placeholder)
+        if restart is not None:
+            job.failures.policy = restart
+        self.jobs[job.id] = job
+        self.skip_barrier_ids(int(manifest["checkpoint_id"]))
+        try:
+            await self._checkpointed(job, checkpoints, fresh=False)
+        except CheckpointStoreError as exc:
+            await self.fail(job, f"{RESTARTED}; checkpoints cannot be taken: {exc}")
+            return job
+        await resume(self, job, manifest, at_checkpoint, latest_version, present or set())
+        return job
+
+    async def _checkpointed(
+        self, job: RunningJob, policy: CheckpointPolicy, fresh: bool = True
+    ) -> None:
         """Set ``job`` up to take checkpoints as ``policy`` says, into the configured
-        store (raises :class:`CheckpointStoreError` if the store cannot be opened)."""
+        store (raises :class:`CheckpointStoreError` if the store cannot be opened). A
+        ``fresh`` (new) job starts with nothing in its directory of the store."""
         location = self.config.checkpoint_store
         job.checkpoint_policy = policy
         job.checkpointer = await Checkpointer.open(self, job, policy, location, self.on_checkpoint)
-        # A new job: what its directory holds is an earlier job's of the same id (a
-        # coordinator that names its jobs job-1, job-2... in every process).
-        await asyncio.to_thread(job.checkpointer.store.delete, job.id)
+        if fresh:
+            # What the directory holds is an earlier job's of the same id (a coordinator
+            # that names its jobs job-1, job-2... in every process).
+            await asyncio.to_thread(job.checkpointer.store.delete, job.id)
         job.slot.quiescer = job.checkpointer
         job.checkpoint_config = messages.CheckpointConfig(location, policy.full_every)
 
@@ -425,6 +463,8 @@ class Coordinator(Cluster):
             return
         match msg:
             case messages.Deployed() | messages.DeployFailed():
+                if isinstance(msg, messages.Deployed) and msg.restored:
+                    job.restored[info.id] = dict(msg.restored)
                 fut = job.deploy_replies.get(info.id)
                 if fut is not None and not fut.done():
                     fut.set_result(msg.error if isinstance(msg, messages.DeployFailed) else None)

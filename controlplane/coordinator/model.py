@@ -120,6 +120,9 @@ class RunningJob:
         self.checkpoint_config: CheckpointConfig | None = None  # as its workers are told it
         self.checkpointer: JobCheckpoints | None = None  # takes its checkpoints while it runs
         self.failures = Failures()  # its failures, and the recovery under way
+        # Per worker, the state its last deploy restored from checkpoint parts (bytes read
+        # from its local copies, from the store).
+        self.restored: dict[str, dict[str, int]] = {}
         self.status = JobStatus.STARTING
         self.error: str | None = None
         self.started_at: float | None = None

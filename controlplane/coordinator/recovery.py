@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from .model import RunningJob, WorkerInfo
     from .ports import JobHost
 
-__all__ = ["RECOVERY", "recover", "refusal"]
+__all__ = ["RECOVERY", "recover", "refusal", "restore_of", "tell_recovered"]
 
 logger = logging.getLogger(__name__)
 
@@ -134,9 +134,11 @@ async def _attempt(host: JobHost, job: RunningJob, cause: str) -> None:
         report.status = Status.UPDATING
         job.finished_tasks.clear()
         job.failed_tasks.clear()
-        error = await host.deploy(job, new, _restore_of(job, new, manifest))
+        job.restored = {}
+        error = await host.deploy(job, new, restore_of(job, new, manifest))
         if error:
             raise ReconfigurationError(f"the deploy from checkpoint failed: {error}")
+        report.plan["restored"] = dict(sorted(job.restored.items()))
         job.layout = new
         job.metrics.track_tasks({t: t.rpartition("-")[0] for t in new.placement})
         # Step 4. Record the version and run.
@@ -157,12 +159,7 @@ async def _attempt(host: JobHost, job: RunningJob, cause: str) -> None:
         report.ended_at = time.time()
         job.reconfigurations.append(report)
         checkpointer.resume()
-        listener = getattr(host, "on_recovery", None)
-        if listener is not None:
-            try:
-                listener(job.id, report, version.to_dict())
-            except Exception:
-                logger.exception("job %s: the recovery listener failed", job.id)
+        tell_recovered(host, job, report, version)
         logger.warning(
             "job %s recovered from checkpoint %s in %.0f ms (%s)",
             job.id,
@@ -225,7 +222,7 @@ def _busy(host: JobHost, job: RunningJob, worker: str) -> bool:
     )
 
 
-def _restore_of(job: RunningJob, layout: Layout, manifest: dict[str, Any]) -> dict[str, Restore]:
+def restore_of(job: RunningJob, layout: Layout, manifest: dict[str, Any]) -> dict[str, Restore]:
     """Step 3: what each task of ``layout`` starts from in checkpoint ``manifest``: its
     key groups' chains (whichever task's part holds them), its source position, its sink
     snapshot."""
@@ -245,6 +242,17 @@ def _restore_of(job: RunningJob, layout: Layout, manifest: dict[str, Any]) -> di
             if groups or position is not None or sink is not None:
                 restore[tid] = Restore(position=position, chains=groups, sink=sink)
     return restore
+
+
+def tell_recovered(host: JobHost, job: RunningJob, report: RunReport, version: Abstraction) -> None:
+    """Tell the coordinator's recovery listener (the control plane records it)."""
+    listener = getattr(host, "on_recovery", None)
+    if listener is None:
+        return
+    try:
+        listener(job.id, report, version.to_dict())
+    except Exception:
+        logger.exception("job %s: the recovery listener failed", job.id)
 
 
 def _recovered_version(

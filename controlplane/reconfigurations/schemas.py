@@ -175,6 +175,12 @@ class RecoveryRead(BaseModel):
     checkpoint_id: int = Field(description="the checkpoint it went back to")
     lost_workers: list[str] = Field(description="workers gone, whose tasks it placed anew")
     placed_on: dict[str, str] = Field(description="each lost worker -> the one in its place")
+    restored: dict[str, dict[str, int]] = Field(
+        default_factory=dict,
+        description="per worker, the key-group state it restored: local_bytes from its own "
+        "copies of the parts it wrote (task-local recovery, when the store is remote), "
+        "store_bytes read from the checkpoint store",
+    )
     timings_ms: dict[str, float] = Field(
         description="halt (stopping the job's tasks), place (finding or starting workers for "
         "lost ones), restore (deploying from the checkpoint, state read from the store, and "

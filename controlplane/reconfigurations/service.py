@@ -367,6 +367,7 @@ def record_recovery(
     ``recovery`` says why (``reason``, ``checkpoint_id``, ``lost_workers``,
     ``placed_on``), and the version it made."""
     why = {k: plan[k] for k in ("reason", "checkpoint_id", "lost_workers", "placed_on")}
+    why["restored"] = dict(plan.get("restored") or {})
     why["timings_ms"] = dict(reported["timings_ms"])
     rec = ReconfigurationRecord(
         job_id=job_id,

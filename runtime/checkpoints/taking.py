@@ -29,19 +29,33 @@ while a chain refers to it); a part that could not be written breaks the chains 
 end in it: the checkpoint that depended on it fails at this task, and the groups are
 captured whole at the next one. A chain is tied to the group's tenure at the task
 (:attr:`runtime.state.KeyedState.arrivals`): a group that left and came back starts whole.
+
+**Task-local copies.** When the store is not on a local disk (``s3://``, ``hdfs://``...),
+the writer also keeps a copy of each part it writes in a local directory of the worker
+(no fsync: a cache), and a restore reads a part from there when it has it (every
+segment's checksum is checked, so a damaged copy is read from the store instead): tasks
+restored on the worker that took their checkpoint do not read the store (Flink's
+task-local recovery). Copies no chain of the worker's last two captures per task refers
+to are removed as the writer goes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import shutil
+import tempfile
+from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..errors import StreamRuntimeError
-from .snapshot import GroupCapture, capture_group, encode_part, materialize
-from .store import CheckpointStore, open_store
+from .snapshot import GroupCapture, SnapshotError, capture_group, encode_part, materialize
+from .store import CheckpointStore, LocalStore, open_store
 
 __all__ = [
     "Capture",
@@ -49,6 +63,7 @@ __all__ = [
     "CheckpointWriter",
     "GroupChains",
     "Link",
+    "LocalCopies",
     "part_path",
     "read_groups",
 ]
@@ -150,16 +165,83 @@ class GroupChains:
         return made
 
 
-def read_groups(store: CheckpointStore, chains: dict[int, list[list]]) -> dict[int, dict]:
-    """Each key group's state, materialized from its chain of parts in ``store`` (blocking:
-    run it on a thread). Raises the store's errors, or ``SnapshotError`` for a part that
-    is not what the chain says."""
-    return {
-        g: materialize(
-            store.get_range(path, offset, length) for path, offset, length, _f, _k in chain
+class LocalCopies:
+    """The worker's copies of the parts it wrote to a remote store (module docstring), in
+    a directory of its own, removed by :meth:`close`."""
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="streampilot-local-checkpoints-"))
+        self._refs: dict[str, deque[set[str]]] = {}  # task -> paths its last chains name
+
+    def _file(self, path: str) -> Path:
+        return self.root.joinpath(*path.split("/"))
+
+    def keep(self, path: str, chunks: Iterable[bytes | memoryview]) -> None:
+        """Copy a part just written (best effort: a copy that fails is only missing)."""
+        file = self._file(path)
+        try:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            with file.open("wb") as f:
+                for chunk in chunks:
+                    f.write(chunk)
+        except OSError as exc:
+            logger.warning("no local copy of checkpoint part %s: %s", path, exc)
+            with contextlib.suppress(OSError):
+                file.unlink()
+
+    def read(self, path: str, offset: int, length: int) -> bytes | None:
+        """A segment of a copy, or None when there is no (whole) copy."""
+        try:
+            with self._file(path).open("rb") as f:
+                f.seek(offset)
+                data = f.read(length)
+        except OSError:
+            return None
+        return data if len(data) == length else None
+
+    def referenced(self, task: str, chains: dict[int, list[Link]]) -> None:
+        """``task``'s chains as of its last capture: copies that neither these nor those
+        of its capture before (nor any other task's) name are removed."""
+        self._refs.setdefault(task, deque(maxlen=2)).append(
+            {link.path for chain in chains.values() for link in chain}
         )
-        for g, chain in chains.items()
-    }
+        wanted = set().union(*(r for refs in self._refs.values() for r in refs))
+        for dirpath, _dirs, files in os.walk(self.root):
+            for name in files:
+                file = Path(dirpath, name)
+                if file.relative_to(self.root).as_posix() not in wanted:
+                    with contextlib.suppress(OSError):
+                        file.unlink()
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def read_groups(
+    store: CheckpointStore, chains: dict[int, list[list]], local: LocalCopies | None = None
+) -> tuple[dict[int, dict], dict[str, int]]:
+    """Each key group's state, materialized from its chain of parts (blocking: run it on
+    a thread), and the bytes read from ``local`` copies and from the store. A group whose
+    local copy is missing or damaged is read from the store. Raises the store's errors,
+    or ``SnapshotError`` for a part in the store that is not what the chain says."""
+    read = {"local_bytes": 0, "store_bytes": 0}
+    groups: dict[int, dict] = {}
+    for g, chain in chains.items():
+        if local is not None:
+            copies = [local.read(path, offset, length) for path, offset, length, _f, _k in chain]
+            if all(c is not None for c in copies):
+                try:
+                    groups[g] = materialize(copies)  # type: ignore[arg-type]
+                    read["local_bytes"] += sum(len(c) for c in copies)  # type: ignore[arg-type]
+                    continue
+                except SnapshotError:
+                    logger.warning(
+                        "a local copy of key group %s is damaged: read from the store", g
+                    )
+        parts = [store.get_range(path, offset, length) for path, offset, length, _f, _k in chain]
+        groups[g] = materialize(parts)
+        read["store_bytes"] += sum(len(p) for p in parts)
+    return groups, read
 
 
 @dataclass(eq=False)
@@ -208,6 +290,7 @@ class CheckpointWriter:
     def __init__(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
         self._stores: dict[str, CheckpointStore] = {}
+        self.local: LocalCopies | None = None  # made on the first write to a remote store
 
     def submit(
         self, capture: Capture, on_broken: Callable[[Iterable[int]], None] | None = None
@@ -217,8 +300,19 @@ class CheckpointWriter:
         return self._pool.submit(self._write, capture, on_broken)
 
     def close(self) -> None:
-        """Stop taking captures; what was submitted is still written."""
+        """Stop taking captures; what was submitted is still written, then the local
+        copies are removed."""
+        self._pool.submit(self._close_local)
         self._pool.shutdown(wait=False, cancel_futures=False)
+
+    def _close_local(self) -> None:
+        if self.local is not None:
+            self.local.close()
+
+    def copies_for(self, location: str) -> LocalCopies | None:
+        """The local copies to read before the store at ``location`` (None: it is on a
+        local disk, or nothing was written here)."""
+        return self.local if not isinstance(self.store(location), LocalStore) else None
 
     def store(self, location: str) -> CheckpointStore:
         """The store at ``location`` (opened once; blocking on first use)."""
@@ -233,8 +327,9 @@ class CheckpointWriter:
         written = 0
         if capture.groups:
             try:
+                store = self.store(capture.store)
                 chunks, index = encode_part(capture.groups)
-                written = self.store(capture.store).put(capture.path, chunks)
+                written = store.put(capture.path, chunks)
             except Exception as exc:
                 for link in capture.links.values():
                     link.ok = False
@@ -247,6 +342,10 @@ class CheckpointWriter:
             for g, link in capture.links.items():
                 seg = index[g]
                 link.offset, link.length, link.ok = seg.offset, seg.length, True
+            if not isinstance(store, LocalStore):
+                if self.local is None:
+                    self.local = LocalCopies()
+                self.local.keep(capture.path, chunks)
         groups: dict[int, list[list]] = {}
         size = 0
         for g, chain in capture.chains.items():
@@ -260,5 +359,7 @@ class CheckpointWriter:
                 )
             groups[g] = [link.wire() for link in chain]
             size += sum(link.length for link in chain)
+        if self.local is not None:
+            self.local.referenced(capture.task, capture.chains)
         part = {"groups": groups, "position": capture.position, "sink": capture.sink}
         return part, written, size

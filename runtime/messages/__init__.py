@@ -81,7 +81,9 @@ Worker -> coordinator (:class:`ToCoordinator`), type (class) {fields}:
 - ``register`` (:class:`Register`) {host, pid, cpus, memory_mb, data_host, data_port,
   name, executor_id}: ``executor_id`` the Spark executor hosting it, if any
 - ``heartbeat`` (:class:`Heartbeat`) {}: on the heartbeat connection only
-- ``deployed`` (:class:`Deployed`) {job_id, tasks}
+- ``deployed`` (:class:`Deployed`) {job_id, tasks, restored}: ``restored`` the bytes of
+  key-group state it restored from checkpoint parts: ``local_bytes`` (its own copies),
+  ``store_bytes`` (read from the store)
 - ``deploy_failed`` (:class:`DeployFailed`) {job_id, error}
 - ``metrics`` (:class:`Metrics`) {worker_id, time, cpu_percent, rss_mb, jobs}: ``jobs``
   job -> task -> metrics snapshot

@@ -54,6 +54,7 @@ class Heartbeat(ToCoordinator):
 class Deployed(ToCoordinator):
     job_id: str
     tasks: tuple[str, ...]
+    restored: dict[str, int] = field(default_factory=dict)
 
 
 @message("deploy_failed")

@@ -285,6 +285,10 @@ class SinkProcessor(Processor):
     def close(self) -> None:
         self.writer.close()
 
+    def abort(self) -> None:
+        """The task stops before its end: the writer releases its resources now."""
+        self.writer.abort()
+
 
 def make_processor(
     task_id: str,
