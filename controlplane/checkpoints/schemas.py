@@ -34,8 +34,10 @@ class CheckpointSettings(BaseModel):
 
     interval_s: float | None = Field(
         None,
-        gt=0,
-        description="seconds from one checkpoint's start to the next (null: no checkpoints)",
+        ge=0.1,
+        allow_inf_nan=False,
+        description="seconds from one checkpoint's start to the next, at least 0.1 (null: no "
+        "checkpoints)",
     )
     timeout_s: float | None = Field(
         None, gt=0, description="a checkpoint not complete within this is abandoned"
@@ -102,7 +104,10 @@ class CheckpointRead(BaseModel):
     error: str | None = Field(description="why it was abandoned, if it was")
     path: str | None = Field(description="where its manifest is in the checkpoint store")
     bytes: int = Field(description="what its tasks wrote for it (only what changed)")
-    full_bytes: int = Field(description="what the state it restores comes to")
+    full_bytes: int = Field(
+        description="what a restore from it reads: every key group's chain of parts (the "
+        "last whole capture and the changes after it)"
+    )
     tasks: int = Field(description="tasks that took part")
     started_at: datetime
     duration_ms: float | None = Field(description="from its start to its end (null until then)")

@@ -55,8 +55,8 @@ class CheckpointReport:
     """One checkpoint of a job: ``id`` is its barrier id (it grows within a job, across
     checkpoints and reconfigurations); ``version`` the abstraction version the job ran
     when it was taken; ``path`` where its manifest is in the store; ``bytes`` what its
-    tasks wrote for it (incremental: only what changed), ``full_bytes`` what the state
-    it restores comes to; ``tasks`` how many tasks took part."""
+    tasks wrote for it (incremental: only what changed), ``full_bytes`` what a restore
+    from it reads (every key group's chain); ``tasks`` how many tasks took part."""
 
     id: int
     job_id: str
