@@ -148,8 +148,9 @@ def test_a_submission_s_checkpoint_settings_go_over_the_defaults(
 @pytest.mark.parametrize(
     ("checkpoints", "field", "words"),
     [
-        ({"interval_s": 0}, "body.checkpoints.interval_s", "greater than 0"),
-        ({"interval_s": -5}, "body.checkpoints.interval_s", "greater than 0"),
+        ({"interval_s": 0}, "body.checkpoints.interval_s", "greater than or equal to 0.1"),
+        ({"interval_s": 0.01}, "body.checkpoints.interval_s", "greater than or equal to 0.1"),
+        ({"interval_s": -5}, "body.checkpoints.interval_s", "greater than or equal to 0.1"),
         ({"interval_s": "often"}, "body.checkpoints.interval_s", "valid number"),
         ({"timeout_s": 0}, "body.checkpoints.timeout_s", "greater than 0"),
         ({"retained": 0}, "body.checkpoints.retained", "greater than or equal to 1"),
