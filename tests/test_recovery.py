@@ -11,9 +11,8 @@ from __future__ import annotations
 import functools
 import os
 import signal
-import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,49 +21,18 @@ from jobs_for_tests import count, identity
 from s3server import running_s3_server
 
 from controlplane.coordinator import RuntimeConfig
-from controlplane.coordinator.checkpoint_report import CheckpointPolicy, CheckpointReport
-from controlplane.coordinator.report import RunReport
-from controlplane.statuses import CheckpointStatus, JobStatus
+from controlplane.coordinator.checkpoint_report import CheckpointPolicy
+from controlplane.statuses import JobStatus
 from controlplane.testing import BackgroundCluster
 from runtime import Dataflow
 from runtime.dataflow import JobGraph
 from runtime.sinks import Collect, read_parts
 from runtime.sources import Generator
+from tests.faults_support import Events
 
 WAIT_S = 120.0
 RECORDS = 40_000
 KEYS = 300
-
-
-class Events:
-    """What the coordinator tells of a job's checkpoints and recoveries."""
-
-    def __init__(self) -> None:
-        self.checkpoints: list[CheckpointReport] = []
-        self.recoveries: list[tuple[RunReport, dict[str, Any]]] = []
-        self._cond = threading.Condition()
-
-    def checkpoint(self, job_id: str, what: CheckpointReport | int) -> None:
-        with self._cond:
-            if isinstance(what, CheckpointReport):
-                self.checkpoints.append(what)
-            self._cond.notify_all()
-
-    def recovered(self, job_id: str, report: RunReport, version: dict[str, Any]) -> None:
-        with self._cond:
-            self.recoveries.append((report, version))
-            self._cond.notify_all()
-
-    def completed(self, job_id: str) -> int:
-        return sum(
-            1
-            for r in self.checkpoints
-            if r.job_id == job_id and r.status == CheckpointStatus.COMPLETED
-        )
-
-    def wait(self, what: str, condition: Callable[[], bool]) -> None:
-        with self._cond:
-            assert self._cond.wait_for(condition, WAIT_S), f"no {what} within {WAIT_S:.0f}s"
 
 
 @pytest.fixture(scope="module")

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from .model import RunningJob, WorkerInfo
     from .ports import JobHost
 
-__all__ = ["RECOVERY", "recover", "refusal", "restore_of", "tell_recovered"]
+__all__ = ["RECOVERY", "recover", "recovered", "refusal", "restore_of", "tell_recovered"]
 
 logger = logging.getLogger(__name__)
 
@@ -123,22 +123,12 @@ async def _attempt(host: JobHost, job: RunningJob, cause: str) -> None:
         )
         t2 = time.perf_counter()
         # Step 3. Restore and start.
-        report = RunReport.new(job.id, set(new.placement))
-        report.plan = {
-            "origin": RECOVERY,
-            "reason": cause,
-            "checkpoint_id": manifest["checkpoint_id"],
-            "lost_workers": lost,
-            "placed_on": {w: info.id for w, info in mapping.items()},
-        }
-        report.status = Status.UPDATING
         job.finished_tasks.clear()
         job.failed_tasks.clear()
         job.restored = {}
         error = await host.deploy(job, new, restore_of(job, new, manifest))
         if error:
             raise ReconfigurationError(f"the deploy from checkpoint failed: {error}")
-        report.plan["restored"] = dict(sorted(job.restored.items()))
         job.layout = new
         job.metrics.track_tasks({t: t.rpartition("-")[0] for t in new.placement})
         # Step 4. Record the version and run.
@@ -148,16 +138,18 @@ async def _attempt(host: JobHost, job: RunningJob, cause: str) -> None:
         job.status = JobStatus.RUNNING
         host.start_deployed(job)
         t3 = time.perf_counter()
-        report.status = Status.COMPLETED
-        report.version = version.version
-        report.timings_ms = {
-            "halt": elapsed_ms(t0, t1),
-            "place": elapsed_ms(t1, t2),
-            "restore": elapsed_ms(t2, t3),
-            "total": elapsed_ms(t0, t3),
-        }
-        report.ended_at = time.time()
-        job.reconfigurations.append(report)
+        report = recovered(
+            job,
+            version,
+            {
+                "reason": cause,
+                "checkpoint_id": manifest["checkpoint_id"],
+                "lost_workers": lost,
+                "placed_on": {w: info.id for w, info in mapping.items()},
+                "restored": dict(sorted(job.restored.items())),
+            },
+            (t0, t1, t2, t3),
+        )
         checkpointer.resume()
         tell_recovered(host, job, report, version)
         logger.warning(
@@ -242,6 +234,32 @@ def restore_of(job: RunningJob, layout: Layout, manifest: dict[str, Any]) -> dic
             if groups or position is not None or sink is not None:
                 restore[tid] = Restore(position=position, chains=groups, sink=sink)
     return restore
+
+
+def recovered(
+    job: RunningJob,
+    version: Abstraction,
+    why: dict[str, Any],
+    times: tuple[float, float, float, float],
+) -> RunReport:
+    """The completed report of a recovery (or a resume) that made ``version``, kept with
+    the job's reconfigurations: its plan says ``why`` (reason, checkpoint_id,
+    lost_workers, placed_on, and what each worker restored), its timings come from the
+    ``times`` (perf_counter) at its start and at the end of halt, place and restore."""
+    t0, t1, t2, t3 = times
+    report = RunReport.new(job.id, set(job.layout.placement))
+    report.plan = {"origin": RECOVERY, **why}
+    report.status = Status.COMPLETED
+    report.version = version.version
+    report.timings_ms = {
+        "halt": elapsed_ms(t0, t1),
+        "place": elapsed_ms(t1, t2),
+        "restore": elapsed_ms(t2, t3),
+        "total": elapsed_ms(t0, t3),
+    }
+    report.ended_at = time.time()
+    job.reconfigurations.append(report)
+    return report
 
 
 def tell_recovered(host: JobHost, job: RunningJob, report: RunReport, version: Abstraction) -> None:

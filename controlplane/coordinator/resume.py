@@ -23,14 +23,12 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from controlplane.statuses import JobStatus
-from controlplane.statuses import ReconfigurationStatus as Status
 from runtime.layout import Layout
 
 from .checkpointer import Restorable
 from .errors import CoordinatorError
 from .layouts import layout_of, refresh_workers
-from .recovery import RECOVERY, restore_of, tell_recovered
-from .report import RunReport, elapsed_ms
+from .recovery import recovered, restore_of, tell_recovered
 from .workers import remap_workers
 
 if TYPE_CHECKING:
@@ -85,22 +83,11 @@ async def resume(
     assert checkpointer is not None
     checkpointer.adopt(Restorable(manifest, layout, version), present)
     checkpointer.start()
-    report = RunReport.new(job.id, set(layout.placement))
-    report.plan = {
-        "origin": RECOVERY,
+    why = {
         "reason": RESTARTED,
         "checkpoint_id": manifest["checkpoint_id"],
         "lost_workers": old,
         "placed_on": {w: info.id for w, info in mapping.items()},
     }
-    report.status = Status.COMPLETED
-    report.version = version.version
-    report.timings_ms = {
-        "halt": 0.0,
-        "place": elapsed_ms(t0, t1),
-        "restore": elapsed_ms(t1, t2),
-        "total": elapsed_ms(t0, t2),
-    }
-    report.ended_at = time.time()
-    job.reconfigurations.append(report)
+    report = recovered(job, version, why, (t0, t0, t1, t2))  # nothing to halt
     tell_recovered(host, job, report, version)
