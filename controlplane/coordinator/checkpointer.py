@@ -205,6 +205,10 @@ class Checkpointer:
                         layout, abstraction = self._taken.pop(report.id)
                         manifest = self._manifests.pop(report.id)
                         self.latest = Restorable(manifest, layout, abstraction)
+                        # Sinks commit what they prepared at its barrier (two-phase).
+                        commit = messages.CommitCheckpoint(job.id, report.id)
+                        for wid in job.layout.workers_used():
+                            self.host.send(wid, commit)
                     self._tell(report)
                 case Discarded(checkpoint_id=cid):
                     self._tell(cid)

@@ -73,6 +73,8 @@ Coordinator -> worker (:class:`ToWorker`), type (class) {fields}:
 - ``stages_end`` (:class:`StagesEnd`) {job_id, rid, last}: the change ends at stage
   ``last``
 - ``abandon_checkpoint`` (:class:`AbandonCheckpoint`) {job_id, checkpoint_id}
+- ``commit_checkpoint`` (:class:`CommitCheckpoint`) {job_id, checkpoint_id}: the
+  checkpoint is complete; sinks commit what they prepared at or before its barrier
 - ``savepoint`` (:class:`Savepoint`) {job_id, barrier_id}
 - ``shutdown`` (:class:`Shutdown`) {}
 
@@ -169,6 +171,7 @@ from .to_worker import (
     Address,
     ChannelConfig,
     CheckpointConfig,
+    CommitCheckpoint,
     Deploy,
     InjectBarrier,
     Prepare,
@@ -197,6 +200,7 @@ __all__ = [
     "CheckpointCaptured",
     "CheckpointConfig",
     "CheckpointFailed",
+    "CommitCheckpoint",
     "Deploy",
     "DeployFailed",
     "Deployed",

@@ -15,6 +15,7 @@ __all__ = [
     "Address",
     "ChannelConfig",
     "CheckpointConfig",
+    "CommitCheckpoint",
     "Deploy",
     "InjectBarrier",
     "Prepare",
@@ -176,6 +177,15 @@ class StagesEnd(ToWorker):
 
 @message("abandon_checkpoint")
 class AbandonCheckpoint(ToWorker):
+    job_id: str
+    checkpoint_id: int
+
+
+@message("commit_checkpoint")
+class CommitCheckpoint(ToWorker):
+    """Checkpoint ``checkpoint_id`` is complete: sinks make visible what they prepared
+    at its barrier (and at any earlier one)."""
+
     job_id: str
     checkpoint_id: int
 
