@@ -12,6 +12,12 @@ abstraction versions and reconfigurations.
   ``MIRROR_INTERVAL_S`` (reads refresh jobs too), each reconfiguration's progress is
   written as the engine reports it, with the new abstraction version when it completes,
   and so is each checkpoint's (in the order the coordinator reports them, by one writer).
+- Events of fault tolerance (:func:`_checkpoint_event`, :func:`_recovering_event`): a job's
+  first completed checkpoint (not the others: the ``checkpoints`` table lists them), an
+  abandoned checkpoint unless the one before it was abandoned too (a job whose every
+  checkpoint fails makes one event until one completes again), and ``job.recovering``
+  with its cause, once per recovery: when the mirror sees the job ``recovering``, or with
+  the recovery's record when the recovery was over before the mirror looked.
 - At shutdown (:meth:`Tracker.shutdown`), after the engine has closed: reconfigurations
   and checkpoints cut short are marked failed and abandoned, and jobs get their final
   (stopped) state.
@@ -37,9 +43,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane import db
 from controlplane.checkpoints import service as checkpoints
+from controlplane.checkpoints.models import CheckpointRecord
 from controlplane.coordinator import RunReport
 from controlplane.coordinator.checkpoint_report import CheckpointReport
 from controlplane.engine import Engine, JobState, Progress, Reservation, job_key
+from controlplane.events import service as events
 from controlplane.jobs import service as jobs
 from controlplane.jobs.models import TERMINAL_JOB_STATUSES, JobRecord
 from controlplane.reconfigurations import service as reconfigurations
@@ -63,6 +71,7 @@ STOPPED_BY_SHUTDOWN = "stopped: the control plane shut down"
 _CHECKPOINT_DIR = re.compile(r"[^/]+/chk-(\d+)/")
 _MANIFEST = re.compile(r"[^/]+/chk-(\d+)/_manifest\.msgpack$")
 WORKER_OF_EARLIER_RUN = "the control plane restarted; its workers exited with it"
+TIMED = "checkpoint"  # the kind of report that makes checkpoint events (not savepoints)
 
 
 class Tracker:
@@ -74,8 +83,10 @@ class Tracker:
         self._workers_mirrored: tuple = ()
         self.instance = uuid.uuid4().hex  # names this run's workers in the database
         # Checkpoint reports and recoveries to write, in order: (job id, a report's fields,
-        # a discarded checkpoint's id, or a recovery).
+        # a discarded checkpoint's id, a recovery begun or a recovery made).
         self._checkpoints: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        # Jobs (coordinator ids) whose recovery under way has had its job.recovering told.
+        self._recovering: set[str] = set()
         self._checkpoint_writer: asyncio.Task[None] | None = None
         # Jobs of an earlier run to resume: job id -> (its newest manifest, the
         # checkpoints whose directories are in the store).
@@ -97,6 +108,8 @@ class Tracker:
                 else:
                     job.status, job.error = JobStatus.RECOVERING, None
                     self._to_resume[job.id] = found
+                    self._recovering.add(job_key(job.id))
+                    _recovering_event(session, job, RESTARTED)
             n_recs = reconfigurations.fail_unfinished(
                 session=session, reason=INTERRUPTED_BY_RESTART
             )
@@ -163,6 +176,7 @@ class Tracker:
                 await self._resume(job_id, manifest, present)
             except Exception as exc:
                 logger.warning("job %s could not resume: %s", job_id, exc, exc_info=True)
+                self._recovering.discard(job_key(job_id))
                 why = f"{RESTARTED}; resuming from its checkpoint failed: {exc}"
                 await asyncio.to_thread(self._write_unreachable, job_id, why)
         self._to_resume.clear()
@@ -203,9 +217,30 @@ class Tracker:
 
     def _recovered(self, job_id: str, report: RunReport, document: dict[str, Any]) -> None:
         # Called by the coordinator, on the loop, once the job runs again: only queue.
+        if job_id not in self._recovering:  # over before the mirror saw it recovering
+            self._checkpoints.put_nowait((job_id, ("recovering", report.plan["reason"])))
+        self._recovering.discard(job_id)
         self._checkpoints.put_nowait(
             (job_id, ("recovery", report.reported(), report.plan, document))
         )
+
+    def _saw_recovering(self, states: Mapping[str, JobState]) -> None:
+        """Queue ``job.recovering`` for each job the mirror finds recovering that has not
+        had it told (on the loop, as :meth:`_recovered` is: the two never interleave)."""
+        for job_id, state in states.items():
+            if state.status != JobStatus.RECOVERING:
+                if state.status in TERMINAL_JOB_STATUSES:  # its recovery gave up
+                    self._recovering.discard(job_id)
+                continue
+            if job_id not in self._recovering:
+                self._recovering.add(job_id)
+                self._checkpoints.put_nowait((job_id, ("recovering", self._cause(job_id))))
+
+    def _cause(self, job_id: str) -> str | None:
+        """The failure a recovering job is recovering from: the coordinator's last one."""
+        job = self.engine.coordinator.jobs.get(job_id)
+        causes = job.failures.causes if job is not None else []
+        return causes[-1][1] if causes else None
 
     def _checkpoint_reported(self, job_id: str, what: CheckpointReport | int) -> None:
         # Called by the coordinator, on the loop: only queue (a report changes later).
@@ -233,20 +268,27 @@ class Tracker:
 
     def _write_checkpoint(self, job_id: str, what: dict[str, Any] | int | tuple) -> None:
         with db.unit_of_work(self.sessions) as session:
-            if isinstance(what, tuple):  # a recovery, in order with the checkpoints
-                _kind, reported, plan, document = what
-                reconfigurations.record_recovery(
-                    session=session,
-                    job_id=int(job_id),
-                    reported=reported,
-                    plan=plan,
-                    base_version=int(document["job"]["version"]) - 1,
-                    document=document,
-                )
-            elif isinstance(what, int):
-                checkpoints.discard(session=session, job_db_id=int(job_id), checkpoint_id=what)
-            else:
-                checkpoints.record(session=session, job_db_id=int(job_id), reported=what)
+            match what:
+                case ("recovering", cause):  # in order with the checkpoints and recoveries
+                    _recovering_event(
+                        session, jobs.get_row(session=session, job_id=int(job_id)), cause
+                    )
+                case ("recovery", reported, plan, document):
+                    reconfigurations.record_recovery(
+                        session=session,
+                        job_id=int(job_id),
+                        reported=reported,
+                        plan=plan,
+                        base_version=int(document["job"]["version"]) - 1,
+                        document=document,
+                    )
+                case int():
+                    checkpoints.discard(session=session, job_db_id=int(job_id), checkpoint_id=what)
+                case _:
+                    before = _status_of(session, int(job_id), int(what["checkpoint_id"]))
+                    rec = checkpoints.record(session=session, job_db_id=int(job_id), reported=what)
+                    if rec.status != before and what.get("kind", TIMED) == TIMED:
+                        _checkpoint_event(session, rec)
 
     def shutdown(self, states: Mapping[str, JobState]) -> None:
         """Record the end of the run, given the engine's final ``states`` (after it closed)."""
@@ -301,6 +343,7 @@ class Tracker:
             await asyncio.sleep(MIRROR_INTERVAL_S)
             await self._mirror_workers()
             states = self.engine.states()
+            self._saw_recovering(states)
             if states == self._mirrored:
                 continue
             try:
@@ -333,3 +376,71 @@ class Tracker:
 
 def _with_error(state: JobState, error: str) -> JobState:
     return replace(state, error=error)
+
+
+def _recovering_event(session: Session, job: JobRecord, cause: str | None) -> None:
+    """Record that ``job`` went ``recovering`` after the failure ``cause``."""
+    why = f": {cause}" if cause else ""
+    events.record(
+        session=session,
+        kind="job.recovering",
+        job_id=job.id,
+        message=f"job {job.id} ({job.name}) recovering{why}",
+        data={"cause": cause},
+    )
+
+
+def _status_of(session: Session, job_id: int, checkpoint_id: int) -> str | None:
+    """The recorded status of a checkpoint (None: not recorded yet)."""
+    return session.scalar(
+        select(CheckpointRecord.status).where(
+            CheckpointRecord.job_id == job_id, CheckpointRecord.checkpoint_id == checkpoint_id
+        )
+    )
+
+
+def _checkpoint_event(session: Session, rec: CheckpointRecord) -> None:
+    """The event of checkpoint ``rec`` just recorded in a new status, if it makes one (see
+    the module docstring): ``checkpoint.first_completed`` for the job's first completed
+    checkpoint, ``checkpoint.abandoned`` for one abandoned after one that was not."""
+    cid, job_id = rec.checkpoint_id, rec.job_id
+    data = {"checkpoint_id": cid, "version": rec.version}
+    if rec.status == CheckpointStatus.COMPLETED:
+        if _count(session, job_id, CheckpointStatus.COMPLETED, CheckpointStatus.DISCARDED) > 1:
+            return
+        took = f" in {rec.duration_ms:.0f} ms" if rec.duration_ms is not None else ""
+        events.record(
+            session=session,
+            kind="checkpoint.first_completed",
+            job_id=job_id,
+            message=f"job {job_id} completed its first checkpoint, {cid} (version "
+            f"{rec.version}, {rec.full_bytes} bytes to restore){took}; "
+            f"GET /jobs/{job_id}/checkpoints lists the later ones",
+            data={
+                **data,
+                "bytes": rec.bytes,
+                "full_bytes": rec.full_bytes,
+                "duration_ms": rec.duration_ms,
+            },
+        )
+    elif rec.status == CheckpointStatus.ABANDONED:
+        newest, _total = checkpoints.list_for_job(session=session, job_id=job_id, limit=2, offset=0)
+        previous = [c.status for c in newest if c.checkpoint_id < cid]
+        if previous == [CheckpointStatus.ABANDONED]:  # told with the first of the run
+            return
+        events.record(
+            session=session,
+            kind="checkpoint.abandoned",
+            job_id=job_id,
+            message=f"checkpoint {cid} of job {job_id} abandoned: {rec.error} (those "
+            f"abandoned right after it are not told: GET /jobs/{job_id}/checkpoints lists them)",
+            data={**data, "error": rec.error},
+        )
+
+
+def _count(session: Session, job_id: int, *statuses: CheckpointStatus) -> int:
+    """How many of the job's checkpoints are in one of ``statuses``."""
+    return sum(
+        checkpoints.list_for_job(session=session, job_id=job_id, limit=1, offset=0, status=s)[1]
+        for s in statuses
+    )

@@ -5,20 +5,23 @@ word count.
 Every page is watched: a console error, an uncaught exception, a failed request or any
 request to a host other than this machine fails the test (requests off this machine are
 also aborted, so a page that needs the internet fails here as it would offline). The
-pages do not depend on the database, so these tests run on the SQLite server only.
+pages do not depend on the database, so these tests run on the SQLite server only; the
+one that kills a worker to see a recovery on the page has a server of its own.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from api_support import ADMIN_TOKEN, Api, wait_until
+from api_support import ADMIN_TOKEN, Api, running_server, wait_until
 from playwright.sync_api import Browser, ConsoleMessage, Page, Request, expect, sync_playwright
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's; `make test` installs it (never `playwright install`)
@@ -34,6 +37,9 @@ CHROMIUM_ARGS = [
 LAUNCH_TIMEOUT_MS = 60_000  # chromium's first start on a busy 2-core box
 WAIT_MS = 20_000  # for one thing to appear on a page (the page polls every 2 s)
 RECONFIGURATION_WAIT_MS = 60_000  # a scale-out deploys a task and moves key groups
+RECOVERY_DELAY_S = 5.0  # a killed worker's job stays recovering this long (its restart policy)
+RECOVERY_WAIT_MS = 60_000  # the delay, then a worker started in place of the lost one
+CHECKPOINTS_SHOWN = 10  # the newest a job's page lists (console.js)
 EN_DASH = "\u2013"  # between the ends of a range of key groups
 LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 WORDCOUNT = {
@@ -42,7 +48,8 @@ WORDCOUNT = {
     "params": {"records": 0, "rate": 1000},
 }
 
-pytestmark = pytest.mark.parametrize("api", ["sqlite"], indirect=True, ids=["sqlite"])
+# The shared server, on SQLite only (a test that kills a worker starts a server of its own).
+on_sqlite = pytest.mark.parametrize("api", ["sqlite"], indirect=True, ids=["sqlite"])
 expect.set_options(timeout=WAIT_MS)  # assertions wait this long (actions: the context's default)
 
 
@@ -151,6 +158,7 @@ def sign_in(page: Page, base_url: str, token: str) -> None:
     page.get_by_test_id("token-save").click()
 
 
+@on_sqlite
 def test_dashboard_shows_a_live_job_its_tasks_metrics_and_a_reconfiguration(
     api: Api, job: int, open_page: Any, tmp_path: Any
 ) -> None:
@@ -323,6 +331,7 @@ def test_dashboard_shows_a_live_job_its_tasks_metrics_and_a_reconfiguration(
     watched.assert_clean()
 
 
+@on_sqlite
 def test_a_reconfiguration_under_way_is_cancelled_from_the_page(
     api: Api, open_page: Any, tmp_path: Any
 ) -> None:
@@ -367,6 +376,7 @@ def test_a_reconfiguration_under_way_is_cancelled_from_the_page(
         watched.assert_clean()
 
 
+@on_sqlite
 def test_dashboard_says_what_is_wrong_with_a_token(api: Api, job: int, open_page: Any) -> None:
     # An unknown token: 401, said plainly, and the page stops asking.
     watched = open_page()
@@ -401,6 +411,7 @@ def test_dashboard_says_what_is_wrong_with_a_token(api: Api, job: int, open_page
             http.delete(f"/api/v1/tokens/{reader['id']}")
 
 
+@on_sqlite
 def test_docs_authorize_and_try_an_authorized_call(api: Api, job: int, open_page: Any) -> None:
     watched = open_page()
     page = watched.page
@@ -423,6 +434,7 @@ def test_docs_authorize_and_try_an_authorized_call(api: Api, job: int, open_page
     watched.assert_clean()
 
 
+@on_sqlite
 def test_redoc_renders_the_reference_offline(api: Api, open_page: Any) -> None:
     """Redoc's bundle hard-codes its logo on its CDN; the app serves the bundle with that
     address pointed at its own icon, so the page makes no request off this machine."""
@@ -434,3 +446,108 @@ def test_redoc_renders_the_reference_offline(api: Api, open_page: Any) -> None:
     logo = page.get_by_alt_text("redocly logo")
     expect(logo).to_have_attribute("src", "/static-offline-docs/favicon.png")
     watched.assert_clean()
+
+
+def test_a_job_s_checkpoints_and_its_recovery_are_shown_after_a_worker_is_killed(
+    open_page: Any, tmp_path: Path
+) -> None:
+    """A server of its own (one of its workers is killed): the job, recovering (held so
+    for a while by its restart policy's delay), is badged so; once it runs again, its
+    page lists its newest checkpoints as the API does and the recovery under its row."""
+    body = {
+        "name": "recovered <b>console</b>",
+        "job": "examples.wordcount:build",
+        "params": {"records": 0, "rate": 1000},
+        "checkpoints": {"interval_s": 0.2},
+        "restart": {"delay_s": RECOVERY_DELAY_S},
+    }
+    with running_server("sqlite", str(tmp_path)) as api, api.client() as http:
+        r = http.post("/api/v1/jobs", json=body)
+        assert r.status_code == 201, r.text
+        job_id = r.json()["id"]
+
+        def completed() -> bool:
+            page = http.get(f"/api/v1/jobs/{job_id}/checkpoints", params={"status": "completed"})
+            return page.json()["total"] >= 2
+
+        wait_until(completed, WAIT_MS / 1000, f"2 completed checkpoints of job {job_id}")
+        watched = open_page()
+        page = watched.page
+        sign_in(page, api.base_url, ADMIN_TOKEN)
+        page.goto(f"{api.base_url}/#job={job_id}")
+        expect(page.get_by_test_id("job-status")).to_have_text("running")
+        expect(page.get_by_test_id("checkpoint-row").first).to_be_visible()
+
+        abstraction = http.get(f"/api/v1/jobs/{job_id}/abstraction").json()
+        count = next(op for op in abstraction["operators"] if op["kind"] == "keyed")
+        victim = count["tasks"][-1]["resources"]["worker"]
+        pid = next(w["pid"] for w in http.get("/api/v1/workers").json() if w["id"] == victim)
+        os.kill(pid, signal.SIGKILL)
+
+        # Recovering: a badge of its own, filled, unlike a running job's.
+        badge = page.get_by_test_id("job-status").locator(".badge")
+        expect(badge).to_have_text("recovering")
+        expect(badge).to_have_class(re.compile(r"\brecovering\b"))
+        filled = badge.evaluate("b => getComputedStyle(b).backgroundColor")
+        assert filled not in ("rgba(0, 0, 0, 0)", "transparent"), filled
+
+        expect(page.get_by_test_id("job-status")).to_have_text("running", timeout=RECOVERY_WAIT_MS)
+        recs = http.get(f"/api/v1/jobs/{job_id}/reconfigurations").json()["items"]
+        (recovery,) = [rec for rec in recs if rec["origin"] == "recovery"]
+        why = recovery["recovery"]
+        shown = page.locator(f'[data-testid="recovery-row"][data-id="{recovery["id"]}"]')
+        expect(shown.get_by_test_id("recovery-checkpoint")).to_have_text(str(why["checkpoint_id"]))
+        expect(shown.get_by_test_id("recovery-reason")).to_have_text(why["reason"])
+        expect(shown.get_by_test_id("recovery-lost")).to_have_text(victim)
+        (replacement,) = why["placed_on"].values()
+        expect(shown.get_by_test_id("recovery-placed")).to_have_text(f"{victim} → {replacement}")
+        total = shown.get_by_test_id("recovery-total")
+        expect(total).to_have_text(re.compile(r"^[\d,.]+ ms$"))
+        assert number(total.inner_text().removesuffix(" ms")) == pytest.approx(
+            why["timings_ms"]["total"], abs=0.05
+        )
+        above = page.locator(f'[data-testid="reconfiguration-row"][data-id="{recovery["id"]}"]')
+        expect(above).to_contain_text("recovery")
+
+        # The checkpoints, once the job is stopped (no more come): newest first, as listed.
+        assert http.delete(f"/api/v1/jobs/{job_id}").status_code == 200
+        expect(page.get_by_test_id("job-status")).to_have_text("stopped")
+        listed = http.get(
+            f"/api/v1/jobs/{job_id}/checkpoints", params={"limit": CHECKPOINTS_SHOWN}
+        ).json()["items"]
+        rows = page.get_by_test_id("checkpoint-row")
+        expect(rows).to_have_count(len(listed))
+        wait_until(
+            lambda: (
+                rows.evaluate_all("rows => rows.map(r => r.dataset.status)")
+                == [c["status"] for c in listed]
+            ),
+            WAIT_MS / 1000,
+            "the page's checkpoints as the API lists them",
+            every=0.25,
+        )
+        ids = rows.evaluate_all("rows => rows.map(r => Number(r.dataset.id))")
+        assert ids == [c["checkpoint_id"] for c in listed]
+        for c in listed:
+            row = page.locator(f'[data-testid="checkpoint-row"][data-id="{c["checkpoint_id"]}"]')
+            expect(row.get_by_test_id("checkpoint-status")).to_have_text(c["status"])
+            expect(row.get_by_test_id("checkpoint-version")).to_have_text(str(c["version"]))
+            for testid, field_ in (
+                ("checkpoint-bytes", "bytes"),
+                ("checkpoint-full-bytes", "full_bytes"),
+            ):
+                expect(row.get_by_test_id(testid)).to_have_attribute("title", f"{c[field_]} bytes")
+            expect(row.get_by_test_id("checkpoint-error")).to_have_text(c["error"] or "")
+            if c["duration_ms"] is not None:
+                duration = row.get_by_test_id("checkpoint-duration").inner_text()
+                assert number(duration.removesuffix(" ms")) == pytest.approx(
+                    c["duration_ms"], abs=0.05
+                )
+        expect(page.get_by_test_id("job-heading")).to_contain_text(body["name"])
+        expect(page.get_by_test_id("job").locator("b")).to_have_count(0)
+
+        (recovering,) = http.get(
+            "/api/v1/events", params={"job_id": job_id, "kind": "job.recovering"}
+        ).json()["items"]
+        assert recovering["data"]["cause"] == why["reason"]
+        watched.assert_clean()

@@ -1,2 +1,3 @@
-"""Events: what happened, in order (jobs submitted and ended, reconfigurations ended,
-workers registered and lost, code uploaded, controllers attached, failed or stopped)."""
+"""Events: what happened, in order (jobs submitted, recovering, recovered and ended, a
+job's first completed checkpoint and its abandoned ones, reconfigurations ended, workers
+registered and lost, code uploaded, controllers attached, failed or stopped)."""

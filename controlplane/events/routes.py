@@ -28,7 +28,8 @@ def list_events(
         Query(max_length=40, description='a kind ("job.failed") or a prefix ("worker.")'),
     ] = None,
 ) -> Page[EventRead]:
-    """Jobs submitted and ended, reconfigurations ended, workers registered and lost, code
+    """Jobs submitted, recovering, recovered and ended, a job's first completed checkpoint
+    and its abandoned ones, reconfigurations ended, workers registered and lost, code
     uploaded, controllers attached, failed or stopped."""
     rows, total = service.list_events(
         session=session, limit=page.limit, offset=page.offset, job_id=job_id, kind=kind

@@ -15,7 +15,9 @@ class EventRead(BaseModel):
 
     id: int
     time: datetime
-    kind: str = Field(description="e.g. job.failed, reconfiguration.completed, worker.lost")
+    kind: str = Field(
+        description="e.g. job.failed, job.recovering, checkpoint.abandoned, worker.lost"
+    )
     job_id: int | None
     message: str
     data: dict[str, Any]

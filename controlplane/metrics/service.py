@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from controlplane.db import utcnow
 from controlplane.engine import Engine, MetricsView, job_key
 from controlplane.errors import JobNotRunning
 from controlplane.jobs import service as jobs
@@ -23,6 +24,7 @@ from controlplane.jobs.models import JOB_STATUSES, TERMINAL_JOB_STATUSES, JobRec
 from controlplane.reconfigurations.models import RECONFIGURATION_STATUSES, ReconfigurationRecord
 from runtime.metrics import LatencyHistogram, summarize_latency
 
+from . import checkpoints
 from .schemas import (
     ChannelMetrics,
     JobMetricsRead,
@@ -153,9 +155,11 @@ def job_metrics(
 
 
 def prometheus_text(*, session: Session, engine: Engine) -> bytes:
-    """The Prometheus exposition: jobs and reconfigurations by status (from the database),
-    records per second and sink latency p99 of each live job over ``PROMETHEUS_WINDOW_S``
-    and the size of its keyed state, and the number of live workers."""
+    """The Prometheus exposition: jobs (``recovering`` among them) and reconfigurations by
+    status (from the database), records per second and sink latency p99 of each live job
+    over ``PROMETHEUS_WINDOW_S`` and the size of its keyed state, each live job's
+    checkpoints and recoveries (:mod:`.checkpoints`, from the database), and the number
+    of live workers."""
     registry = CollectorRegistry(auto_describe=True)
     jobs_g = Gauge("streampilot_jobs", "Jobs by status", ["status"], registry=registry)
     counts = dict(
@@ -207,5 +211,8 @@ def prometheus_text(*, session: Session, engine: Engine) -> bytes:
         rate.labels(str(job_id)).set(sum(o.in_per_s for o in sinks))
         p99.labels(str(job_id)).set(summary.latency.p99_ms / 1000.0)
         state.labels(str(job_id)).set(sum(o.state_bytes or 0 for o in summary.operators))
+    registry.register(
+        checkpoints.Collected(checkpoints.families(session=session, job_ids=live, now=utcnow()))
+    )
     Gauge("streampilot_workers", "Live workers", registry=registry).set(engine.workers())
     return generate_latest(registry)

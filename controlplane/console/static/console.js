@@ -1,8 +1,9 @@
 // The streampilot dashboard: a plain client of /api/v1 (no build step, no dependencies).
 //
 // Every POLL_MS it reads the jobs and, for the selected job (#job=ID in the address),
-// its reconfigurations and metrics window; it reads the abstraction again only when the
-// job's version changes. Data goes into the page with textContent, never as HTML.
+// its reconfigurations (recoveries among them), checkpoints and metrics window; it reads
+// the abstraction again only when the job's version changes. Data goes into the page
+// with textContent, never as HTML.
 
 const API = "/api/v1";
 const TOKEN_KEY = "streampilot.token";
@@ -10,6 +11,7 @@ const POLL_MS = 2000; // the metrics are ~1 s snapshots: faster polling shows no
 const METRICS_WINDOW_S = 5; // long enough to smooth one-second snapshots, short enough to react
 const JOBS_SHOWN = 50;
 const RECONFIGURATIONS_SHOWN = 20;
+const CHECKPOINTS_SHOWN = 10; // the newest; the REST API pages through the rest
 const CONNECTED = "Connected: the token is accepted.";
 const LIVE = new Set(["starting", "running", "reconfiguring", "recovering"]); // jobs with metrics to read
 const ENDED = new Set(["completed", "failed", "aborted", "cancelled"]); // reconfigurations
@@ -74,6 +76,7 @@ function keyGroupRanges(groups) {
 
 const number = (x, digits = 1) =>
   x == null ? "—" : x.toLocaleString("en-US", { maximumFractionDigits: digits });
+const milliseconds = (x) => (x == null ? "—" : `${number(x)} ms`);
 const percent = (x) => `${Math.round(x * 100)} %`;
 const UNITS = ["B", "kB", "MB", "GB", "TB"];
 function bytes(x) {
@@ -257,11 +260,44 @@ function precopyTitle(rec) {
   return [`of which ${number(t.precopy)} ms copying state ahead`, ...workers].join("\n");
 }
 
+// A recovery's record, under its row: why, from which checkpoint, which workers it replaced.
+function recoveryRow(rec) {
+  const why = rec.recovery;
+  const columns = $("#reconfigurations").tHead.rows[0].cells.length;
+  const lost = why.lost_workers.length ? why.lost_workers.join(", ") : "none";
+  const placed = Object.entries(why.placed_on).map(([w, by]) => `${w} → ${by}`);
+  const t = why.timings_ms;
+  const fact = (label, testid, value, title) =>
+    el("div", {}, el("dt", {}, label), el("dd", { "data-testid": testid, title }, value));
+  return el(
+    "tr",
+    { "data-testid": "recovery-row", "data-id": rec.id, class: "detail" },
+    el(
+      "td",
+      { colspan: columns },
+      el(
+        "dl",
+        { class: "facts" },
+        fact("Recovered from checkpoint", "recovery-checkpoint", `${why.checkpoint_id}`),
+        fact("after", "recovery-reason", why.reason),
+        fact("Lost workers", "recovery-lost", lost),
+        fact("placed on", "recovery-placed", placed.join(", ") || "—"),
+        fact(
+          "Total",
+          "recovery-total",
+          milliseconds(t.total),
+          `halt ${milliseconds(t.halt)}, place ${milliseconds(t.place)}, restore ${milliseconds(t.restore)}`,
+        ),
+      ),
+    ),
+  );
+}
+
 function renderReconfigurations(page) {
-  const rows = page.items.map((rec) => {
+  const rows = page.items.flatMap((rec) => {
     const t = rec.timings_ms;
     const pauses = Object.values(rec.pause_ms);
-    return el(
+    const row = el(
       "tr",
       { "data-testid": "reconfiguration-row", "data-id": rec.id, "data-status": rec.status },
       el("th", { scope: "row" }, `${rec.id}`),
@@ -309,8 +345,9 @@ function renderReconfigurations(page) {
             ),
       ),
     );
+    return rec.recovery ? [row, recoveryRow(rec)] : [row];
   });
-  fill($("#reconfigurations"), rows, "No reconfiguration yet.");
+  fill($("#reconfigurations"), rows, "No reconfiguration or recovery yet.");
   const launched = page.items.find((rec) => rec.id === state.launched);
   if (launched && ENDED.has(launched.status)) {
     state.launched = null;
@@ -323,6 +360,32 @@ function renderReconfigurations(page) {
       launched.status === "completed" || launched.status === "cancelled" ? "info" : "error",
     );
   }
+}
+
+function renderCheckpoints(page) {
+  const rows = page.items.map((c) =>
+    el(
+      "tr",
+      { "data-testid": "checkpoint-row", "data-id": c.checkpoint_id, "data-status": c.status },
+      el("th", { scope: "row" }, `${c.checkpoint_id}`),
+      el("td", { "data-testid": "checkpoint-status" }, statusBadge(c.status)),
+      el("td", { class: "num", "data-testid": "checkpoint-version" }, c.version ?? "—"),
+      el("td", { class: "num", "data-testid": "checkpoint-bytes", title: `${c.bytes} bytes` }, bytes(c.bytes)),
+      el(
+        "td",
+        { class: "num", "data-testid": "checkpoint-full-bytes", title: `${c.full_bytes} bytes` },
+        bytes(c.full_bytes),
+      ),
+      el("td", { class: "num", "data-testid": "checkpoint-duration" }, milliseconds(c.duration_ms)),
+      cell(when(c.started_at)),
+      el("td", { "data-testid": "checkpoint-error" }, c.error ?? ""),
+    ),
+  );
+  fill($("#checkpoints"), rows, "No checkpoint yet (a job submitted with checkpoints off takes none).");
+  $("#checkpoints-caption").textContent =
+    page.total > page.items.length
+      ? `Newest ${page.items.length} of ${page.total}: written is what changed since the one before, full size what a restore reads.`
+      : "Newest first: written is what changed since the one before, full size what a restore reads.";
 }
 
 // ---- polling ------------------------------------------------------------------------
@@ -340,11 +403,15 @@ function authProblem(error) {
 async function refreshJob(job) {
   renderJob(job);
   const id = job.id;
-  const requests = [api(`/jobs/${id}/reconfigurations?limit=${RECONFIGURATIONS_SHOWN}`)];
+  const requests = [
+    api(`/jobs/${id}/reconfigurations?limit=${RECONFIGURATIONS_SHOWN}`),
+    api(`/jobs/${id}/checkpoints?limit=${CHECKPOINTS_SHOWN}`),
+  ];
   if (job.version !== state.shownVersion) requests.push(api(`/jobs/${id}/abstraction`));
-  const [reconfigurations, abstraction] = await Promise.all(requests);
+  const [reconfigurations, checkpoints, abstraction] = await Promise.all(requests);
   if (id !== state.jobId) return; // another job was chosen meanwhile
   renderReconfigurations(reconfigurations);
+  renderCheckpoints(checkpoints);
   if (abstraction) {
     renderAbstraction(abstraction);
     state.shownVersion = abstraction.job.version;
@@ -417,7 +484,7 @@ function selectFromHash() {
   if (state.jobId != null) state.missingJob = null;
   state.shownVersion = null;
   $("#job").hidden = state.jobId == null;
-  for (const table of ["#tasks", "#operator-metrics", "#reconfigurations"]) {
+  for (const table of ["#tasks", "#operator-metrics", "#reconfigurations", "#checkpoints"]) {
     $(table).tBodies[0].replaceChildren();
   }
   say($("#action-status"), "");
