@@ -22,6 +22,10 @@ A plan is carried out in three steps:
    ``on_change`` listener; the reports are written one after another, in order) and a
    final one, then frees the job.
 
+Savepoints (:meth:`Engine.savepoint`) are taken by the job's checkpointer, on request
+(see :meth:`controlplane.coordinator.Coordinator.savepoint`); the request waits for the
+savepoint to end.
+
 A plan is cancelled one way, reserved or under way: :meth:`Engine.cancel` asks the
 coordinator (:func:`controlplane.coordinator.plans.cancel`).
 
@@ -72,6 +76,7 @@ from controlplane.engine_views import (
     job_key,
 )
 from controlplane.errors import (
+    Conflict,
     Forbidden,
     JobNotRunning,
     NotCancellable,
@@ -83,7 +88,7 @@ from controlplane.errors import (
     WorkerLimit,
     from_abstraction_error,
 )
-from controlplane.statuses import JobStatus, ReconfigurationStatus, WorkerStatus
+from controlplane.statuses import CheckpointStatus, JobStatus, ReconfigurationStatus, WorkerStatus
 from runtime.dataflow import JobGraph
 
 __all__ = [
@@ -110,6 +115,7 @@ CALL_TIMEOUT_S = (
 SUBMIT_TIMEOUT_S = 45.0  # a submission deploys within this (the coordinator's own limit is 30 s)
 WORKER_POLL_S = 0.05  # a newly started worker's registration is noticed within this
 CLOSE_TIMEOUT_S = 30.0  # in-flight reconfigurations wind down within this at shutdown
+SAVEPOINT_QUEUE_S = 30.0  # a savepoint waits at most this for the checkpoint or change before it
 
 
 class Engine:
@@ -189,16 +195,23 @@ class Engine:
         job_id: str,
         checkpoints: CheckpointPolicy | None = None,
         restart: RestartPolicy | None = None,
+        from_savepoint: dict[str, Any] | None = None,
     ) -> JobState:
         """Deploy and start ``graph`` as job ``job_id`` (a new id), checkpointed as
         ``checkpoints`` says (None: never) and recovering from failures as ``restart``
-        allows (None: the default); the job may come back ``failed`` with its cause.
-        Raises :class:`Unavailable` when no worker is registered or the id is taken."""
+        allows (None: the default), from the savepoint whose manifest is
+        ``from_savepoint`` if given (checked to fit ``graph`` by the caller); the job may
+        come back ``failed`` with its cause. Raises :class:`Unavailable` when no worker is
+        registered or the id is taken."""
 
         async def submit() -> JobState:
             try:
                 job = await self.coordinator.submit(
-                    graph, job_id=job_id, checkpoints=checkpoints, restart=restart
+                    graph,
+                    job_id=job_id,
+                    checkpoints=checkpoints,
+                    restart=restart,
+                    from_savepoint=from_savepoint,
                 )
             except CoordinatorError as exc:
                 raise Unavailable(f"{exc}") from None
@@ -248,6 +261,52 @@ class Engine:
             return _state(job)
 
         return self._call(stop, CALL_TIMEOUT_S)
+
+    def savepoint(self, job_id: str, *, stop: bool, timeout_s: float) -> dict[str, Any]:
+        """Take a savepoint of the running job and wait for it (a job whose checkpoint
+        timeout is ``timeout_s``); with ``stop``, stop the job once it completed (its
+        sinks committed up to it first). Returns the completed savepoint's report
+        (:meth:`~controlplane.coordinator.checkpoint_report.CheckpointReport.reported`).
+
+        Raises :class:`JobNotRunning` for a job not deployed here; :class:`Conflict`
+        ``savepoint_refused`` saying why none can be taken (no checkpoints, not running,
+        one already under way, tasks finished), ``savepoint_abandoned`` with its error
+        when it could not complete (the job runs on, not stopped)."""
+
+        async def take() -> dict[str, Any]:
+            if self.coordinator.jobs.get(job_id) is None:
+                raise JobNotRunning(
+                    "the job is not deployed on this control plane (it ended, or the control "
+                    "plane restarted since)"
+                )
+            try:
+                report = await self.coordinator.savepoint(job_id, stop=stop)
+            except CoordinatorError as exc:
+                raise Conflict(f"{exc}", code="savepoint_refused") from None
+            if report.status != CheckpointStatus.COMPLETED:
+                raise Conflict(
+                    f"savepoint {report.id} of job {job_id} was abandoned: {report.error}; "
+                    f"the job runs on{' (not stopped)' if stop else ''}: try again",
+                    code="savepoint_abandoned",
+                )
+            return report.reported()
+
+        return self._call(take, SAVEPOINT_QUEUE_S + timeout_s + CALL_TIMEOUT_S)
+
+    def release_savepoint(self, job_id: str, checkpoint_id: int) -> bool:
+        """Savepoint ``checkpoint_id`` of job ``job_id`` was deleted: if the job runs
+        here, its checkpointer lets go of it (see
+        :meth:`~controlplane.coordinator.checkpointer.Checkpointer.unpin`) and this returns True;
+        False when no running job here takes care of its files."""
+
+        async def release() -> bool:
+            job = self.coordinator.jobs.get(job_id)
+            if job is None or job.done or job.checkpointer is None:
+                return False
+            job.checkpointer.unpin(checkpoint_id)
+            return True
+
+        return self._call(release, CALL_TIMEOUT_S)
 
     def state(self, job_id: str) -> JobState | None:
         async def state() -> JobState | None:

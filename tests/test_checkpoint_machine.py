@@ -23,14 +23,17 @@ from controlplane.coordinator.checkpoint_protocol import (
     JobEnded,
     ManifestWritten,
     Report,
+    SavepointRefused,
+    SavepointWanted,
     TaskError,
     TaskFinished,
     Tick,
     TimedOut,
+    Unpinned,
     WakeAt,
     WriteManifest,
 )
-from controlplane.coordinator.checkpoint_report import CheckpointPolicy
+from controlplane.coordinator.checkpoint_report import CheckpointKind, CheckpointPolicy
 from controlplane.statuses import CheckpointStatus
 
 TASKS = frozenset({"src-0", "count-0", "count-1"})
@@ -216,6 +219,91 @@ def test_a_job_that_ends_abandons_its_checkpoint_and_wants_no_more_ticks():
     assert run.m.wake_at is None and not of(Inject, run.tick(30.0))
 
 
+def savepoint_started(run: Run, now: float) -> tuple[int, list]:
+    out = run.tick(now)
+    (inject,) = of(Inject, out)
+    (report,) = [c.report for c in of(Report, out)]
+    assert report.kind is CheckpointKind.SAVEPOINT
+    return inject.checkpoint_id, out
+
+
+def test_a_savepoint_is_asked_for_at_once_and_does_not_move_the_checkpoints_timer():
+    run = Run()
+    out = run.at(3.0, SavepointWanted())
+    assert of(WakeAt, out)[-1].at == 3.0  # a tick now, not when a checkpoint is due
+    sid, _ = savepoint_started(run, 3.0)
+    out = run.complete(sid, 4.0, {"count-0": part(sid)})
+    (done,) = [c.report for c in of(Report, out)]
+    assert done.status is CheckpointStatus.COMPLETED and done.kind is CheckpointKind.SAVEPOINT
+    assert of(WakeAt, out)[-1].at == 10.0  # the first checkpoint is due as before
+    assert of(Inject, run.tick(10.0))
+    write = of(WriteManifest, run.complete(sid + 1, 10.5))
+    assert write[0].manifest["kind"] == "checkpoint"
+
+
+def test_a_savepoint_queues_behind_the_checkpoint_in_flight_and_a_change():
+    run = Run()
+    cid = of(Inject, run.tick(10.0))[0].checkpoint_id
+    out = run.at(10.1, SavepointWanted())
+    assert not of(SavepointRefused, out) and not of(Inject, run.tick(10.2))
+    out = run.complete(cid, 10.5)
+    assert of(WakeAt, out)[-1].at == 10.5  # right after it
+    run.at(10.6, ChangeWanted())  # a reconfiguration takes the job first
+    assert not of(Inject, run.tick(10.7))
+    run.at(12.0, ChangeEnded())
+    sid, out = savepoint_started(run, 12.0)
+    assert sid > cid
+    assert of(SavepointRefused, run.at(12.1, SavepointWanted()))  # one at a time
+
+
+def test_a_savepoint_is_refused_once_tasks_finish_or_the_job_ends():
+    run = Run()
+    run.at(1.0, SavepointWanted())
+    (refused,) = of(SavepointRefused, run.at(1.1, TaskFinished("src-0")))
+    assert "src-0 finished" in refused.reason
+    assert "finishing job" in of(SavepointRefused, run.at(2.0, SavepointWanted()))[0].reason
+    run = Run()
+    run.at(1.0, SavepointWanted())
+    assert "ended" in of(SavepointRefused, run.at(1.1, JobEnded("stopped")))[0].reason
+
+
+def test_a_savepoint_is_never_discarded_nor_its_files_removed_until_unpinned():
+    run = Run(CheckpointPolicy(interval_s=10.0, timeout_s=5.0, retained=1))
+    first = of(Inject, run.tick(10.0))[0].checkpoint_id
+    run.complete(first, 10.5, {"count-0": part(first)})
+    run.at(11.0, SavepointWanted())
+    sid, _ = savepoint_started(run, 11.0)
+    run.complete(sid, 11.5, {"count-0": part(first, sid)})
+    deleted: list[int] = []
+    discarded: list[int] = []
+    for n in range(2, 5):  # checkpoints whose group 0 is whole again: no need of first
+        cid = of(Inject, run.tick(10.0 * n))[0].checkpoint_id
+        out = run.complete(cid, 10.0 * n + 1, {"count-0": part(cid)})
+        deleted += [d for c in of(DeleteFiles, out) for d in c.checkpoint_ids]
+        discarded += [c.checkpoint_id for c in of(Discarded, out)]
+    assert sid not in discarded and first in discarded
+    assert first not in deleted and sid not in deleted  # the savepoint reads both
+    run.at(45.0, Unpinned(sid))
+    cid = of(Inject, run.tick(50.0))[0].checkpoint_id
+    out = run.complete(cid, 51.0, {"count-0": part(cid)})
+    assert {first, sid} <= {d for c in of(DeleteFiles, out) for d in c.checkpoint_ids}
+
+
+def test_adopted_savepoints_stay_pinned():
+    run = Run(CheckpointPolicy(interval_s=10.0, timeout_s=5.0, retained=1))
+    manifest = {"checkpoint_id": 7, "tasks": {"count-0": part(5, 7)}}
+    savepoint = {"checkpoint_id": 6, "tasks": {"count-0": part(3, 6)}}
+    run.m.adopt(manifest, {3, 4, 5, 6, 7}, [savepoint])
+    run.ids = itertools.count(8)
+    cid = of(Inject, run.tick(10.0))[0].checkpoint_id
+    out = run.complete(cid, 11.0, {"count-0": part(cid)})
+    assert of(DeleteFiles, out) == [DeleteFiles((4, 5, 7))]  # 3 and 6: the savepoint's
+    run.at(12.0, Unpinned(6))
+    cid = of(Inject, run.tick(20.0))[0].checkpoint_id
+    out = run.complete(cid, 21.0, {"count-0": part(cid)})
+    assert of(DeleteFiles, out) == [DeleteFiles((3, 6, 8))]
+
+
 EVENTS = st.lists(
     st.tuples(
         st.floats(0.0, 4.0),
@@ -230,6 +318,8 @@ EVENTS = st.lists(
                 "want",
                 "end_change",
                 "finish",
+                "savepoint",
+                "unpin",
             ]
         ),
         st.sampled_from(sorted(TASKS)),
@@ -251,6 +341,7 @@ def test_checkpoints_never_overlap_never_interleave_with_a_change_and_keep_what_
     retained: dict[int, set[int]] = {}
     chains: dict[int, set[int]] = {}  # checkpoint -> the checkpoints its parts refer to
     deleted: set[int] = set()
+    pinned: dict[int, set[int]] = {}  # completed savepoints -> what they refer to
     last_full: int | None = None
     for dt, kind, task in events:
         now += dt
@@ -265,6 +356,8 @@ def test_checkpoints_never_overlap_never_interleave_with_a_change_and_keep_what_
             "want": ChangeWanted(),
             "end_change": ChangeEnded(),
             "finish": TaskFinished(task),
+            "savepoint": SavepointWanted(),
+            "unpin": Unpinned(min(pinned, default=0)),
         }[kind]
         if kind == "ack":
             refs = [last_full, cid] if last_full is not None and task != "src-0" else [cid]
@@ -276,6 +369,8 @@ def test_checkpoints_never_overlap_never_interleave_with_a_change_and_keep_what_
             continue
         if kind == "want":
             waiting = True
+        if kind == "unpin":
+            pinned.pop(event.checkpoint_id, None)  # type: ignore[union-attr]
         out = run.at(now, event)
         for c in out:
             match c:
@@ -285,7 +380,11 @@ def test_checkpoints_never_overlap_never_interleave_with_a_change_and_keep_what_
                 case Report(report=r) if r.status is CheckpointStatus.COMPLETED:
                     assert r.id == flight and r.id not in ended
                     ended.add(r.id)
-                    retained[r.id] = chains.get(r.id, set()) | {r.id}
+                    refs = chains.get(r.id, set()) | {r.id}
+                    if r.kind is CheckpointKind.SAVEPOINT:
+                        pinned[r.id] = refs
+                    else:
+                        retained[r.id] = refs
                     last_full = r.id if len(retained) % 2 else last_full
                     flight = None
                 case Abandoned(checkpoint_id=i):
@@ -293,10 +392,12 @@ def test_checkpoints_never_overlap_never_interleave_with_a_change_and_keep_what_
                     ended.add(i)
                     flight = None
                 case Discarded(checkpoint_id=i):
+                    assert i not in pinned  # a savepoint is never discarded
                     del retained[i]
                 case DeleteFiles(checkpoint_ids=ids):
                     for i in ids:
                         assert all(i not in refs for refs in retained.values())
+                        assert all(i not in refs for refs in pinned.values())
                         assert i not in deleted
                     deleted.update(ids)
                 case AllowChange():

@@ -14,7 +14,9 @@ __all__ = ["CheckpointRecord"]
 
 class CheckpointRecord(Base):
     """Checkpoint ``checkpoint_id`` of job ``job_id``: the coordinator's id for it (its
-    barrier id, growing within the job), the abstraction ``version`` the job ran, how it
+    barrier id, growing within the job), its ``kind`` (``checkpoint``, taken by the
+    policy's timer; ``savepoint``, taken on request and kept until deleted), the
+    abstraction ``version`` the job ran, how it
     went (``status``, ``error``), where its manifest is (``path``), what its tasks wrote
     for it (``bytes``, incremental) and what the state it restores comes to
     (``full_bytes``), how many ``tasks`` took part, when it started and how long it took.
@@ -27,6 +29,7 @@ class CheckpointRecord(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     checkpoint_id: Mapped[int]
+    kind: Mapped[str] = mapped_column(String(20), index=True, server_default="checkpoint")
     version: Mapped[int | None]
     status: Mapped[str] = mapped_column(String(20), index=True)
     error: Mapped[str | None] = mapped_column(Text)

@@ -1,10 +1,11 @@
 """API shapes of checkpoints: what a submission asks of its job's checkpoints and of its
-recoveries (the restart policy), the policies a job runs with, and the record of each
-checkpoint."""
+recoveries (the restart policy), the policies a job runs with, the record of each
+checkpoint, and savepoints (what to take, the record of each)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,6 +19,8 @@ __all__ = [
     "CheckpointSettings",
     "RestartPolicyRead",
     "RestartSettings",
+    "SavepointCreate",
+    "SavepointRead",
 ]
 
 
@@ -131,3 +134,71 @@ class CheckpointRead(BaseModel):
             created_at=rec.created_at,
             updated_at=rec.updated_at,
         )
+
+
+class SavepointCreate(BaseModel):
+    """A savepoint to take of a running job (``POST /jobs/{id}/savepoints``)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"stop": True}]})
+
+    stop: bool = Field(
+        False,
+        description="stop the job once the savepoint is complete (its sinks having "
+        "committed everything up to it), like `flink stop --savepointPath`",
+    )
+
+
+class SavepointRead(BaseModel):
+    savepoint_id: int = Field(description="the coordinator's id of it (a checkpoint id)")
+    job_id: int
+    ref: str = Field(description='what POST /jobs takes as "from_savepoint": "<job id>/<id>"')
+    status: CheckpointStatus = Field(
+        description="in_progress, then completed (kept until deleted); abandoned when it "
+        "could not complete"
+    )
+    version: int | None = Field(description="the abstraction version the job ran")
+    error: str | None = Field(description="why it was abandoned, if it was")
+    path: str | None = Field(description="where its manifest is in the checkpoint store")
+    bytes: int = Field(description="what its tasks wrote for it (only what changed)")
+    full_bytes: int = Field(description="what a job started from it reads")
+    tasks: int = Field(description="tasks that took part")
+    started_at: datetime
+    duration_ms: float | None = Field(description="from its start to its end (null until then)")
+
+    @classmethod
+    def of(cls, rec: CheckpointRecord) -> SavepointRead:
+        return cls.of_report(
+            rec.job_id,
+            {
+                "checkpoint_id": rec.checkpoint_id,
+                **{f: getattr(rec, f) for f in _REPORTED},
+            },
+        )
+
+    @classmethod
+    def of_report(cls, job_id: int, reported: dict[str, Any]) -> SavepointRead:
+        """From what the coordinator reported of it (``CheckpointReport.reported``)."""
+        started = reported["started_at"]
+        if not isinstance(started, datetime):
+            started = datetime.fromtimestamp(started, UTC)
+        return cls(
+            savepoint_id=reported["checkpoint_id"],
+            job_id=job_id,
+            ref=f"{job_id}/{reported['checkpoint_id']}",
+            status=CheckpointStatus(reported["status"]),
+            started_at=started,
+            **{f: reported[f] for f in _REPORTED if f not in ("status", "started_at")},
+        )
+
+
+_REPORTED = (
+    "status",
+    "version",
+    "error",
+    "path",
+    "bytes",
+    "full_bytes",
+    "tasks",
+    "started_at",
+    "duration_ms",
+)

@@ -1,5 +1,7 @@
-"""Checkpoints: record what the coordinator reports of each, list them, get one, and find
-the latest completed one.
+"""Checkpoints: record what the coordinator reports of each (checkpoints and savepoints:
+one table, their ``kind`` apart), list them, get one, and find the latest completed one.
+Listing, getting and the latest completed one are of ``checkpoint`` rows only; savepoints
+are :mod:`.savepoints`'.
 
 Functions take the session as a keyword argument and never commit. A checkpoint has one
 row per job and coordinator id (``checkpoint_id``), inserted at its first report and
@@ -21,6 +23,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from controlplane.coordinator.checkpoint_report import CheckpointKind
 from controlplane.errors import NotFound
 from controlplane.jobs import service as jobs
 from controlplane.pagination import fetch_page
@@ -70,6 +73,7 @@ def record(*, session: Session, job_db_id: int, reported: Mapping[str, Any]) -> 
             status,
         )
         return rec
+    rec.kind = str(CheckpointKind(reported.get("kind", CheckpointKind.CHECKPOINT)))
     rec.version = reported["version"]
     rec.status = status
     rec.error = reported["error"]
@@ -97,28 +101,46 @@ def discard(*, session: Session, job_db_id: int, checkpoint_id: int) -> None:
 
 
 def list_for_job(
-    *, session: Session, job_id: int, limit: int, offset: int, status: str | None = None
+    *,
+    session: Session,
+    job_id: int,
+    limit: int,
+    offset: int,
+    status: str | None = None,
+    kind: CheckpointKind = CheckpointKind.CHECKPOINT,
 ) -> tuple[list[CheckpointRecord], int]:
-    """A page of the job's checkpoints, newest first (optionally only those in
-    ``status``), and how many there are. :class:`NotFound` for an unknown job."""
+    """A page of the job's checkpoints (or savepoints: ``kind``), newest first
+    (optionally only those in ``status``), and how many there are. :class:`NotFound` for
+    an unknown job."""
     jobs.get_row(session=session, job_id=job_id)
-    query = select(CheckpointRecord).where(CheckpointRecord.job_id == job_id)
+    query = select(CheckpointRecord).where(
+        CheckpointRecord.job_id == job_id, CheckpointRecord.kind == kind
+    )
     if status is not None:
         query = query.where(CheckpointRecord.status == status)
     return fetch_page(session, query, CheckpointRecord.checkpoint_id.desc(), limit, offset)
 
 
-def get(*, session: Session, job_id: int, checkpoint_id: int) -> CheckpointRecord:
-    """Checkpoint ``checkpoint_id`` (the coordinator's id) of the job; :class:`NotFound`
-    naming the job when it does not exist, else naming the checkpoint."""
+def get(
+    *,
+    session: Session,
+    job_id: int,
+    checkpoint_id: int,
+    kind: CheckpointKind = CheckpointKind.CHECKPOINT,
+) -> CheckpointRecord:
+    """Checkpoint (or savepoint: ``kind``) ``checkpoint_id`` (the coordinator's id) of
+    the job; :class:`NotFound` naming the job when it does not exist, else naming the
+    checkpoint."""
     rec = session.scalar(
         select(CheckpointRecord).where(
-            CheckpointRecord.job_id == job_id, CheckpointRecord.checkpoint_id == checkpoint_id
+            CheckpointRecord.job_id == job_id,
+            CheckpointRecord.checkpoint_id == checkpoint_id,
+            CheckpointRecord.kind == kind,
         )
     )
     if rec is None:
         jobs.get_row(session=session, job_id=job_id)
-        raise NotFound(f"job {job_id} has no checkpoint {checkpoint_id}")
+        raise NotFound(f"job {job_id} has no {kind} {checkpoint_id}")
     return rec
 
 
@@ -128,6 +150,7 @@ def latest_completed(*, session: Session, job_db_id: int) -> CheckpointRecord | 
         select(CheckpointRecord)
         .where(
             CheckpointRecord.job_id == job_db_id,
+            CheckpointRecord.kind == CheckpointKind.CHECKPOINT,
             CheckpointRecord.status == CheckpointStatus.COMPLETED,
         )
         .order_by(CheckpointRecord.checkpoint_id.desc())

@@ -3,7 +3,7 @@
 Local, without a server: ``run`` (a job on local worker processes) and ``demo`` (starts a
 StreamManager and drives a word count through REST). The StreamManager itself: ``server``
 and ``db upgrade``. Over REST, one sub-app per resource: ``job``, ``abstraction``,
-``reconfigure``, ``reconfig``, ``checkpoints``, ``workers``, ``code``, ``controller`` and
+``reconfigure``, ``reconfig``, ``checkpoints``, ``savepoints``, ``workers``, ``code``, ``controller`` and
 ``token``; they find the server and token in ``--server`` / ``--token`` or
 ``STREAMPILOT_SERVER`` / ``STREAMPILOT_TOKEN`` (see :mod:`controlplane.cli.client`).
 
@@ -27,6 +27,7 @@ from . import (
     jobs,
     reconfigs,
     reconfigure,
+    savepoints,
     tokens,
     workers,
 )
@@ -50,6 +51,7 @@ app.add_typer(abstraction.app, name="abstraction")
 app.add_typer(reconfigure.app, name="reconfigure")
 app.add_typer(reconfigs.app, name="reconfig")
 app.add_typer(checkpoints.app, name="checkpoints")
+app.add_typer(savepoints.app, name="savepoints")
 app.add_typer(workers.app, name="workers")
 app.add_typer(code.app, name="code")
 app.add_typer(controllers.app, name="controller")

@@ -1,4 +1,5 @@
-"""``streampilot job submit|list|show|stop``: jobs on a StreamManager, over REST."""
+"""``streampilot job submit|list|show|stop``: jobs on a StreamManager, over REST
+(``submit --from-savepoint``, ``stop --savepoint``: see :mod:`.savepoints`)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ def print_job(job: dict[str, Any]) -> None:
                 ("version", job["version"]),
                 ("checkpoints", describe_policy(job.get("checkpoints"))),
                 ("restarts", describe_restart(job.get("restart"))),
+                ("from savepoint", job.get("from_savepoint") or "-"),
+                *([("savepoint", job["savepoint"]["ref"])] if "savepoint" in job else []),
                 ("error", job["error"]),
                 ("created", when(job["created_at"])),
                 ("updated", when(job["updated_at"])),
@@ -94,6 +97,13 @@ def submit(
             ),
         ),
     ] = None,
+    from_savepoint: Annotated[
+        str | None,
+        typer.Option(
+            metavar="JOB/SAVEPOINT",
+            help="start from this savepoint (its ref, e.g. 3/14: see savepoints list)",
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     """Submit a job: the server builds, deploys and starts it.
 
@@ -106,6 +116,8 @@ def submit(
         body["checkpoints"] = checkpoints
     if max_failures is not None:
         body["restart"] = {"max_failures": max_failures}
+    if from_savepoint is not None:
+        body["from_savepoint"] = from_savepoint
     return api.post("/jobs", body)
 
 
@@ -139,6 +151,22 @@ def show(api: Client, job_id: JobArg) -> dict[str, Any]:
 
 
 @rest_command(app, "stop", print_job)
-def stop(api: Client, job_id: JobArg) -> dict[str, Any]:
-    """Stop a job (its records stay; stopping a job that has ended changes nothing)."""
-    return api.delete(f"/jobs/{job_id}")
+def stop(
+    api: Client,
+    job_id: JobArg,
+    savepoint: Annotated[
+        bool,
+        typer.Option(
+            "--savepoint",
+            help="stop with a savepoint: the job stops once it is complete, its sinks having "
+            "committed everything up to it (its ref is printed)",
+        ),
+    ] = False,
+) -> dict[str, Any]:
+    """Stop a job (its records stay; stopping a job that has ended changes nothing).
+
+    With --savepoint, exits 1 (the job runs on) if the savepoint could not be taken."""
+    if not savepoint:
+        return api.delete(f"/jobs/{job_id}")
+    taken = api.post(f"/jobs/{job_id}/savepoints", {"stop": True})
+    return {**api.get(f"/jobs/{job_id}"), "savepoint": taken}

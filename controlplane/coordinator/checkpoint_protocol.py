@@ -29,6 +29,18 @@ to carry out in order. The protocol (docs/design.md, section 7):
    incremental over its previous capture, whatever became of that checkpoint) and go
    once a later one completes without referring to them.
 
+5. **Savepoint.** A savepoint is a checkpoint taken on request, through the same steps:
+   :class:`SavepointWanted` makes the next :class:`Tick` start one (the machine asks for
+   that tick at once with :class:`WakeAt`) as soon as a checkpoint could start: after the
+   checkpoint in flight (it queues behind it) and after a reconfiguration holding the job
+   (it waits for it, as checkpoints do); a job whose tasks have started to finish, one
+   that ended, or one that already has a savepoint asked or in flight refuses it
+   (:class:`SavepointRefused`). It does not move the timer of the checkpoints. Completed,
+   it is **pinned**: retention never counts it, never discards it, and never removes the
+   directories its chains refer to (its own and earlier checkpoints'), until
+   :class:`Unpinned` (the savepoint was deleted); then they go with the next completion
+   that no longer refers to them. Its manifest says ``"kind": "savepoint"``.
+
 At most one checkpoint is in flight. **A checkpoint and a reconfiguration never
 interleave** (their barriers would overtake each other): a reconfiguration that wants the
 job (:class:`ChangeWanted`) goes ahead at once if no checkpoint is in flight or the one
@@ -48,7 +60,7 @@ from typing import Any
 
 from controlplane.statuses import CheckpointStatus
 
-from .checkpoint_report import CheckpointPolicy, CheckpointReport
+from .checkpoint_report import CheckpointKind, CheckpointPolicy, CheckpointReport
 
 __all__ = [
     "CAPTURE_WAIT_S",
@@ -68,14 +80,18 @@ __all__ = [
     "JobEnded",
     "ManifestWritten",
     "Report",
+    "SavepointRefused",
+    "SavepointWanted",
     "Suspended",
     "TaskError",
     "TaskFinished",
     "Tick",
     "TimedOut",
+    "Unpinned",
     "WakeAt",
     "WriteManifest",
     "checkpoint_dir",
+    "referenced",
 ]
 
 CAPTURE_WAIT_S = 1.0  # longest a reconfiguration waits for the checkpoint in flight's captures
@@ -87,6 +103,15 @@ def checkpoint_dir(job_id: str, checkpoint_id: int) -> str:
 
 
 _DIR = re.compile(r"(?:^|/)chk-(\d+)/")
+
+
+def referenced(manifest: dict[str, Any]) -> set[int]:
+    """The checkpoints whose directories a restore from ``manifest`` reads (its own, and
+    those its chains refer to)."""
+    found = {int(manifest["checkpoint_id"])}
+    for part in manifest["tasks"].values():
+        found |= _referenced(part)
+    return found
 
 
 def _referenced(part: dict[str, Any]) -> set[int]:
@@ -193,6 +218,18 @@ class JobEnded:
     reason: str
 
 
+@dataclass(frozen=True)
+class SavepointWanted:
+    """A savepoint is asked: the next checkpoint that can start is one (step 5)."""
+
+
+@dataclass(frozen=True)
+class Unpinned:
+    """Savepoint ``checkpoint_id`` was deleted: retention may let its files go."""
+
+    checkpoint_id: int
+
+
 Event = (
     Tick
     | Captured
@@ -205,6 +242,8 @@ Event = (
     | ChangeEnded
     | Suspended
     | JobEnded
+    | SavepointWanted
+    | Unpinned
 )
 
 # -- commands ----------------------------------------------------------------------------
@@ -277,6 +316,13 @@ class Abandoned:
     checkpoint_id: int
 
 
+@dataclass(frozen=True)
+class SavepointRefused:
+    """The savepoint asked cannot be taken: ``reason`` says why."""
+
+    reason: str
+
+
 Command = (
     Inject
     | WakeAt
@@ -287,6 +333,7 @@ Command = (
     | Discarded
     | AllowChange
     | Abandoned
+    | SavepointRefused
 )
 
 
@@ -328,6 +375,9 @@ class CheckpointMachine:
         self.finished_tasks: set[str] = set()
         # Completed checkpoints retained, oldest first: id -> the checkpoints it refers to.
         self.retained: dict[int, set[int]] = {}
+        # Completed savepoints, kept until unpinned: id -> the checkpoints it refers to.
+        self.pinned: dict[int, set[int]] = {}
+        self.savepoint_wanted = False
         self.dirs: set[int] = set()  # checkpoints whose directory may exist in the store
         self.latest_completed: int | None = None
 
@@ -351,6 +401,11 @@ class CheckpointMachine:
                     self._abandon(f"task {task}: {error}", now, out)
             case TaskFinished(task=task):
                 self.finished_tasks.add(task)
+                if self.savepoint_wanted:  # it would wait for ever
+                    self.savepoint_wanted = False
+                    out.append(
+                        SavepointRefused(f"task {task} finished: a finishing job takes none")
+                    )
                 flight = self.in_flight
                 if flight is not None and not flight.committing and task in flight.waiting_ack:
                     self._abandon(f"task {task} finished before it took its part", now, out)
@@ -383,21 +438,37 @@ class CheckpointMachine:
                 self._abandon(reason, now, out)
             case JobEnded(reason=reason):
                 self.ended = True
+                if self.savepoint_wanted:
+                    self.savepoint_wanted = False
+                    out.append(SavepointRefused(f"the job ended ({reason})"))
                 if self.in_flight is not None:
                     self._abandon(reason, now, out)
                 out.append(WakeAt(None))
+            case SavepointWanted():
+                self._savepoint_wanted(now, out)
+            case Unpinned(checkpoint_id=cid):
+                self.pinned.pop(cid, None)
         return out
 
-    def adopt(self, manifest: dict[str, Any], present: set[int]) -> None:
-        """Take the completed checkpoint ``manifest`` (an earlier coordinator's) as the
-        latest and retained one; the directories ``present`` are known to exist."""
+    def adopt(
+        self,
+        manifest: dict[str, Any],
+        present: set[int],
+        savepoints: list[dict[str, Any]] | tuple[()] = (),
+    ) -> None:
+        """Take the completed checkpoint ``manifest`` (an earlier coordinator's, or the
+        savepoint a job was submitted from) as the latest and retained one, and pin the
+        ``savepoints`` (their manifests) the job's store holds; the directories
+        ``present`` are known to exist."""
         cid = int(manifest["checkpoint_id"])
-        refs = {cid}
-        for part in manifest["tasks"].values():
-            refs |= _referenced(part)
+        refs = referenced(manifest)
         self.retained = {cid: refs}
         self.latest_completed = cid
         self.dirs |= present | refs
+        for savepoint in savepoints:
+            pins = referenced(savepoint)
+            self.pinned[int(savepoint["checkpoint_id"])] = pins
+            self.dirs |= pins
 
     @property
     def wake_at(self) -> float | None:
@@ -429,7 +500,7 @@ class CheckpointMachine:
             and self.in_flight is None
             and not self.changing
             and not self.finished_tasks
-            and now >= self.due
+            and (now >= self.due or self.savepoint_wanted)
             and tick.tasks
         )
         assert self.policy.interval_s is not None
@@ -438,10 +509,16 @@ class CheckpointMachine:
                 self.due = now + self.policy.interval_s
             out.append(self._wake(now))
             return
-        report = CheckpointReport(tick.barrier_id, self.job_id, tick.version, tasks=len(tick.tasks))
+        kind = CheckpointKind.SAVEPOINT if self.savepoint_wanted else CheckpointKind.CHECKPOINT
+        report = CheckpointReport(
+            tick.barrier_id, self.job_id, tick.version, kind, tasks=len(tick.tasks)
+        )
         self.in_flight = _InFlight(report, now, set(tick.tasks), set(tick.tasks))
         self.dirs.add(tick.barrier_id)
-        self.due = now + self.policy.interval_s
+        if self.savepoint_wanted:
+            self.savepoint_wanted = False  # step 5: the timer of checkpoints stays as it is
+        else:
+            self.due = now + self.policy.interval_s
         out.append(Report(_copy(report)))
         out.append(Inject(tick.barrier_id))
         out.append(self._wake(now))
@@ -461,6 +538,7 @@ class CheckpointMachine:
             manifest = {
                 "job_id": self.job_id,
                 "checkpoint_id": flight.report.id,
+                "kind": str(flight.report.kind),
                 "version": flight.report.version,
                 "tasks": dict(sorted(flight.parts.items())),
             }
@@ -480,7 +558,10 @@ class CheckpointMachine:
         refs = {report.id}
         for part in flight.parts.values():
             refs |= _referenced(part)
-        self.retained[report.id] = refs
+        if report.kind is CheckpointKind.SAVEPOINT:
+            self.pinned[report.id] = refs  # step 5: kept until unpinned, never discarded
+        else:
+            self.retained[report.id] = refs
         self.latest_completed = report.id
         self.in_flight = None
         out.append(Report(_copy(report)))
@@ -488,7 +569,7 @@ class CheckpointMachine:
             gone = next(iter(self.retained))
             del self.retained[gone]
             out.append(Discarded(gone))
-        keep = set().union(*self.retained.values())
+        keep = set().union(*self.retained.values(), *self.pinned.values())
         garbage = tuple(sorted(d for d in self.dirs if d < report.id and d not in keep))
         if garbage:
             self.dirs -= set(garbage)
@@ -512,6 +593,25 @@ class CheckpointMachine:
         if not self.ended:
             out.append(self._wake(now))
 
+    def _savepoint_wanted(self, now: float, out: list[Command]) -> None:
+        """Step 5: take a savepoint at the next tick that can start one, or refuse."""
+        flight = self.in_flight
+        why = None
+        if self.ended:
+            why = "the job has ended"
+        elif self.finished_tasks:
+            shown = ", ".join(sorted(self.finished_tasks)[:5])
+            why = f"tasks of the job have finished ({shown}): a finishing job takes none"
+        elif self.savepoint_wanted:
+            why = "a savepoint of the job is already asked: wait for it to end"
+        elif flight is not None and flight.report.kind is CheckpointKind.SAVEPOINT:
+            why = f"savepoint {flight.report.id} of the job is under way: wait for it to end"
+        if why is not None:
+            out.append(SavepointRefused(why))
+            return
+        self.savepoint_wanted = True
+        out.append(self._wake(now))
+
     def _maybe_allow_change(self, out: list[Command]) -> None:
         if self.change_waiting_since is None:
             return
@@ -528,7 +628,8 @@ class CheckpointMachine:
         if self.ended:
             return WakeAt(None)
         held = self.in_flight is not None or self.changing or bool(self.finished_tasks)
-        at: float | None = None if held else max(self.due, now)
+        due = now if self.savepoint_wanted else self.due
+        at: float | None = None if held else max(due, now)
         if self.change_waiting_since is not None:
             deadline = self.change_waiting_since + self.capture_wait_s
             at = deadline if at is None else min(at, deadline)

@@ -15,11 +15,20 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from controlplane.statuses import CheckpointStatus
 
-__all__ = ["CheckpointPolicy", "CheckpointReport", "Failures", "RestartPolicy"]
+__all__ = ["CheckpointKind", "CheckpointPolicy", "CheckpointReport", "Failures", "RestartPolicy"]
+
+
+class CheckpointKind(StrEnum):
+    """What took a snapshot of the job: the policy's timer (a ``checkpoint``, kept while
+    retention keeps it) or a request (a ``savepoint``, kept until it is deleted)."""
+
+    CHECKPOINT = "checkpoint"
+    SAVEPOINT = "savepoint"
 
 
 @dataclass(frozen=True)
@@ -56,11 +65,13 @@ class CheckpointReport:
     checkpoints and reconfigurations); ``version`` the abstraction version the job ran
     when it was taken; ``path`` where its manifest is in the store; ``bytes`` what its
     tasks wrote for it (incremental: only what changed), ``full_bytes`` what a restore
-    from it reads (every key group's chain); ``tasks`` how many tasks took part."""
+    from it reads (every key group's chain); ``tasks`` how many tasks took part;
+    ``kind`` whether the timer took it or a request (a savepoint)."""
 
     id: int
     job_id: str
     version: int | None
+    kind: CheckpointKind = CheckpointKind.CHECKPOINT
     status: CheckpointStatus = CheckpointStatus.IN_PROGRESS
     error: str | None = None
     path: str | None = None
@@ -75,6 +86,7 @@ class CheckpointReport:
         and REST schema."""
         return {
             "checkpoint_id": self.id,
+            "kind": self.kind,
             "version": self.version,
             "status": self.status,
             "error": self.error,

@@ -7,6 +7,16 @@ the control plane's listener.
 A reconfiguration of the job first calls :meth:`Checkpointer.quiesce` (through
 :meth:`.slot.ChangeSlot.hold`), which returns once no checkpoint capture is under way,
 and :meth:`Checkpointer.resume` when it ends.
+
+A savepoint (:meth:`Checkpointer.savepoint`) is a checkpoint taken on request (step 5 of
+the protocol); its manifest is ``<job>/chk-<id>/_savepoint.msgpack`` (so that it is never
+taken for the newest checkpoint, and the job's savepoints can be found in the store).
+
+**Commit before anything else.** When a checkpoint or a savepoint completes, the
+``commit_checkpoint`` message goes to every worker of the job (two-phase sinks make
+visible what they prepared) *before* anyone waiting for it is told: whatever a waiter
+sends next (the ``stop`` of a stop-with-savepoint) follows the commit on each worker's
+connection, whose messages arrive in the order they were sent.
 """
 
 from __future__ import annotations
@@ -40,24 +50,36 @@ from .checkpoint_protocol import (
     JobEnded,
     ManifestWritten,
     Report,
+    SavepointRefused,
+    SavepointWanted,
     Suspended,
     TaskError,
     TaskFinished,
     Tick,
     TimedOut,
+    Unpinned,
     WakeAt,
     WriteManifest,
     checkpoint_dir,
 )
+from .checkpoint_report import CheckpointKind
+from .errors import CoordinatorError
 
 if TYPE_CHECKING:
+    from runtime.dataflow import JobGraph
     from runtime.layout import Layout
 
     from .checkpoint_report import CheckpointPolicy, CheckpointReport
     from .model import RunningJob
     from .ports import Membership
 
-__all__ = ["CheckpointListener", "Checkpointer", "Restorable", "manifest_path"]
+__all__ = [
+    "CheckpointListener",
+    "Checkpointer",
+    "Restorable",
+    "manifest_path",
+    "operators_of",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -74,9 +96,27 @@ class Restorable(NamedTuple):
     abstraction: Any
 
 
-def manifest_path(job_id: str, checkpoint_id: int) -> str:
-    """Where a checkpoint's manifest is in the store: written last, it makes it complete."""
-    return f"{checkpoint_dir(job_id, checkpoint_id)}/_manifest.msgpack"
+def manifest_path(
+    job_id: str, checkpoint_id: int, kind: CheckpointKind = CheckpointKind.CHECKPOINT
+) -> str:
+    """Where a checkpoint's manifest is in the store: written last, it makes it complete.
+    A savepoint's has a name of its own (module docstring)."""
+    name = "_savepoint" if kind is CheckpointKind.SAVEPOINT else "_manifest"
+    return f"{checkpoint_dir(job_id, checkpoint_id)}/{name}.msgpack"
+
+
+def operators_of(graph: JobGraph, layout: Layout) -> dict[str, dict[str, Any]]:
+    """What a manifest says of the job's operators, for a job restored from it to be
+    checked against (:mod:`.from_savepoint`): per operator its kind, its parallelism in
+    ``layout`` and its number of key groups."""
+    return {
+        op.name: {
+            "kind": op.kind,
+            "parallelism": len(layout.tasks_of(op.name)),
+            "max_parallelism": op.max_parallelism,
+        }
+        for op in graph.operators
+    }
 
 
 class Checkpointer:
@@ -103,6 +143,8 @@ class Checkpointer:
         self._waiters: list[asyncio.Future[None]] = []
         self._work: set[asyncio.Task[Any]] = set()
         self._manifests: dict[int, dict[str, Any]] = {}
+        # The savepoint asked, until it ends: told its report, or why none was taken.
+        self._savepoint: asyncio.Future[CheckpointReport] | None = None
 
     @classmethod
     async def open(
@@ -136,6 +178,30 @@ class Checkpointer:
     def task_finished(self, task: str) -> None:
         self.handle(TaskFinished(task))
 
+    async def savepoint(self) -> CheckpointReport:
+        """Take a savepoint (step 5 of the protocol): returns its report once it has
+        ended, ``completed`` (its commit already sent: module docstring) or
+        ``abandoned`` with its error. Raises :class:`CoordinatorError` saying why when
+        none can be taken (one is already asked, tasks finished, the job ended)."""
+        if self._savepoint is not None:
+            raise CoordinatorError("a savepoint of the job is already asked: wait for it to end")
+        fut: asyncio.Future[CheckpointReport] = self._loop.create_future()
+        self._savepoint = fut
+        self.handle(SavepointWanted())
+        try:
+            return await fut
+        finally:
+            if self._savepoint is fut:
+                self._savepoint = None
+
+    def unpin(self, checkpoint_id: int) -> None:
+        """Savepoint ``checkpoint_id`` was deleted: its manifest goes now, the files only
+        it refers to once the next checkpoint completes without them (a recovery may
+        still go back to it until then)."""
+        self.handle(Unpinned(checkpoint_id))
+        path = manifest_path(self.job.id, checkpoint_id, CheckpointKind.SAVEPOINT)
+        self._spawn(self._remove(path))
+
     def stop(self, reason: str) -> None:
         """The job ended: no checkpoint starts again; the one in flight is abandoned."""
         if not self.machine.ended:
@@ -162,12 +228,19 @@ class Checkpointer:
         """The reconfiguration (or the recovery) ended."""
         self.handle(ChangeEnded())
 
-    def adopt(self, checkpoint: Restorable, present: set[int] | None = None) -> None:
-        """A job resumed from ``checkpoint`` (taken under an earlier control plane): it is
-        the one a recovery goes back to, retained, and the checkpoints ``present`` in the
-        store (their directories' ids) are removed once no retained one refers to them."""
+    def adopt(
+        self,
+        checkpoint: Restorable,
+        present: set[int] | None = None,
+        savepoints: list[dict[str, Any]] | tuple[()] = (),
+    ) -> None:
+        """A job resumed from ``checkpoint`` (taken under an earlier control plane, or the
+        savepoint it was submitted from): it is the one a recovery goes back to, retained,
+        the ``savepoints`` (manifests) of the job are pinned, and the checkpoints
+        ``present`` in the store (their directories' ids) are removed once nothing kept
+        refers to them."""
         self.latest = checkpoint
-        self.machine.adopt(checkpoint.manifest, present or set())
+        self.machine.adopt(checkpoint.manifest, present or set(), savepoints)
 
     def suspend(self, reason: str) -> None:
         """The job is recovering: the checkpoint in flight is abandoned with ``reason``;
@@ -191,8 +264,14 @@ class Checkpointer:
                 case WakeAt():
                     self._arm(c)
                 case WriteManifest(checkpoint_id=cid, manifest=manifest):
-                    # The job's clock origin: a job resumed from it keeps its sources' pace.
-                    manifest = {**manifest, "started_at": job.started_at}
+                    # The job's clock origin: a job resumed from it keeps its sources' pace;
+                    # its operators: a job submitted from it is checked against them.
+                    layout = self._taken[cid][0]
+                    manifest = {
+                        **manifest,
+                        "started_at": job.started_at,
+                        "operators": operators_of(job.graph, layout),
+                    }
                     self._manifests[cid] = manifest
                     self._spawn(self._write_manifest(cid, manifest))
                 case Abandon(checkpoint_id=cid):
@@ -210,16 +289,30 @@ class Checkpointer:
                         for wid in job.layout.workers_used():
                             self.host.send(wid, commit)
                     self._tell(report)
+                    if report.kind is CheckpointKind.SAVEPOINT and report.status != "in_progress":
+                        self._settle(report)  # after the commit: module docstring
                 case Discarded(checkpoint_id=cid):
                     self._tell(cid)
                 case Abandoned(checkpoint_id=cid):
                     self._manifests.pop(cid, None)
                     self._taken.pop(cid, None)
+                case SavepointRefused(reason=reason):
+                    self._settle(CoordinatorError(f"no savepoint taken: {reason}"))
                 case AllowChange():
                     for fut in self._waiters:
                         if not fut.done():
                             fut.set_result(None)
                     self._waiters.clear()
+
+    def _settle(self, outcome: CheckpointReport | CoordinatorError) -> None:
+        """Tell the waiter of the savepoint asked how it ended."""
+        fut = self._savepoint
+        if fut is None or fut.done():
+            return
+        if isinstance(outcome, CoordinatorError):
+            fut.set_exception(outcome)
+        else:
+            fut.set_result(outcome)
 
     def _tell(self, what: CheckpointReport | int) -> None:
         if self.listener is None:
@@ -257,7 +350,7 @@ class Checkpointer:
         t.add_done_callback(self._work.discard)
 
     async def _write_manifest(self, cid: int, manifest: dict[str, Any]) -> None:
-        path = manifest_path(self.job.id, cid)
+        path = manifest_path(self.job.id, cid, CheckpointKind(manifest["kind"]))
         try:
             data = msgpack.packb(manifest, use_bin_type=True)
             await asyncio.to_thread(self.store.put, path, data)
@@ -265,6 +358,12 @@ class Checkpointer:
             self.handle(ManifestWritten(cid, None, f"{type(exc).__name__}: {exc}"))
             return
         self.handle(ManifestWritten(cid, path))
+
+    async def _remove(self, path: str) -> None:
+        try:
+            await asyncio.to_thread(self.store.delete, path)
+        except Exception as exc:  # left in the store: the job's directory goes with it
+            logger.warning("job %s: %s not removed: %s", self.job.id, path, exc)
 
     async def _delete(self, ids: tuple[int, ...]) -> None:
         for cid in ids:

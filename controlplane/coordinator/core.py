@@ -12,6 +12,11 @@ a job:
    and stops it everywhere.
 4. Send ``start`` with a common start time; the job is ``running``.
 
+A job submitted from a savepoint (``from_savepoint``, checked to fit by
+:func:`.from_savepoint.incompatibility`) first gets a copy of the savepoint's files
+(:func:`.from_savepoint.copy_savepoint`), deploys with its tasks restored from it (step
+2), and starts with the savepoint's clock origin (step 4).
+
 A job is ``finished`` when every task has reported it finished (bounded sources exhausted
 and every record processed), ``failed`` (with the cause) when a task raises, a data link
 breaks or a worker hosting a task dies, and ``stopped`` when asked to stop.
@@ -38,15 +43,16 @@ from runtime.dataflow import JobGraph
 from runtime.layout import Layout
 from runtime.records import BarrierKind
 
-from .checkpoint_report import CheckpointPolicy, RestartPolicy
-from .checkpointer import Checkpointer, CheckpointListener
+from .checkpoint_report import CheckpointPolicy, CheckpointReport, RestartPolicy
+from .checkpointer import Checkpointer, CheckpointListener, Restorable
 from .cluster import HEARTBEAT_TIMEOUT_S, Cluster
 from .errors import CoordinatorError
+from .from_savepoint import copy_savepoint
 from .layouts import abstraction_of, refresh_workers
 from .model import RunningJob, RuntimeConfig, WorkerInfo
 from .plans import apply, cancel
 from .reconfig import reconfigure
-from .recovery import recover, refusal
+from .recovery import recover, refusal, restore_of
 from .restart import restart_with
 from .resume import RESTARTED, resume
 from .validation import ValidatedPlan, validate
@@ -106,13 +112,18 @@ class Coordinator(Cluster):
         job_id: str | None = None,
         checkpoints: CheckpointPolicy | None = None,
         restart: RestartPolicy | None = None,
+        from_savepoint: dict[str, Any] | None = None,
     ) -> RunningJob:
         """Deploy and start ``graph``; returns the running job (or a failed one, with cause).
 
         ``job_id`` lets the caller (the StreamManager) name the job; it must be new.
         ``checkpoints``: how often the job is checkpointed (None: never); ``restart``: how
         often it may recover from failures (:mod:`.recovery`; None: the default policy).
+        ``from_savepoint``: the manifest of a savepoint the job starts from (module
+        docstring; the caller checked it fits ``graph``; the job must take checkpoints).
         """
+        if from_savepoint is not None and (checkpoints is None or not checkpoints.enabled):
+            raise CoordinatorError("a job started from a savepoint must take checkpoints")
         if job_id is not None and job_id in self.jobs:
             raise CoordinatorError(f"job id {job_id!r} is taken")
         ids = workers or [w.id for w in self.alive_workers()]
@@ -129,7 +140,19 @@ class Coordinator(Cluster):
             except CheckpointStoreError as exc:
                 await self.fail(job, f"checkpoints cannot be taken: {exc}")
                 return job
-        error = await self.deploy(job, layout)
+        base = restore = None
+        if from_savepoint is not None:
+            assert job.checkpointer is not None
+            try:
+                base = await asyncio.to_thread(
+                    copy_savepoint, job.checkpointer.store, from_savepoint, job.id
+                )
+            except CheckpointStoreError as exc:
+                await self.fail(job, f"the savepoint's files cannot be copied: {exc}")
+                return job
+            self.skip_barrier_ids(int(base["checkpoint_id"]))
+            restore = restore_of(job, layout, base)
+        error = await self.deploy(job, layout, restore)
         if error:
             await self.fail(job, error)
             return job
@@ -138,11 +161,14 @@ class Coordinator(Cluster):
         backend = self.backend.name if self.backend is not None else "local"
         job.abstraction = abstraction_of(job, self.alive_workers(), backend)
         job.versions.append(job.abstraction)
-        # Step 4. Start with a common clock origin.
-        job.started_at = time.time()
+        # Step 4. Start with a common clock origin (a savepoint's: its sources keep pace).
+        job.started_at = float((base or {}).get("started_at") or time.time())
         job.status = JobStatus.RUNNING
         self.start_deployed(job)
         if job.checkpointer is not None:
+            if base is not None:  # a recovery goes back to it until the first checkpoint
+                restorable = Restorable(base, layout, job.abstraction)
+                job.checkpointer.adopt(restorable, {int(base["checkpoint_id"])})
             job.checkpointer.start()
         logger.info("job %s running on %s", job.id, ", ".join(layout.workers_used()))
         return job
@@ -283,6 +309,33 @@ class Coordinator(Cluster):
                         asyncio.gather(*job.stop_replies.values()), STOP_TIMEOUT_S
                     )
         return job
+
+    async def savepoint(self, job_id: str, *, stop: bool = False) -> CheckpointReport:
+        """Take a savepoint of the running job (see :meth:`.Checkpointer.savepoint`);
+        returns its report once it has ended (``completed``, or ``abandoned`` with its
+        error: the job runs on). With ``stop``, a completed savepoint stops the job:
+
+        1. the savepoint completes (every task's part durable, its manifest written);
+        2. ``commit_checkpoint`` goes to the job's workers (sinks make visible what they
+           prepared up to the savepoint);
+        3. then ``stop``: on each worker's connection after the commit, so the sinks
+           have committed everything up to the savepoint before the job is ``stopped``.
+
+        :class:`CoordinatorError` when the job takes no checkpoints, is not running, or
+        cannot take one now (saying why)."""
+        job = self._job(job_id)
+        if job.checkpointer is None:
+            raise CoordinatorError(
+                f"job {job_id} takes no checkpoints, and a savepoint is one: submit it "
+                "with checkpoints on to take savepoints of it"
+            )
+        if job.status not in (JobStatus.RUNNING, JobStatus.RECONFIGURING, JobStatus.RECOVERING):
+            raise CoordinatorError(f"job {job_id} is {job.status}: only a running job has one")
+        # Steps 1-2 (the commit goes out before the savepoint's waiter is told).
+        report = await job.checkpointer.savepoint()
+        if stop and report.status == "completed":
+            await self.stop_job(job_id)  # Step 3.
+        return report
 
     async def inject_barrier(
         self,

@@ -14,11 +14,14 @@ the store, and the abstraction version the job ran when it was taken). :func:`re
    behind, and the job catches up, as after any recovery.
 3. **Record.** A new version after the job's last one, with origin ``recovery`` and the
    reason that the control plane restarted; the job takes checkpoints again, their ids
-   after the checkpoint's (this coordinator's barrier ids continue past it).
+   after the checkpoint's (this coordinator's barrier ids continue past it). The job's
+   savepoints in the store (their manifests) are pinned again: retention never removes
+   what they refer to.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +30,7 @@ from runtime.layout import Layout
 
 from .checkpointer import Restorable
 from .errors import CoordinatorError
+from .from_savepoint import stored_savepoints
 from .layouts import layout_of, refresh_workers
 from .recovery import recovered, restore_of, tell_recovered
 from .workers import remap_workers
@@ -68,6 +72,8 @@ async def resume(
     layout = layout_of(version, job.graph, nothing, Layout({}, {}, {}, {}))
     job.layout = layout
     job.metrics.track_tasks({t: t.rpartition("-")[0] for t in layout.placement})
+    assert job.checkpointer is not None
+    savepoints = await asyncio.to_thread(stored_savepoints, job.checkpointer.store, job.id)
     t1 = time.perf_counter()
     error = await host.deploy(job, layout, restore_of(job, layout, manifest))
     if error:
@@ -81,7 +87,7 @@ async def resume(
     t2 = time.perf_counter()
     checkpointer = job.checkpointer
     assert checkpointer is not None
-    checkpointer.adopt(Restorable(manifest, layout, version), present)
+    checkpointer.adopt(Restorable(manifest, layout, version), present, savepoints)
     checkpointer.start()
     why = {
         "reason": RESTARTED,

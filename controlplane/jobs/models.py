@@ -27,7 +27,9 @@ class JobRecord(Base):
     None: not checkpointed) and ``restart`` its restart policy
     (:func:`~controlplane.checkpoints.policy.restart_to_document`; None only for a job
     recorded before restart policies were). ``write_anywhere`` says whether its sinks
-    were let write outside the job's directory (an admin's submission). With ``job_ref``
+    were let write outside the job's directory (an admin's submission);
+    ``from_savepoint`` the savepoint it started from (``"<job id>/<savepoint id>"``), if
+    any. With ``job_ref``
     and ``params`` these are what it takes to build the job's graph again
     (:func:`controlplane.jobs.service.rebuild_graph`).
     """
@@ -44,5 +46,6 @@ class JobRecord(Base):
     checkpoints: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
     restart: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
     write_anywhere: Mapped[bool] = mapped_column(default=False, server_default=false())
+    from_savepoint: Mapped[str | None] = mapped_column(String(50))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

@@ -32,8 +32,10 @@ def submit_job(
     it. Its sinks write under ``<data_dir>/jobs/<id>/`` (relative paths land there), or
     anywhere with an admin token. It is checkpointed as ``checkpoints`` asks and recovers
     from failures as ``restart`` allows, over the server's defaults (the policies it runs
-    with are in the answer). A job that fails to deploy is returned with status ``failed``
-    and its ``error``."""
+    with are in the answer). With ``from_savepoint`` it starts from that savepoint (422
+    naming the operator when the savepoint does not fit the job, or naming what is
+    missing or corrupt; nothing is submitted then). A job that fails to deploy is
+    returned with status ``failed`` and its ``error``."""
     job = service.submit_job(
         session=session,
         engine=engine,
@@ -43,6 +45,7 @@ def submit_job(
         write_anywhere=auth.grants(token.scopes, "admin"),
         checkpoints=body.checkpoints,
         restart=body.restart,
+        from_savepoint=body.from_savepoint,
     )
     return JobRead.of(job)
 

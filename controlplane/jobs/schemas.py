@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from controlplane.checkpoints.restore import REF_PATTERN
 from controlplane.checkpoints.schemas import (
     CheckpointPolicyRead,
     CheckpointSettings,
@@ -66,6 +67,17 @@ class JobCreate(BaseModel):
             "the whole object) takes the server default"
         ),
     )
+    from_savepoint: str | None = Field(
+        None,
+        pattern=REF_PATTERN,
+        examples=["3/14"],
+        description=(
+            'start from this savepoint, "<job id>/<savepoint id>" (its "ref"): keyed '
+            "operators (same names and max_parallelism, any parallelism), sources and "
+            "stateful sinks (same parallelism) take their state from it; the job must take "
+            "checkpoints"
+        ),
+    )
 
 
 class JobRead(BaseModel):
@@ -82,6 +94,9 @@ class JobRead(BaseModel):
     restart: RestartPolicyRead | None = Field(
         description="the restart policy the job runs with (null only for a job recorded "
         "before restart policies were)"
+    )
+    from_savepoint: str | None = Field(
+        None, description='the savepoint the job started from, "<job id>/<savepoint id>"'
     )
     created_at: datetime
     updated_at: datetime
@@ -100,6 +115,7 @@ class JobRead(BaseModel):
                 CheckpointPolicyRead.model_validate(job.checkpoints) if job.checkpoints else None
             ),
             restart=RestartPolicyRead.model_validate(job.restart) if job.restart else None,
+            from_savepoint=job.from_savepoint,
             created_at=job.created_at,
             updated_at=job.updated_at,
         )

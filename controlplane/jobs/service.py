@@ -26,11 +26,12 @@ from controlplane.checkpoints.policy import (
     restart_to_document,
     to_document,
 )
+from controlplane.checkpoints.restore import check_fits, savepoint_manifest
 from controlplane.checkpoints.schemas import CheckpointSettings, RestartSettings
 from controlplane.config import Settings
 from controlplane.coordinator.checkpoint_report import CheckpointPolicy, RestartPolicy
 from controlplane.engine import Engine, JobState, job_key
-from controlplane.errors import BadJob, NotFound
+from controlplane.errors import BadJob, InvalidRequest, NotFound
 from controlplane.events import service as events
 from controlplane.pagination import fetch_page
 from controlplane.statuses import JobStatus
@@ -68,6 +69,7 @@ def submit_job(
     write_anywhere: bool = False,
     checkpoints: CheckpointSettings | None = None,
     restart: RestartSettings | None = None,
+    from_savepoint: str | None = None,
 ) -> JobRecord:
     """Record, build and deploy a job under its new id (with abstraction version 1 when it
     deployed). ``ref`` must name registered code, and the graph is built in a throwaway
@@ -79,11 +81,26 @@ def submit_job(
     :func:`~controlplane.checkpoints.policy.restart_policy_for`); the row records both
     policies and everything :func:`rebuild_graph` needs. The job may be recorded
     ``failed`` with the cause (e.g. a worker could not import it). If the unit of work
-    rolls back, the deployed job is stopped."""
+    rolls back, the deployed job is stopped.
+
+    With ``from_savepoint`` (``"<job id>/<savepoint id>"``) it starts from that
+    savepoint, read and checked to fit the built graph before anything is deployed
+    (:mod:`controlplane.checkpoints.restore`: :class:`InvalidRequest` or
+    :class:`~controlplane.errors.Conflict` saying what to fix); it must take
+    checkpoints."""
     settings = engine.settings
     target = registered_job(settings, ref)
     policy = policy_for(settings, checkpoints)
     restart_policy = restart_policy_for(settings, restart)
+    savepoint = None
+    if from_savepoint is not None:
+        if policy is None:
+            raise InvalidRequest(
+                "a job started from a savepoint takes checkpoints (its state is restored "
+                'through them): drop "checkpoints": {"interval_s": null}',
+                code="invalid_checkpoints",
+            )
+        savepoint = savepoint_manifest(session=session, settings=settings, ref=from_savepoint)
     job = JobRecord(
         name=name,
         job_ref=ref,
@@ -94,12 +111,17 @@ def submit_job(
         checkpoints=to_document(policy),
         restart=restart_to_document(restart_policy),
         write_anywhere=write_anywhere,
+        from_savepoint=from_savepoint,
     )
     session.add(job)
     session.flush()  # the id names the deployed job and its directory
     graph = _build(settings, job, target)
+    if savepoint is not None:
+        check_fits(savepoint, graph, from_savepoint or "")
     key = job_key(job.id)
-    state = engine.submit(graph, key, checkpoints=policy, restart=restart_policy)
+    state = engine.submit(
+        graph, key, checkpoints=policy, restart=restart_policy, from_savepoint=savepoint
+    )
     db.after_rollback(session, lambda: engine.stop(key))
     events.record(
         session=session,
