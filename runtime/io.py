@@ -61,40 +61,72 @@ class Source(ABC):
 
 
 class SinkWriter(ABC):
-    """One sink task's writer. Called from one asyncio task only.
+    """One sink task's writer. Called from its task's loop only, in the order below.
 
-    Exactly-once output through failures: at each checkpoint the runtime asks the writer
-    for :meth:`snapshot` (what it has made durable so far, e.g. a file's length), and a
-    writer recovered from that checkpoint gets it back through :meth:`restore` before any
-    write, to take back what it wrote after it (e.g. truncate the file). A writer that
-    keeps the defaults is at-least-once: records after the checkpoint are written again.
+    Two-phase commit. When the job takes checkpoints the runtime calls
+    :meth:`transactional` once, before any write, and the writer's output is then
+    exactly once through failures and visible only once it is committed:
+
+    1. :meth:`write`: records go into the open transaction, invisible to readers.
+    2. :meth:`prepare` at a checkpoint's barrier (or at the barrier of a reconfiguration
+       that moves or removes the task): make the open transaction durable but not
+       visible, and return what a recovery needs to finish it; a new one opens.
+    3. :meth:`commit` once a checkpoint is complete: make visible every transaction of
+       this sink prepared at its barrier or before (also those a task that left
+       prepared). Idempotent.
+    4. :meth:`restore` in a recovery from a complete checkpoint: commit what was
+       prepared at it, abort whatever came after it.
+
+    A writer that keeps the defaults is at-least-once: after a recovery the records
+    emitted since the checkpoint are written again. It says so through
+    :attr:`Sink.exactly_once` (False).
     """
 
     @abstractmethod
     def write(self, values: list) -> None:
         """Take a batch of records, in arrival order."""
 
-    def snapshot(self) -> Any:
-        """Make what was written so far durable and say what it is (msgpack-able), at a
-        checkpoint barrier (on the task's loop: keep it short). None: nothing to restore."""
+    def transactional(self) -> None:
+        """The job takes checkpoints: write into transactions from now on (called once,
+        before any write). Without this call, write visibly as records come."""
+
+    def prepare(self, checkpoint_id: int) -> Any:
+        """Step 2, at barrier ``checkpoint_id`` (on the task's loop: keep it short): make
+        the open transaction durable and say what it is (msgpack-able). None: nothing
+        to restore."""
         return None
 
+    def commit(self, checkpoint_id: int) -> None:
+        """Step 3: checkpoint ``checkpoint_id`` is complete: make visible every
+        transaction of this sink prepared at or before its barrier. It may come for a
+        checkpoint this writer took no part in, twice, or never (a failure right after
+        the checkpoint): :meth:`restore` then commits. Raises :class:`OSError` if it
+        cannot (the next commit tries again)."""
+
     def restore(self, state: Any) -> None:
-        """Go back to ``state`` (from :meth:`snapshot`), before any :meth:`write`: what was
-        written after it is taken back."""
+        """Step 4, before any write: recovered from the checkpoint whose :meth:`prepare`
+        returned ``state``: commit what was prepared then, and take back everything
+        written after it."""
 
     def close(self) -> None:
-        """End of stream: write final results and release resources. Called once."""
+        """End of stream: write final results and make everything visible (the input is
+        over: nothing will be replayed into it, short of a recovery, which takes it
+        back). Called once."""
 
     def abort(self) -> None:
         """The task stops before its end (stopped, failed, or halted for a recovery):
-        release resources now, writing no final results; what was written since the last
-        :meth:`snapshot` may be taken back by a :meth:`restore` that follows. Called at
-        most once, possibly after :meth:`close` (then it does nothing)."""
+        release resources now, writing no final results and committing nothing; what
+        was written since the last :meth:`prepare` stays invisible until a
+        :meth:`restore` takes it back. Called at most once, possibly after
+        :meth:`close` (then it does nothing)."""
 
 
 class Sink(ABC):
     """A picklable description of a sink."""
+
+    exactly_once: bool = False
+    """Whether its writers take part in checkpoints with a two-phase commit (see
+    :class:`SinkWriter`); False: at-least-once through failures."""
 
     @abstractmethod
     def open(self, index: int, parallelism: int) -> SinkWriter:

@@ -19,6 +19,7 @@ the runtime and the :class:`~runtime.change.Change` it holds as ``pending``:
 from __future__ import annotations
 
 import asyncio
+import logging
 import pickle
 import ssl
 from collections.abc import Callable, Coroutine, Iterable, Mapping
@@ -59,6 +60,8 @@ from .state import KeyedState
 from .task import BaseTask, SourceTask, StreamTask, TaskHost, TaskStatus
 
 __all__ = ["JobRuntime", "WorkerServices"]
+
+logger = logging.getLogger(__name__)
 
 
 class WorkerServices(TaskHost, Protocol):
@@ -282,7 +285,11 @@ class JobRuntime:
             task = SourceTask(tid, op, index, outputs, metrics, self.worker)
         else:
             state = KeyedState(tid, layout.assignment.get(tid, ())) if op.keyed else None
+            if op.kind == "sink":  # its writer knows the parallelism it runs at now
+                op = replace(op, parallelism=len(layout.tasks_of(op.name)))
             processor = make_processor(tid, op, index, outputs, metrics, state)
+            if isinstance(processor, SinkProcessor) and self.checkpoints is not None:
+                processor.writer.transactional()
             if isinstance(processor, KeyedProcessor) and self.checkpoints is not None:
                 processor.note_changes()
                 processor.chains = GroupChains(self.checkpoints.full_every)
@@ -398,7 +405,7 @@ class JobRuntime:
             if isinstance(task, SourceTask) and task.reader is not None:
                 capture.position = task.reader.position()
             elif isinstance(processor, SinkProcessor):
-                capture.sink = processor.writer.snapshot()
+                capture.sink = processor.writer.prepare(checkpoint_id)
             elif isinstance(processor, KeyedProcessor) and processor.chains is not None:
                 chains = processor.chains
                 state = processor.state
@@ -438,6 +445,23 @@ class JobRuntime:
         self.worker.send(
             CheckpointAck(self.job_id, capture.task, capture.checkpoint_id, part, nbytes, size)
         )
+
+    def commit_checkpoint(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` is complete: the sinks here commit what they
+        prepared at it or before. A sink that cannot is logged; its next commit (or a
+        recovery's restore) commits it."""
+        for task in self.tasks.values():
+            processor = task.processor if isinstance(task, StreamTask) else None
+            if isinstance(processor, SinkProcessor):
+                try:
+                    processor.writer.commit(checkpoint_id)
+                except Exception as exc:
+                    logger.warning(
+                        "task %s: checkpoint %s not committed yet: %s",
+                        task.task_id,
+                        checkpoint_id,
+                        exc,
+                    )
 
     def behind(self) -> bool:
         """True while a running task here has input waiting for it."""

@@ -300,6 +300,9 @@ class WorkerProcess:
                 case messages.AbandonCheckpoint(job_id=job_id, checkpoint_id=checkpoint_id):
                     if (job := self.jobs.get(job_id)) is not None:
                         job.abort_barrier(checkpoint_id)
+                case messages.CommitCheckpoint(job_id=job_id, checkpoint_id=checkpoint_id):
+                    if (job := self.jobs.get(job_id)) is not None:
+                        job.commit_checkpoint(checkpoint_id)
                 case messages.Savepoint(job_id=job_id, barrier_id=barrier_id):
                     if (job := self.jobs.get(job_id)) is not None:
                         job.savepoint(barrier_id)

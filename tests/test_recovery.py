@@ -107,6 +107,33 @@ def test_a_worker_killed_while_its_job_runs_is_recovered_from_and_the_output_is_
     assert out == reference()
 
 
+def test_sinks_moved_live_then_a_worker_killed_leave_the_committed_output_exact(
+    fault_cluster: BackgroundCluster, events: Events, tmp_path: Path
+) -> None:
+    """Each sink task moves to the other worker (its open transaction left pending for
+    the next checkpoint), then a worker dies: committed output is still exact."""
+    out = tmp_path / "out"
+    job = submit(fault_cluster, counts_to(out))
+    events.wait("a completed checkpoint", lambda: events.completed(job.id) >= 1)
+    layout = job.layout
+    swapped = dict(layout.placement)
+    swapped["out-0"], swapped["out-1"] = layout.placement["out-1"], layout.placement["out-0"]
+    assert swapped["out-0"] != swapped["out-1"]
+    report = fault_cluster.call(
+        fault_cluster.coordinator.reconfigure(job.id, layout.replace(placement=swapped))
+    )
+    assert report.status == "completed", report.error
+    # Whatever is visible now was committed by a complete checkpoint: no record twice.
+    visible = [(k, n) for k, n in read_parts(out)]
+    assert len(visible) == len(set(visible))
+    victim = worker_of(job, "count-1")
+    os.kill(fault_cluster.coordinator.workers[victim].pid, signal.SIGKILL)
+    events.wait("a recovery", lambda: bool(events.recoveries))
+    assert fault_cluster.wait(job, WAIT_S) == JobStatus.FINISHED, job.error
+    assert sorted((k, n) for k, n in read_parts(out)) == reference()
+    assert not list((out / "_pending").iterdir())  # every transaction committed or undone
+
+
 def fail_once(marker: str, key: Any, value: Any, state: Any) -> tuple:
     """Counts, and fails when key k00007 reaches 50 if the file ``marker`` does not exist
     yet, making it (so it fails once only)."""

@@ -93,6 +93,7 @@ from urllib.parse import unquote, urlsplit
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from ..durable import fsync_dir
 from ..errors import StreamRuntimeError
 
 __all__ = [
@@ -246,14 +247,6 @@ class CheckpointStore(ABC):
         return f"{type(self).__name__}({self.uri!r})"
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class LocalStore(CheckpointStore):
     """A directory on a local disk (created if missing): fsynced temp file, rename,
     fsynced directory."""
@@ -286,7 +279,7 @@ class LocalStore(CheckpointStore):
             # Made meanwhile by a concurrent put; or a file, and then the write fails.
             with contextlib.suppress(FileExistsError):
                 d.mkdir()
-            _fsync_dir(d.parent)
+            fsync_dir(d.parent)
 
     def put(self, path: str, data: Data) -> int:
         target = self._file(path)
@@ -300,7 +293,7 @@ class LocalStore(CheckpointStore):
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(temp, target)
-            _fsync_dir(target.parent)
+            fsync_dir(target.parent)
         except BaseException as exc:
             with contextlib.suppress(OSError):  # not created, or renamed already
                 temp.unlink()
@@ -367,7 +360,7 @@ class LocalStore(CheckpointStore):
                 shutil.rmtree(target)
             else:
                 target.unlink()
-            _fsync_dir(target.parent)
+            fsync_dir(target.parent)
         except FileNotFoundError:
             pass
         except OSError as exc:
