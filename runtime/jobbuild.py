@@ -22,7 +22,7 @@ a :class:`~runtime.dataflow.JobGraph` whose logic is :class:`~runtime.dataflow.P
 without unpickling anything: the control plane reads the structure and ships the graph,
 and the workers that unpickle it get the real objects. ``sinks`` lists each sink operator
 with the path it writes under (``None`` for a sink without one), as given and as made
-absolute.
+absolute, and whether it says it commits with checkpoints (``Sink.exactly_once``).
 """
 
 from __future__ import annotations
@@ -68,11 +68,13 @@ class BuildError(StreamRuntimeError, ValueError):
 @dataclasses.dataclass(frozen=True, slots=True)
 class SinkPath:
     """Where a sink operator writes: ``given`` by the job, ``path`` made absolute (under
-    the job's directory when ``given`` is relative); both None for a sink without a path."""
+    the job's directory when ``given`` is relative); both None for a sink without a path.
+    ``exactly_once``: what its sink says of itself (``Sink.exactly_once``)."""
 
     operator: str
     given: str | None
     path: str | None
+    exactly_once: bool = False
 
 
 def build(ref: str, params: Mapping[str, Any], job_dir: str) -> tuple[JobGraph, list[SinkPath]]:
@@ -105,15 +107,16 @@ def build(ref: str, params: Mapping[str, Any], job_dir: str) -> tuple[JobGraph, 
 def _confine(op: OperatorSpec, job_dir: str) -> tuple[OperatorSpec, SinkPath]:
     """The sink operator with a relative ``path`` under ``job_dir``, and where it writes."""
     sink = op.logic
+    once = getattr(sink, "exactly_once", False) is True
     given = getattr(sink, "path", None) if dataclasses.is_dataclass(sink) else None
     if not isinstance(given, str | os.PathLike):
-        return op, SinkPath(op.name, None, None)
+        return op, SinkPath(op.name, None, None, once)
     given = os.fspath(given)
     if os.path.isabs(given):
-        return op, SinkPath(op.name, given, given)
+        return op, SinkPath(op.name, given, given, once)
     path = os.path.join(job_dir, given)
     moved = dataclasses.replace(sink, path=path)  # type: ignore[type-var]
-    return dataclasses.replace(op, logic=moved), SinkPath(op.name, given, path)
+    return dataclasses.replace(op, logic=moved), SinkPath(op.name, given, path, once)
 
 
 def _held(obj: Any) -> dict[str, str]:
@@ -178,7 +181,12 @@ def decode(answer: Mapping[str, Any]) -> tuple[JobGraph, list[SinkPath]]:
             for op in graph["operators"]
         ]
         sinks = [
-            SinkPath(_string(s["operator"]), _optional(s["given"]), _optional(s["path"]))
+            SinkPath(
+                _string(s["operator"]),
+                _optional(s["given"]),
+                _optional(s["path"]),
+                s.get("exactly_once") is True,
+            )
             for s in answer["sinks"]
         ]
         return JobGraph.of(_string(graph["name"]), operators), sinks

@@ -316,6 +316,8 @@ def _files(directory: Path, pattern: re.Pattern[str]) -> list[tuple[str, int, in
 class Null(Sink):
     """Discard every record (for throughput runs)."""
 
+    exactly_once = True  # nothing written, so nothing twice
+
     def open(self, index: int, parallelism: int) -> NullWriter:
         return NullWriter()
 

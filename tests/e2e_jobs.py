@@ -97,6 +97,22 @@ class BrokenSink(Null):
         raise OSError("disk full")
 
 
+@dataclass(frozen=True)
+class PlainSink(Null):
+    """A sink that does not commit with checkpoints (at-least-once through failures)."""
+
+    exactly_once = False
+
+
+def two_sinks_job(params: dict[str, Any]) -> Dataflow:
+    """One source to two sinks: one that commits with checkpoints, one that does not."""
+    flow = Dataflow("two_sinks")
+    keys = flow.source("keys", Generator(records=100, seed=1))
+    keys.sink("committed", Null())
+    keys.sink("plain", PlainSink())
+    return flow
+
+
 def broken_sink_job(params: dict[str, Any]) -> Dataflow:
     flow = Dataflow("broken")
     flow.source("keys", Generator(records=100, seed=1)).sink("out", BrokenSink())

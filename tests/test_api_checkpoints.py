@@ -146,6 +146,29 @@ def test_a_submission_s_checkpoint_settings_go_over_the_defaults(
 
 
 @pytest.mark.parametrize(
+    ("checkpoints", "delivery"),
+    [
+        ({}, {"committed": "exactly-once", "plain": "at-least-once"}),
+        ({"interval_s": None}, {"committed": "none", "plain": "none"}),
+    ],
+)
+def test_a_job_says_what_each_sink_guarantees_through_failures(
+    api: Api, checkpoints: dict[str, Any], delivery: dict[str, str]
+) -> None:
+    body = {"name": "two-sinks", "job": "tests.e2e_jobs:two_sinks_job", "checkpoints": checkpoints}
+    with api.client() as http:
+        job = submit(http, body)
+        assert job["delivery"] == delivery
+        assert http.get(f"/api/v1/jobs/{job['id']}").json()["delivery"] == delivery
+        (submitted,) = [
+            e
+            for e in http.get("/api/v1/events", params={"job_id": job["id"]}).json()["items"]
+            if e["kind"] == "job.submitted"
+        ]
+        assert submitted["data"]["delivery"] == delivery
+
+
+@pytest.mark.parametrize(
     ("checkpoints", "field", "words"),
     [
         ({"interval_s": 0}, "body.checkpoints.interval_s", "greater than or equal to 0.1"),

@@ -64,11 +64,11 @@ def build_graph(
     directory: Path,
     write_anywhere: bool,
     settings: Settings,
-) -> JobGraph:
+) -> tuple[JobGraph, list[SinkPath]]:
     """Steps 2 to 4: the compiled graph of registered job ``target`` (from
-    :func:`registered_job`) with ``params``; :class:`BadJob` (codes bad_job_ref,
-    bad_params, invalid_job, job_build_failed, sink_path_refused) with the reason
-    otherwise."""
+    :func:`registered_job`) with ``params``, and where and how its sinks write;
+    :class:`BadJob` (codes bad_job_ref, bad_params, invalid_job, job_build_failed,
+    sink_path_refused) with the reason otherwise."""
     # Step 2.
     code = {}
     if codeload.is_code_ref(target):
@@ -95,7 +95,7 @@ def build_graph(
     # Step 4.
     if not write_anywhere:
         confine_sinks(sinks, directory)
-    return graph
+    return graph, sinks
 
 
 def confine_sinks(sinks: list[SinkPath], directory: Path) -> None:

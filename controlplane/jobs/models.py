@@ -29,7 +29,8 @@ class JobRecord(Base):
     recorded before restart policies were). ``write_anywhere`` says whether its sinks
     were let write outside the job's directory (an admin's submission);
     ``from_savepoint`` the savepoint it started from (``"<job id>/<savepoint id>"``), if
-    any. With ``job_ref``
+    any; ``delivery`` what each sink guarantees through failures (:func:`delivery_of`).
+    With ``job_ref``
     and ``params`` these are what it takes to build the job's graph again
     (:func:`controlplane.jobs.service.rebuild_graph`).
     """
@@ -47,5 +48,6 @@ class JobRecord(Base):
     restart: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
     write_anywhere: Mapped[bool] = mapped_column(default=False, server_default=false())
     from_savepoint: Mapped[str | None] = mapped_column(String(50))
+    delivery: Mapped[dict[str, str] | None] = mapped_column(JSON(none_as_null=True))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

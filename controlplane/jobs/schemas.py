@@ -19,6 +19,7 @@ from .models import JobRecord
 
 __all__ = ["JobCreate", "JobRead", "JobStatus"]
 
+Delivery = Literal["exactly-once", "at-least-once", "none"]
 JobStatus = Literal[
     "starting", "running", "reconfiguring", "recovering", "finished", "failed", "stopped"
 ]
@@ -98,6 +99,14 @@ class JobRead(BaseModel):
     from_savepoint: str | None = Field(
         None, description='the savepoint the job started from, "<job id>/<savepoint id>"'
     )
+    delivery: dict[str, Delivery] | None = Field(
+        None,
+        description="per sink operator, what its output guarantees through failures: "
+        "exactly-once (the job takes checkpoints and the sink commits with them), "
+        "at-least-once (checkpoints, but a sink that does not commit with them: a recovery "
+        "writes again what it wrote after the checkpoint) or none (no checkpoints: a "
+        "failure fails the job); null for a job recorded before this was",
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -116,6 +125,7 @@ class JobRead(BaseModel):
             ),
             restart=RestartPolicyRead.model_validate(job.restart) if job.restart else None,
             from_savepoint=job.from_savepoint,
+            delivery=job.delivery,  # type: ignore[arg-type]
             created_at=job.created_at,
             updated_at=job.updated_at,
         )

@@ -37,11 +37,13 @@ from controlplane.pagination import fetch_page
 from controlplane.statuses import JobStatus
 from controlplane.versions import service as versions
 from runtime.dataflow import JobGraph
+from runtime.jobbuild import SinkPath
 
 from .build import build_graph, job_dir, registered_job
 from .models import JOB_STATUSES, TERMINAL_JOB_STATUSES, JobRecord
 
 __all__ = [
+    "delivery_of",
     "get_job",
     "get_row",
     "list_jobs",
@@ -115,9 +117,10 @@ def submit_job(
     )
     session.add(job)
     session.flush()  # the id names the deployed job and its directory
-    graph = _build(settings, job, target)
+    graph, sinks = _build(settings, job, target)
     if savepoint is not None:
         check_fits(savepoint, graph, from_savepoint or "")
+    job.delivery = delivery_of(sinks, checkpointed=policy is not None)
     key = job_key(job.id)
     state = engine.submit(
         graph, key, checkpoints=policy, restart=restart_policy, from_savepoint=savepoint
@@ -128,13 +131,23 @@ def submit_job(
         kind="job.submitted",
         job_id=job.id,
         message=f"job {job.id} ({name}) submitted: {ref}",
-        data={"job": ref, "params": dict(params)},
+        data={"job": ref, "params": dict(params), "delivery": job.delivery},
     )
     _update(job, state.status, state.error)
     if state.abstraction is not None:
         versions.add_version(session=session, job=job, document=state.abstraction)
     logger.info("job %s submitted: %s", job.id, state.status)
     return job
+
+
+def delivery_of(sinks: list[SinkPath], *, checkpointed: bool) -> dict[str, str]:
+    """What each of a job's ``sinks`` guarantees through failures: ``exactly-once`` when
+    the job takes checkpoints and the sink commits with them (``Sink.exactly_once``),
+    ``at-least-once`` when it does not, ``none`` without checkpoints (a failure fails
+    the job)."""
+    if not checkpointed:
+        return {s.operator: "none" for s in sinks}
+    return {s.operator: "exactly-once" if s.exactly_once else "at-least-once" for s in sinks}
 
 
 def rebuild_graph(*, settings: Settings, job: JobRecord) -> JobGraph:
@@ -156,7 +169,7 @@ def rebuild_graph(*, settings: Settings, job: JobRecord) -> JobGraph:
             f"registered: {exc.message}",
             code=exc.code,
         ) from None
-    return _build(settings, job, target)
+    return _build(settings, job, target)[0]
 
 
 def policies_of(
@@ -168,7 +181,7 @@ def policies_of(
     return from_document(job.checkpoints), restart_from_document(job.restart, settings)
 
 
-def _build(settings: Settings, job: JobRecord, target: str) -> JobGraph:
+def _build(settings: Settings, job: JobRecord, target: str) -> tuple[JobGraph, list[SinkPath]]:
     """The one way a job row becomes a graph (a submission's, or again): registered code
     ``target`` (what ``job.job_ref`` resolved to) with the row's params, directory and
     ``write_anywhere``."""

@@ -1,7 +1,9 @@
 """Savepoints: the ``checkpoints`` table records savepoints too (``kind``: ``checkpoint``,
 or ``savepoint`` for one taken on request and kept until deleted; ``checkpoint`` for the
 rows already there), and ``jobs`` says which savepoint a job was submitted from
-(``from_savepoint``, ``"<job id>/<savepoint id>"``; null for the jobs already there).
+(``from_savepoint``, ``"<job id>/<savepoint id>"``; null for the jobs already there) and
+what each of its sinks guarantees through failures (``delivery``: sink -> "exactly-once",
+"at-least-once" or "none"; null for the jobs already there).
 
 Both tables are altered in place (no batch table copy: on SQLite, whose foreign keys are
 on, a copy of ``jobs`` would cascade-delete every job's versions, reconfigurations and
@@ -32,9 +34,11 @@ def upgrade() -> None:
     )
     op.create_index(op.f("ix_checkpoints_kind"), "checkpoints", ["kind"])
     op.add_column("jobs", sa.Column("from_savepoint", sa.String(length=50), nullable=True))
+    op.add_column("jobs", sa.Column("delivery", sa.JSON(none_as_null=True), nullable=True))
 
 
 def downgrade() -> None:
+    op.drop_column("jobs", "delivery")
     op.drop_column("jobs", "from_savepoint")
     op.drop_index(op.f("ix_checkpoints_kind"), table_name="checkpoints")
     op.drop_column("checkpoints", "kind")
