@@ -16,8 +16,8 @@ abstraction versions and reconfigurations.
   first completed checkpoint (not the others: the ``checkpoints`` table lists them), an
   abandoned checkpoint unless the one before it was abandoned too (a job whose every
   checkpoint fails makes one event until one completes again), and ``job.recovering``
-  with its cause, once per recovery: when the mirror sees the job ``recovering``, or with
-  the recovery's record when the recovery was over before the mirror looked.
+  with its cause as each recovery starts (the coordinator's ``on_recovering``), then
+  ``job.recovered``.
 - At shutdown (:meth:`Tracker.shutdown`), after the engine has closed: reconfigurations
   and checkpoints cut short are marked failed and abandoned, and jobs get their final
   (stopped) state.
@@ -85,8 +85,6 @@ class Tracker:
         # Checkpoint reports and recoveries to write, in order: (job id, a report's fields,
         # a discarded checkpoint's id, a recovery begun or a recovery made).
         self._checkpoints: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        # Jobs (coordinator ids) whose recovery under way has had its job.recovering told.
-        self._recovering: set[str] = set()
         self._checkpoint_writer: asyncio.Task[None] | None = None
         # Jobs of an earlier run to resume: job id -> (its newest manifest, the
         # checkpoints whose directories are in the store).
@@ -108,7 +106,6 @@ class Tracker:
                 else:
                     job.status, job.error = JobStatus.RECOVERING, None
                     self._to_resume[job.id] = found
-                    self._recovering.add(job_key(job.id))
                     _recovering_event(session, job, RESTARTED)
             n_recs = reconfigurations.fail_unfinished(
                 session=session, reason=INTERRUPTED_BY_RESTART
@@ -157,12 +154,14 @@ class Tracker:
             self._write_checkpoints(), name="write-checkpoints"
         )
         self.engine.coordinator.on_checkpoint = self._checkpoint_reported
+        self.engine.coordinator.on_recovering = self._recovering
         self.engine.coordinator.on_recovery = self._recovered
         if self._to_resume:
             self._resumer = asyncio.create_task(self._resume_all(), name="resume-jobs")
 
     async def stop(self) -> None:
         self.engine.coordinator.on_checkpoint = None
+        self.engine.coordinator.on_recovering = None
         self.engine.coordinator.on_recovery = None
         for task in (self._resumer, self._mirror, self._checkpoint_writer):
             if task is not None:
@@ -176,7 +175,6 @@ class Tracker:
                 await self._resume(job_id, manifest, present)
             except Exception as exc:
                 logger.warning("job %s could not resume: %s", job_id, exc, exc_info=True)
-                self._recovering.discard(job_key(job_id))
                 why = f"{RESTARTED}; resuming from its checkpoint failed: {exc}"
                 await asyncio.to_thread(self._write_unreachable, job_id, why)
         self._to_resume.clear()
@@ -215,32 +213,15 @@ class Tracker:
         with db.unit_of_work(self.sessions) as session:
             jobs.mark_unreachable(jobs.get_row(session=session, job_id=job_id), why)
 
+    def _recovering(self, job_id: str, cause: str) -> None:
+        # Called by the coordinator, on the loop, as a recovery starts: only queue.
+        self._checkpoints.put_nowait((job_id, ("recovering", cause)))
+
     def _recovered(self, job_id: str, report: RunReport, document: dict[str, Any]) -> None:
         # Called by the coordinator, on the loop, once the job runs again: only queue.
-        if job_id not in self._recovering:  # over before the mirror saw it recovering
-            self._checkpoints.put_nowait((job_id, ("recovering", report.plan["reason"])))
-        self._recovering.discard(job_id)
         self._checkpoints.put_nowait(
             (job_id, ("recovery", report.reported(), report.plan, document))
         )
-
-    def _saw_recovering(self, states: Mapping[str, JobState]) -> None:
-        """Queue ``job.recovering`` for each job the mirror finds recovering that has not
-        had it told (on the loop, as :meth:`_recovered` is: the two never interleave)."""
-        for job_id, state in states.items():
-            if state.status != JobStatus.RECOVERING:
-                if state.status in TERMINAL_JOB_STATUSES:  # its recovery gave up
-                    self._recovering.discard(job_id)
-                continue
-            if job_id not in self._recovering:
-                self._recovering.add(job_id)
-                self._checkpoints.put_nowait((job_id, ("recovering", self._cause(job_id))))
-
-    def _cause(self, job_id: str) -> str | None:
-        """The failure a recovering job is recovering from: the coordinator's last one."""
-        job = self.engine.coordinator.jobs.get(job_id)
-        causes = job.failures.causes if job is not None else []
-        return causes[-1][1] if causes else None
 
     def _checkpoint_reported(self, job_id: str, what: CheckpointReport | int) -> None:
         # Called by the coordinator, on the loop: only queue (a report changes later).
@@ -343,7 +324,6 @@ class Tracker:
             await asyncio.sleep(MIRROR_INTERVAL_S)
             await self._mirror_workers()
             states = self.engine.states()
-            self._saw_recovering(states)
             if states == self._mirrored:
                 continue
             try:
@@ -406,7 +386,8 @@ def _checkpoint_event(session: Session, rec: CheckpointRecord) -> None:
     cid, job_id = rec.checkpoint_id, rec.job_id
     data = {"checkpoint_id": cid, "version": rec.version}
     if rec.status == CheckpointStatus.COMPLETED:
-        if _count(session, job_id, CheckpointStatus.COMPLETED, CheckpointStatus.DISCARDED) > 1:
+        done = (CheckpointStatus.COMPLETED, CheckpointStatus.DISCARDED)
+        if checkpoints.count(session=session, job_id=job_id, statuses=done) > 1:
             return
         took = f" in {rec.duration_ms:.0f} ms" if rec.duration_ms is not None else ""
         events.record(
@@ -436,11 +417,3 @@ def _checkpoint_event(session: Session, rec: CheckpointRecord) -> None:
             f"abandoned right after it are not told: GET /jobs/{job_id}/checkpoints lists them)",
             data={**data, "error": rec.error},
         )
-
-
-def _count(session: Session, job_id: int, *statuses: CheckpointStatus) -> int:
-    """How many of the job's checkpoints are in one of ``statuses``."""
-    return sum(
-        checkpoints.list_for_job(session=session, job_id=job_id, limit=1, offset=0, status=s)[1]
-        for s in statuses
-    )

@@ -16,11 +16,11 @@ checkpoint at once would collide on the unique (job_id, checkpoint_id).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controlplane.coordinator.checkpoint_report import CheckpointKind
@@ -31,7 +31,15 @@ from controlplane.statuses import CheckpointStatus
 
 from .models import CheckpointRecord
 
-__all__ = ["abandon_unfinished", "discard", "get", "latest_completed", "list_for_job", "record"]
+__all__ = [
+    "abandon_unfinished",
+    "count",
+    "discard",
+    "get",
+    "latest_completed",
+    "list_for_job",
+    "record",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +106,20 @@ def discard(*, session: Session, job_db_id: int, checkpoint_id: int) -> None:
     if rec is not None and rec.status == CheckpointStatus.COMPLETED:
         rec.status = CheckpointStatus.DISCARDED
         session.flush()
+
+
+def count(*, session: Session, job_id: int, statuses: Iterable[str]) -> int:
+    """How many of the job's checkpoints (not savepoints) are in one of ``statuses``."""
+    return (
+        session.scalar(
+            select(func.count()).where(
+                CheckpointRecord.job_id == job_id,
+                CheckpointRecord.kind == CheckpointKind.CHECKPOINT,
+                CheckpointRecord.status.in_([str(s) for s in statuses]),
+            )
+        )
+        or 0
+    )
 
 
 def list_for_job(

@@ -90,9 +90,11 @@ class Coordinator(Cluster):
         # What a logic ref in a plan may name (raises BadLogic otherwise); the server's
         # accepts registered code only, a program running its own coordinator anything.
         self.resolve_logic = resolve_logic
-        # Told of every job's checkpoints as they go, and of each recovery once the job
-        # runs again with the version it made (the control plane records them).
+        # Told of every job's checkpoints as they go, of each recovery as it starts (the
+        # job and the failure) and once the job runs again with the version it made (the
+        # control plane records them).
         self.on_checkpoint: CheckpointListener | None = None
+        self.on_recovering: Callable[[str, str], None] | None = None
         self.on_recovery: Callable[[str, RunReport, dict[str, Any]], None] | None = None
 
     async def close(self) -> None:
@@ -457,6 +459,7 @@ class Coordinator(Cluster):
                 job.active.fail(error)
             job.status = JobStatus.RECOVERING
             logger.warning("job %s recovers: %s", job.id, error)
+            self._tell_recovering(job, error)
             rec.running = asyncio.ensure_future(recover(self, job, error))
             return
         if job.checkpointer is not None:
@@ -464,6 +467,14 @@ class Coordinator(Cluster):
         if job.end(JobStatus.FAILED, error):
             logger.warning("job %s failed: %s", job.id, error)
             self.stop_everywhere(job)
+
+    def _tell_recovering(self, job: RunningJob, cause: str) -> None:
+        if self.on_recovering is None:
+            return
+        try:
+            self.on_recovering(job.id, cause)
+        except Exception:
+            logger.exception("job %s: the recovering listener failed", job.id)
 
     def stop_everywhere(self, job: RunningJob) -> None:
         """Tell every worker to stop ``job``: also those its tasks are leaving in a change

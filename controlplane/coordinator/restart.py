@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from controlplane.statuses import JobStatus, WorkerStatus
 from controlplane.statuses import ReconfigurationStatus as Status
+from runtime.durable import fsync_dir
 from runtime.layout import Layout
 from runtime.messages import Restore, Savepoint, Snapshot
 
@@ -81,11 +82,7 @@ class _Snapshot:
             pickle.dump((self.groups, self.positions), f, protocol=pickle.HIGHEST_PROTOCOL)
             f.flush()
             os.fsync(f.fileno())
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(path.parent)
 
     def load(self, path: Path) -> None:
         with path.open("rb") as f:

@@ -90,8 +90,12 @@ def _checkpoint_families(session: Session, ids: list[int], now: datetime) -> lis
     )
     for job_id in ids:
         job = [str(job_id)]
-        completed.add_metric(job, _count(session, job_id, *_COMPLETED))
-        abandoned.add_metric(job, _count(session, job_id, CheckpointStatus.ABANDONED))
+        done = checkpoints.count(session=session, job_id=job_id, statuses=_COMPLETED)
+        completed.add_metric(job, done)
+        failed = [CheckpointStatus.ABANDONED]
+        abandoned.add_metric(
+            job, checkpoints.count(session=session, job_id=job_id, statuses=failed)
+        )
         last = checkpoints.latest_completed(session=session, job_db_id=job_id)
         if last is None:
             continue
@@ -128,11 +132,3 @@ def _recovery_families(session: Session, ids: list[int]) -> list[Metric]:
         if took is not None:
             last.add_metric([str(job_id)], took / 1000.0)
     return [total, last]
-
-
-def _count(session: Session, job_id: int, *statuses: CheckpointStatus) -> int:
-    """How many of the job's checkpoints (as REST lists them) are in one of ``statuses``."""
-    return sum(
-        checkpoints.list_for_job(session=session, job_id=job_id, limit=1, offset=0, status=s)[1]
-        for s in statuses
-    )
