@@ -68,9 +68,10 @@ class SinkWriter(ABC):
     exactly once through failures and visible only once it is committed:
 
     1. :meth:`write`: records go into the open transaction, invisible to readers.
-    2. :meth:`prepare` at a checkpoint's barrier (or at the barrier of a reconfiguration
-       that moves or removes the task): make the open transaction durable but not
-       visible, and return what a recovery needs to finish it; a new one opens.
+    2. :meth:`prepare` at a checkpoint's barrier (:meth:`hand_over` at the barrier of a
+       reconfiguration that moves or removes the task): make the open transaction
+       durable but not visible, and return what a recovery needs to finish it; a new one
+       opens.
     3. :meth:`commit` once a checkpoint is complete: make visible every transaction of
        this sink prepared at its barrier or before (also those a task that left
        prepared). Idempotent.
@@ -95,6 +96,14 @@ class SinkWriter(ABC):
         the open transaction durable and say what it is (msgpack-able). None: nothing
         to restore."""
         return None
+
+    def hand_over(self, barrier_id: int) -> None:
+        """The task leaves (moved to another worker or removed) at reconfiguration barrier
+        ``barrier_id``: write its final results, as at :meth:`close`, but into the open
+        transaction, and prepare it (step 2) for the first checkpoint after the change to
+        commit, through :meth:`commit` of any writer of the sink. Called once; nothing
+        follows but :meth:`abort`. The default closes."""
+        self.close()
 
     def commit(self, checkpoint_id: int) -> None:
         """Step 3: checkpoint ``checkpoint_id`` is complete: make visible every

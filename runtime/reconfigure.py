@@ -48,7 +48,6 @@ from .channels import InputGate
 from .jobruntime import JobRuntime
 from .layout import Layout, affected_tasks, in_place_owners, sync_only_tasks
 from .messages import Paused
-from .operators import SinkProcessor
 from .records import Barrier, BarrierKind
 from .stages import aligned as stage_aligned
 from .stages import finished as stage_finished
@@ -346,9 +345,6 @@ async def _leaves(
     its channels; it reports its last counts."""
     task = job.tasks.pop(tid)
     await shipping.ship_out(job, p, task, old, new, everything=True)
-    if isinstance(task, StreamTask) and isinstance(task.processor, SinkProcessor):
-        # Its open transaction, pending for the first checkpoint after this change.
-        task.processor.writer.prepare(p.barrier_id)
     pause = task.resume()  # measured before the stop cancels the wait
     await task.stop()
     for ch in task.outputs.channels:

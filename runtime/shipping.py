@@ -32,7 +32,8 @@ async def ship_out(
 ) -> None:
     """Send the state that leaves ``task`` to its new owners (worker to worker):
     ``everything`` it holds (it leaves this worker: a source's position too, and a sink
-    is closed), else the key groups it holds in ``old`` and not in ``new``."""
+    hands its output over, :meth:`~runtime.io.SinkWriter.hand_over`), else the key groups
+    it holds in ``old`` and not in ``new``."""
     tid = task.task_id
     if isinstance(task, SourceTask) and everything and task.reader is not None:
         await send_part(
@@ -40,7 +41,7 @@ async def ship_out(
         )
         return
     if isinstance(task, StreamTask) and isinstance(task.processor, SinkProcessor) and everything:
-        task.processor.close()
+        task.processor.writer.hand_over(p.barrier_id)
         return
     if not (isinstance(task, StreamTask) and isinstance(task.processor, KeyedProcessor)):
         return

@@ -18,7 +18,8 @@ Collect
 
     - records go to a hidden in-progress file ``_pending/part-{i}.{token}.inprogress``;
     - at a checkpoint's barrier ``c`` (or the barrier of a reconfiguration that moves or
-      removes the task) it is fsync'd and renamed ``_pending/part-{i}-{c}.jsonl``;
+      removes the task, with, ``mode="last"``, its latest records) it is fsync'd and
+      renamed ``_pending/part-{i}-{c}.jsonl``;
     - when checkpoint ``c`` completes, every pending file of the directory with a
       barrier id up to ``c`` is renamed to ``part-{i}-{c}.jsonl`` beside the others
       (a rename: atomic, and idempotent between the writers that race to do it);
@@ -198,6 +199,22 @@ class CollectWriter(SinkWriter):
         if self._latest is not None:
             state["latest"] = pickle.dumps(self._latest, protocol=5)
         return state
+
+    def hand_over(self, barrier_id: int) -> None:
+        """Leaving at reconfiguration barrier ``barrier_id``: its records (and, ``mode=
+        "last"``, its latest ones) sync'd and renamed pending for the first checkpoint
+        after the change; without checkpoints, closed."""
+        if not self._transactional:
+            self.close()
+            return
+        if self._closed:
+            return
+        try:
+            if self._latest is not None:
+                self._append(self._latest.values())
+            self._seal(self._pending / _name(self._index, barrier_id))
+        finally:
+            self._closed = True
 
     def commit(self, checkpoint_id: int) -> None:
         """Every pending file of the directory prepared at ``checkpoint_id`` or before,

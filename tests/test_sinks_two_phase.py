@@ -69,12 +69,27 @@ def test_a_task_that_leaves_is_committed_by_the_next_checkpoint_of_another(
     sink = Collect(str(tmp_path))
     leaving, staying = opened(sink, 1, 2), opened(sink, 0, 2)
     leaving.write(["x"])
-    leaving.prepare(10)  # a reconfiguration at barrier 10 removes it
+    leaving.hand_over(10)  # a reconfiguration at barrier 10 removes it
     leaving.abort()
+    assert read_parts(tmp_path) == []
     staying.write(["y"])
     staying.prepare(12)
     staying.commit(12)
     assert sorted(read_parts(tmp_path)) == ["x", "y"]
+
+
+def test_last_mode_hands_its_latest_records_over_when_it_moves(tmp_path: Path) -> None:
+    sink = Collect(str(tmp_path), mode="last", key=first_item)
+    leaving = opened(sink, 0, 1)
+    leaving.write([("a", 1), ("a", 2)])
+    leaving.hand_over(3)
+    arrived = opened(sink, 0, 1)  # the task, on its new worker
+    arrived.write([("b", 1)])
+    arrived.prepare(4)
+    arrived.commit(4)
+    assert read_parts(tmp_path) == [["a", 2]]
+    arrived.close()
+    assert read_parts(tmp_path) == [["a", 2], ["b", 1]]
 
 
 def test_last_mode_restores_its_latest_records(tmp_path: Path) -> None:
@@ -170,7 +185,7 @@ class Run:
     def move(self, index: int) -> None:
         """A reconfiguration moves task ``index`` to another worker at its barrier."""
         self.barrier += 1
-        self.writers[index].prepare(self.barrier)
+        self.writers[index].hand_over(self.barrier)
         self.writers[index].abort()
         self.writers[index] = opened(self.sink, index, self.parallelism)
 
