@@ -10,6 +10,11 @@ Sources are replayable and deterministic: for a given description (seed included
 multiset of records produced by all readers together is the same whatever the
 parallelism, and :meth:`SourceReader.position` / :meth:`SourceReader.seek` let a reader be
 rewound to a recorded position (checkpoints, fault tolerance).
+
+A :class:`PartitionedSource` (a broker topic, a set of streams, a table split in ranges)
+names its partitions instead: the abstraction gives each source task a set of them as
+its workload, a plan moves one between tasks live with its position, and a checkpoint
+records each partition's position, wherever it is read.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
-__all__ = ["Sink", "SinkWriter", "Source", "SourceReader"]
+__all__ = ["PartitionedSource", "Sink", "SinkWriter", "Source", "SourceReader"]
 
 
 class SourceReader(ABC):
@@ -58,6 +63,52 @@ class Source(ABC):
     @abstractmethod
     def open(self, index: int, parallelism: int, start_time: float) -> SourceReader:
         """The reader of task ``index`` of ``parallelism``; rates count from ``start_time``."""
+
+
+class PartitionedSource(Source):
+    """A source split into named partitions, each read by one reader at a time.
+
+    Contract:
+
+    1. :meth:`partitions` is called when the job is built (in the process that builds it:
+       an error there, such as a broker that cannot be reached, refuses the submission
+       with its message) and then by the source's first task every
+       :attr:`discovery_interval_s` (None: never) to find new partitions. It returns the
+       partitions' names, stable across calls and processes; a name once returned is
+       never reused for other data.
+    2. A source task owns a set of partitions (its workload in the abstraction) and reads
+       each through its own :meth:`open_partition` reader, polling them in turn. Each
+       reader's :meth:`SourceReader.position` is msgpack-able and says where the
+       partition's next record is; :meth:`SourceReader.seek` resumes there, in another
+       task or process, after a move, a recovery or a savepoint. Polled ``None``, a
+       partition is exhausted (bounded sources only); a task with no partition left ends
+       if the source is bounded, else idles.
+    3. A reader that loses its connection retries and returns empty batches meanwhile
+       (its health is the source's to report); it raises only for what retrying cannot
+       mend (a partition deleted, a record that cannot be decoded and no dead letter).
+
+    :meth:`open` (a task's share, for the runtime's older callers) reads every partition
+    whose position in :meth:`partitions` is ``index`` modulo ``parallelism``.
+    """
+
+    bounded: bool = False
+    discovery_interval_s: float | None = None
+
+    @abstractmethod
+    def partitions(self) -> list[str]:
+        """The names of the partitions now (step 1). Raises with a message that says what
+        to fix when the source cannot be reached."""
+
+    @abstractmethod
+    def open_partition(self, partition: str, start_time: float) -> SourceReader:
+        """A reader of ``partition`` from where a reader without a position starts (the
+        beginning, or what the source's settings say); rates count from ``start_time``."""
+
+    def open(self, index: int, parallelism: int, start_time: float) -> SourceReader:
+        from .partitioned import PartitionSetReader  # the runtime's reader of a task's set
+
+        mine = [p for i, p in enumerate(self.partitions()) if i % parallelism == index]
+        return PartitionSetReader(self, mine, start_time)
 
 
 class SinkWriter(ABC):

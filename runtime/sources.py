@@ -47,13 +47,14 @@ from dataclasses import dataclass
 from itertools import accumulate, pairwise
 from typing import Any
 
-from .io import Source, SourceReader
+from .io import PartitionedSource, Source, SourceReader
 
 __all__ = [
     "CHUNK",
     "NOMINAL_RATE",
     "Generator",
     "GeneratorReader",
+    "PartitionedGenerator",
     "key_names",
     "parse_schedule",
 ]
@@ -405,3 +406,33 @@ class GeneratorReader(SourceReader):
             offset = 0
         self._chunk, self._offset, self._buffer = chunk, offset, None
         self._emitted = self._owned_before(chunk) + offset
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionedGenerator(Generator, PartitionedSource):
+    """A :class:`Generator` split into ``partitions`` named ``p0``, ``p1``...: partition
+    ``i`` is the share task ``i`` of ``partitions`` tasks would read, so the stream (its
+    records, their order within a partition, the total rate) is the same whichever task
+    reads which partition. The reference partitioned source, for tests and examples."""
+
+    partitions_count: int = 4
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_int(type(self).__name__, "partitions_count", self.partitions_count, minimum=1,
+                   hint="number of partitions")  # fmt: skip
+
+    @property
+    def bounded(self) -> bool:  # type: ignore[override]
+        return self.records is not None
+
+    def partitions(self) -> list[str]:
+        return [f"p{i}" for i in range(self.partitions_count)]
+
+    def open_partition(self, partition: str, start_time: float) -> GeneratorReader:
+        names = self.partitions()
+        if partition not in names:
+            raise ValueError(f"{type(self).__name__} has no partition {partition!r}: {names}")
+        return GeneratorReader(self, names.index(partition), self.partitions_count, start_time)
+
+    open = PartitionedSource.open

@@ -1,0 +1,129 @@
+"""The reader of a source task that owns partitions of a :class:`~runtime.io.PartitionedSource`.
+
+A :class:`PartitionSetReader` holds one reader per partition the task owns and polls them
+in turn, starting each poll at the partition after the one the previous poll started at,
+so that a busy partition cannot starve the others. Its position is a dict partition ->
+that partition's position (exhausted partitions keep their last one, so that a
+checkpoint taken after a partition ended does not replay it); :meth:`give` and
+:meth:`take` move one partition out of and into the set during a live reconfiguration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .io import PartitionedSource, SourceReader
+
+__all__ = ["IDLE_POLL_S", "PartitionSetReader"]
+
+IDLE_POLL_S = 0.1  # an unbounded task with nothing to read looks again after this long
+
+
+class PartitionSetReader(SourceReader):
+    """Reads ``partitions`` of ``source`` (each seeked to its entry in ``positions``, if
+    any); rates count from ``start_time``."""
+
+    def __init__(
+        self,
+        source: PartitionedSource,
+        partitions: Iterable[str],
+        start_time: float,
+        positions: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._source = source
+        self._start = start_time
+        self._readers: dict[str, SourceReader] = {}
+        self._ended: dict[str, Any] = {}  # exhausted partition -> its last position
+        self._turn = 0
+        try:
+            for p in partitions:
+                self.take(p, (positions or {}).get(p))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def partitions(self) -> list[str]:
+        """The partitions it owns, exhausted ones included, sorted."""
+        return sorted([*self._readers, *self._ended])
+
+    def take(self, partition: str, position: Any = None) -> None:
+        """Own ``partition`` from now on, from ``position`` (None: where a new reader of
+        it starts)."""
+        if partition in self._readers or partition in self._ended:
+            raise ValueError(f"partition {partition!r} is read here already")
+        reader = self._source.open_partition(partition, self._start)
+        if position is not None:
+            try:
+                reader.seek(position)
+            except BaseException:
+                reader.close()
+                raise
+        self._readers[partition] = reader
+
+    def give(self, partition: str) -> Any:
+        """Stop reading ``partition``; its position, for the task that reads it next."""
+        if partition in self._ended:
+            return self._ended.pop(partition)
+        reader = self._readers.pop(partition)
+        try:
+            return reader.position()
+        finally:
+            reader.close()
+
+    def poll(self, now: float, max_records: int) -> tuple[list, list[float]] | None:
+        names = list(self._readers)
+        if not names:
+            return None if self._source.bounded else ([], [])
+        values: list = []
+        stamps: list[float] = []
+        start = self._turn % len(names)
+        self._turn += 1
+        for name in names[start:] + names[:start]:
+            room = max_records - len(values)
+            if room <= 0:
+                break
+            polled = self._readers[name].poll(now, room)
+            if polled is None:
+                reader = self._readers.pop(name)
+                self._ended[name] = reader.position()
+                reader.close()
+                continue
+            values += polled[0]
+            stamps += polled[1]
+        if not values and not self._readers and self._source.bounded:
+            return None
+        return values, stamps
+
+    def next_due(self, now: float) -> float:
+        if not self._readers:
+            return now + IDLE_POLL_S
+        return min(r.next_due(now) for r in self._readers.values())
+
+    def position(self) -> dict[str, Any]:
+        return {**self._ended, **{p: r.position() for p, r in self._readers.items()}}
+
+    def seek(self, position: Any) -> None:
+        """Seek each partition named in ``position`` (a dict partition -> position) that
+        it owns; others are not its to read."""
+        if not isinstance(position, Mapping):
+            raise ValueError(
+                f"the position of a partitioned source is a dict partition -> position, "
+                f"got {position!r}"
+            )
+        for partition, pos in position.items():
+            if partition in self._ended:
+                self.take_back(partition)
+            if partition in self._readers:
+                self._readers[partition].seek(pos)
+
+    def take_back(self, partition: str) -> None:
+        """An exhausted partition is read again (a seek rewinds it)."""
+        self._ended.pop(partition)
+        self._readers[partition] = self._source.open_partition(partition, self._start)
+
+    def close(self) -> None:
+        readers, self._readers = list(self._readers.values()), {}
+        for r in readers:
+            r.close()
