@@ -119,3 +119,32 @@ def spark_cluster_idle(spark_cluster: BackgroundCluster) -> Iterator[BackgroundC
 def any_cluster(request: pytest.FixtureRequest) -> BackgroundCluster:
     """The shared cluster of each worker backend in turn (see ``cluster``, ``spark_cluster``)."""
     return request.getfixturevalue("cluster" if request.param == "local" else "spark_cluster_idle")
+
+
+@pytest.fixture(scope="session")
+def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """A real Spark standalone cluster on 127.0.0.1 (a master and two workers, small
+    memory), started once for the session and stopped at its end; a test that kills a
+    Spark worker starts it again with ``revive()``. See ``spark_cluster.standalone``."""
+    from spark_cluster import standalone
+
+    with standalone(tmp_path_factory.mktemp("spark-standalone")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def faults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundCluster]:
+    """A fault-injection module's own local cluster of 3 workers (its tests kill them),
+    its checkpoint store in a temporary directory (``faults_support.fault_cluster``)."""
+    from tests.faults_support import fault_cluster
+
+    yield from fault_cluster(tmp_path_factory)
+
+
+@pytest.fixture
+def fault_events(faults: BackgroundCluster) -> Iterator:
+    """``faults`` with 3 alive workers and no job, its checkpoints and recoveries told to
+    the test (``faults_support.listened``); what the test left running is stopped after."""
+    from tests.faults_support import listened
+
+    yield from listened(faults)

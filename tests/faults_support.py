@@ -1,6 +1,7 @@
-"""Fault injection for recovery tests: a counting job whose end is held back, its
-in-process reference, what the coordinator tells of checkpoints and recoveries, and ways
-to lose a worker (SIGKILL, SIGSTOP, its Spark task's Python worker).
+"""Fault injection for recovery tests: a counting job and a word count whose ends are
+held back, their in-process references, what the coordinator tells of checkpoints and
+recoveries, ways to lose a worker (SIGKILL, SIGSTOP, its Spark task's Python worker) and
+to catch a worker in the middle of writing its part of a checkpoint.
 
 Every wait is on an event (a checkpoint's report, a recovery, a registration, a process's
 exit), bounded: the machine is a loaded 2-core VM.
@@ -14,15 +15,22 @@ import os
 import select
 import signal
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from controlplane.coordinator.checkpoint_report import CheckpointPolicy, CheckpointReport
+from controlplane.coordinator import RuntimeConfig
+from controlplane.coordinator.checkpoint_report import (
+    CheckpointPolicy,
+    CheckpointReport,
+    RestartPolicy,
+)
 from controlplane.coordinator.report import RunReport
-from controlplane.statuses import CheckpointStatus, WorkerStatus
+from controlplane.statuses import CheckpointStatus, JobStatus, WorkerStatus
 from controlplane.testing import BackgroundCluster
+from examples import wordcount
 from runtime import Dataflow
 from runtime.dataflow import JobGraph
 from runtime.sinks import Collect, read_parts
@@ -34,17 +42,26 @@ __all__ = [
     "SOURCE",
     "WAIT_S",
     "Events",
+    "assert_exact",
     "checkpoint_id_gaps",
     "counting_job",
     "exact_output",
+    "fault_cluster",
+    "finish_job",
     "gone",
     "kill",
+    "listened",
     "listening",
     "lost",
     "reference",
     "stale_sink_files",
+    "start_job",
+    "stop_jobs",
     "submit",
     "top_up",
+    "wordcount_job",
+    "wordcount_reference",
+    "worker_writing",
 ]
 
 WAIT_S = 120.0  # any awaited event happens within this, however loaded the machine
@@ -57,14 +74,15 @@ PROCESS_EXIT_S = 30.0  # a killed process (or one whose parent was killed) is go
 SOURCE = Generator(records=30_000, rate=6_000, keys=300, seed=17)
 
 
-def counting_job(out: Path, held: Path) -> JobGraph:
+def counting_job(out: Path, held: Path, logic: Callable[..., Any] = count) -> JobGraph:
     """src (2) -> key_by -> count (2) -> Collect(out, "all") (2): every (key, running
     count) once; the sources' end is held back while the file ``held`` exists
     (:func:`tests.e2e_jobs.held_until_released`), so the job runs until the test lets it
-    end, whatever the machine's speed."""
+    end, whatever the machine's speed. ``logic``: the count's, e.g.
+    ``examples.wordcount.PaddedCount(pad)`` for the same output over larger state."""
     flow = Dataflow("fault_counts")
     src = flow.source("src", SOURCE, parallelism=2)
-    counts = src.key_by(identity).process("count", count, parallelism=2)
+    counts = src.key_by(identity).process("count", logic, parallelism=2)
     counts.sink("out", Collect(str(out), mode="all"), parallelism=2)
     return held_until_released(flow.compile(), held)
 
@@ -82,6 +100,60 @@ def reference() -> list[tuple[str, int]]:
 def exact_output(out: Path) -> bool:
     """Whether the job's output is the reference: nothing lost, nothing twice."""
     return sorted((k, n) for k, n in read_parts(out)) == reference()
+
+
+def assert_exact(got: list, expected: list) -> None:
+    """``got`` (records read back from the sink files) is ``expected``, every record once;
+    a failure says how many are missing or there twice, with a few of each."""
+    have, want = Counter(map(tuple, got)), Counter(map(tuple, expected))
+    missing, extra = want - have, have - want
+    assert not missing and not extra, (
+        f"{sum(missing.values())} records missing (e.g. {sorted(missing)[:3]}), "
+        f"{sum(extra.values())} extra or twice (e.g. {sorted(extra)[:3]})"
+    )
+
+
+def start_job(
+    cluster: BackgroundCluster,
+    events: Events,
+    graph: JobGraph,
+    policy: CheckpointPolicy | None = None,
+    restart: RestartPolicy | None = None,
+) -> tuple[Any, list[str], str | None]:
+    """Submit ``graph`` on the two oldest alive workers (see :func:`submit`) and wait
+    until it runs with 2 complete checkpoints; returns it, those workers and a spare."""
+    alive = [w.id for w in cluster.coordinator.alive_workers()]
+    used, spare = alive[:2], alive[2] if len(alive) > 2 else None
+    job = submit(cluster, graph, used, policy, restart)
+    assert job.status == JobStatus.RUNNING, job.error
+    events.wait("2 complete checkpoints", lambda: events.completed(job.id) >= 2)
+    return job, used, spare
+
+
+def finish_job(cluster: BackgroundCluster, job: Any, held: Path) -> None:
+    """Let ``job`` end (remove its ``held`` file); it finishes."""
+    held.unlink()
+    assert cluster.wait(job, WAIT_S) == JobStatus.FINISHED, job.error
+
+
+def wordcount_job(params: dict[str, Any], out: Path, held: Path) -> JobGraph:
+    """``examples.wordcount`` with ``params`` (bounded), its sink writing every (word,
+    running count) to ``out`` (``Collect`` in mode "all", so a record lost or written
+    twice shows), its end held back while the file ``held`` exists."""
+    p = wordcount.Params(**params)
+    flow = Dataflow("fault_wordcount")
+    sentences = flow.source("sentences", wordcount.source_of(p), parallelism=p.parallelism)
+    words = sentences.flat_map("split", wordcount.split_words)
+    counts = words.key_by(wordcount.word_key).process(
+        "count", wordcount.count_word, max_parallelism=p.max_parallelism
+    )
+    counts.sink("sink", Collect(str(out), mode="all"))
+    return held_until_released(flow.compile(), held)
+
+
+def wordcount_reference(params: dict[str, Any]) -> list[tuple[str, int]]:
+    """Every (word, running count) :func:`wordcount_job` writes once, in order."""
+    return sorted((w, n) for w, c in wordcount.reference(params).items() for n in range(1, c + 1))
 
 
 def stale_sink_files(cluster: BackgroundCluster, out: Path) -> list[str]:
@@ -104,10 +176,45 @@ def stale_sink_files(cluster: BackgroundCluster, out: Path) -> list[str]:
     return found
 
 
-def submit(cluster: BackgroundCluster, graph: JobGraph, workers: list[str]) -> Any:
-    """Submit ``graph`` on ``workers``, checkpointed every 0.2 s (two retained)."""
-    policy = CheckpointPolicy(interval_s=0.2, timeout_s=60, retained=2)
-    return cluster.call(cluster.coordinator.submit(graph, workers, checkpoints=policy))
+def submit(
+    cluster: BackgroundCluster,
+    graph: JobGraph,
+    workers: list[str],
+    policy: CheckpointPolicy | None = None,
+    restart: RestartPolicy | None = None,
+) -> Any:
+    """Submit ``graph`` on ``workers``, checkpointed as ``policy`` says (default every
+    0.2 s, two retained), recovering as ``restart`` allows (default: the coordinator's)."""
+    policy = policy or CheckpointPolicy(interval_s=0.2, timeout_s=60, retained=2)
+    co = cluster.coordinator
+    return cluster.call(co.submit(graph, workers, checkpoints=policy, restart=restart))
+
+
+def fault_cluster(tmp_path_factory: Any, workers: int = 3) -> Iterator[BackgroundCluster]:
+    """A local cluster of its own (its workers get killed) with a checkpoint store in a
+    temporary directory; for a module-scoped fixture to ``yield from``."""
+    store = tmp_path_factory.mktemp("checkpoints")
+    c = BackgroundCluster(workers=workers, config=RuntimeConfig(checkpoint_store=str(store)))
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def stop_jobs(cluster: BackgroundCluster) -> None:
+    """Stop the jobs a test left running (a failing test leaves its held jobs behind)."""
+    for job in list(cluster.coordinator.jobs.values()):
+        if not job.done:
+            cluster.call(cluster.coordinator.stop_job(job.id))
+
+
+def listened(cluster: BackgroundCluster, n: int = 3) -> Iterator[Events]:
+    """For a test's fixture to ``yield from``: ``cluster`` with ``n`` alive workers and
+    no job, its events told to the test; what the test left running is stopped after."""
+    top_up(cluster, n)
+    with listening(cluster, Events()) as e:
+        yield e
+    stop_jobs(cluster)
 
 
 def top_up(cluster: BackgroundCluster, n: int) -> list[str]:
@@ -129,7 +236,10 @@ class Events:
 
     ``after_recovery(job_id, report)``, when set, is called on the coordinator's loop
     as each recovery is told (before any waiter wakes): a fault injected there hits
-    the job as it resumes, before it can take another checkpoint.
+    the job as it resumes, before it can take another checkpoint. ``on_checkpoint(job_id,
+    what)`` likewise for each checkpoint's report: a checkpoint reported ``in_progress``
+    is about to be injected, one ``abandoned`` because "the job is recovering" is
+    reported in the middle of a recovery (between its halt and its placement).
     """
 
     def __init__(self) -> None:
@@ -137,8 +247,11 @@ class Events:
         self._checkpoints: dict[tuple[str, int], CheckpointReport] = {}
         self.recoveries: list[tuple[RunReport, dict[str, Any]]] = []
         self.after_recovery: Callable[[str, RunReport], None] | None = None
+        self.on_checkpoint: Callable[[str, CheckpointReport | int], None] | None = None
 
     def checkpoint(self, job_id: str, what: CheckpointReport | int) -> None:
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(job_id, what)
         with self._cond:
             if isinstance(what, CheckpointReport):
                 self._checkpoints[(job_id, what.id)] = what
@@ -162,6 +275,20 @@ class Events:
             and r.status == CheckpointStatus.COMPLETED
             and (version is None or r.version == version)
         )
+
+    def completed_after(self, job_id: str, checkpoint_id: int) -> bool:
+        """Whether a checkpoint of ``job_id`` started after ``checkpoint_id`` completed."""
+        with self._cond:
+            reports = list(self._checkpoints.values())
+        return any(
+            r.job_id == job_id and r.id > checkpoint_id and r.status == CheckpointStatus.COMPLETED
+            for r in reports
+        )
+
+    def report(self, job_id: str, checkpoint_id: int) -> CheckpointReport:
+        """The last report told of checkpoint ``checkpoint_id`` of ``job_id``."""
+        with self._cond:
+            return self._checkpoints[(job_id, checkpoint_id)]
 
     def ids(self, job_id: str) -> list[int]:
         """The ids of ``job_id``'s checkpoints told so far, in order."""
@@ -212,3 +339,35 @@ def gone(pid: int) -> bool:
 def kill(pid: int, sig: int = signal.SIGKILL) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
+
+
+WRITE_POLL_S = 0.002  # how often worker_writing looks at the store (a part's write lasts longer)
+
+
+def worker_writing(cluster: BackgroundCluster, store: Path, job: Any) -> tuple[str, int, int]:
+    """Catch a worker of ``job`` in the middle of writing its part of a checkpoint, and
+    leave it SIGSTOPped there: returns (its worker id, pid, the checkpoint id).
+
+    A local store's put writes a temp file (``.<task>.part~<uuid>.tmp``) in the
+    checkpoint's directory and renames it when complete. The store is polled until such a
+    file is there for a checkpoint that has not completed; the task's worker is then
+    stopped, and, since a stopped process writes nothing, the temp file still being there
+    afterwards proves it was stopped mid-write (else it goes on, and the next write is
+    waited for)."""
+    co = cluster.coordinator
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        for chk in sorted((store / job.id).glob("chk-*"), reverse=True):
+            if (chk / "_manifest.msgpack").exists():
+                continue
+            for temp in chk.glob(".*.part~*.tmp"):
+                worker = job.layout.placement.get(temp.name[1:].partition(".part~")[0])
+                if worker is None:
+                    continue
+                pid = co.workers[worker].pid
+                kill(pid, signal.SIGSTOP)
+                if temp.exists():
+                    return worker, pid, int(chk.name.removeprefix("chk-"))
+                kill(pid, signal.SIGCONT)
+        time.sleep(WRITE_POLL_S)
+    raise AssertionError(f"no worker of {job.id} caught writing a checkpoint within {WAIT_S}s")
