@@ -31,12 +31,12 @@ import importlib
 import pickle
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from . import codeload
 from .errors import StreamRuntimeError
-from .io import Sink, Source
+from .io import PartitionedSource, Sink, Source
 from .keygroups import DEFAULT_MAX_PARALLELISM
 
 __all__ = [
@@ -127,7 +127,8 @@ class InputSpec:
 
 @dataclass(frozen=True, slots=True)
 class OperatorSpec:
-    """One operator: its kind, logic, parallelism and inputs."""
+    """One operator: its kind, logic, parallelism and inputs; ``partitions`` the names a
+    partitioned source listed when the job was compiled (None for any other operator)."""
 
     name: str
     kind: Kind
@@ -135,6 +136,7 @@ class OperatorSpec:
     parallelism: int = 1
     inputs: tuple[InputSpec, ...] = ()
     max_parallelism: int = DEFAULT_MAX_PARALLELISM
+    partitions: tuple[str, ...] | None = None
 
     @property
     def keyed(self) -> bool:
@@ -199,6 +201,9 @@ class JobGraph:
             raise DataflowError(f"job {name!r} has no operators")
         for op in ops.values():
             _validate_operator(op, ops)
+        for op_name, op in list(ops.items()):
+            if op.partitions is None and isinstance(op.logic, PartitionedSource):
+                ops[op_name] = replace(op, partitions=_listed_partitions(op))
         order = _topological_order(ops)
         return cls(name, tuple(ops[n] for n in order))
 
@@ -217,6 +222,28 @@ class JobGraph:
 
     def task_ids(self) -> list[str]:
         return [t for op in self.operators for t in op.task_ids()]
+
+
+def _listed_partitions(op: OperatorSpec) -> tuple[str, ...]:
+    """The partitions a partitioned source lists now (its job is being compiled)."""
+    try:
+        names = op.logic.partitions()
+    except Exception as exc:
+        raise DataflowError(
+            f"source {op.name!r} cannot list its partitions: {type(exc).__name__}: {exc}"
+        ) from exc
+    return _checked_partitions(op, names)
+
+
+def _checked_partitions(op: OperatorSpec, names: Any) -> tuple[str, ...]:
+    where = f"source {op.name!r}"
+    if not isinstance(names, list | tuple) or not names:
+        raise DataflowError(f"{where}: partitions() must list at least one name, got {names!r}")
+    if not all(isinstance(p, str) and p for p in names):
+        raise DataflowError(f"{where}: partition names must be non-empty strings: {names!r}")
+    if len(set(names)) != len(names):
+        raise DataflowError(f"{where}: partition names must be unique: {names!r}")
+    return tuple(names)
 
 
 def _validate_operator(op: OperatorSpec, ops: Mapping[str, OperatorSpec]) -> None:
@@ -238,6 +265,10 @@ def _validate_operator(op: OperatorSpec, ops: Mapping[str, OperatorSpec]) -> Non
                 f"{op.max_parallelism} (the number of key groups)"
             )
     built = isinstance(op.logic, Pickled)
+    if op.partitions is not None:
+        if op.kind != "source":
+            raise DataflowError(f"{where}: only a source has partitions")
+        _checked_partitions(op, op.partitions)
     if op.kind == "source":
         if op.inputs:
             raise DataflowError(f"{where}: a source has no inputs")

@@ -87,8 +87,9 @@ class PartitionedSource(Source):
        (its health is the source's to report); it raises only for what retrying cannot
        mend (a partition deleted, a record that cannot be decoded and no dead letter).
 
-    :meth:`open` (a task's share, for the runtime's older callers) reads every partition
-    whose position in :meth:`partitions` is ``index`` modulo ``parallelism``.
+    The runtime reads a partitioned source by partition only
+    (:class:`runtime.partitioned.PartitionSetReader` over each task's partitions);
+    :meth:`open` is not used.
     """
 
     bounded: bool = False
@@ -105,10 +106,10 @@ class PartitionedSource(Source):
         beginning, or what the source's settings say); rates count from ``start_time``."""
 
     def open(self, index: int, parallelism: int, start_time: float) -> SourceReader:
-        from .partitioned import PartitionSetReader  # the runtime's reader of a task's set
-
-        mine = [p for i, p in enumerate(self.partitions()) if i % parallelism == index]
-        return PartitionSetReader(self, mine, start_time)
+        raise NotImplementedError(
+            f"{type(self).__name__} is a partitioned source: it is read by partition "
+            "(open_partition), each task reading the partitions the abstraction gives it"
+        )
 
 
 class SinkWriter(ABC):

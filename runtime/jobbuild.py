@@ -134,6 +134,7 @@ def encode(graph: JobGraph, sinks: list[SinkPath]) -> dict[str, Any]:
                     "kind": op.kind,
                     "parallelism": op.parallelism,
                     "max_parallelism": op.max_parallelism,
+                    "partitions": None if op.partitions is None else list(op.partitions),
                     "logic": _held(op.logic),
                     "inputs": [
                         {
@@ -177,6 +178,7 @@ def decode(answer: Mapping[str, Any]) -> tuple[JobGraph, list[SinkPath]]:
                     for inp in op["inputs"]
                 ),
                 _integer(op["max_parallelism"]),
+                _partitions(op.get("partitions")),
             )
             for op in graph["operators"]
         ]
@@ -194,6 +196,14 @@ def decode(answer: Mapping[str, Any]) -> tuple[JobGraph, list[SinkPath]]:
         raise BuildError(
             f"the job's build answered no graph ({exc!r})", "job_build_failed"
         ) from None
+
+
+def _partitions(value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise TypeError(f"partitions must be a list, got {type(value).__name__}")
+    return tuple(_string(p) for p in value)
 
 
 def _string(value: Any) -> str:

@@ -283,6 +283,8 @@ class JobRuntime:
         task: BaseTask
         if op.kind == "source":
             task = SourceTask(tid, op, index, outputs, metrics, self.worker)
+            if op.partitions is not None:
+                task.partitions = tuple(layout.partitions.get(tid, ()))
         else:
             state = KeyedState(tid, layout.assignment.get(tid, ())) if op.keyed else None
             if op.kind == "sink":  # its writer knows the parallelism it runs at now

@@ -2,8 +2,9 @@
 
 A :class:`Layout` is what the coordinator sends a worker (on deploy, and whole again with
 every reconfiguration, so each worker can work out its own part by comparing old and
-new): task -> worker, keyed task -> key groups, other task -> weight, and per-task logic
-overrides (pickled) for tasks whose logic was swapped. The tasks of an operator are the
+new): task -> worker, keyed task -> key groups, partitioned source task -> partitions,
+other task -> weight, and per-task logic overrides (pickled) for tasks whose logic was
+swapped. The tasks of an operator are the
 layout's task ids ``"<operator>-<index>"``, ordered by index; a forward edge links the
 tasks with equal indices.
 """
@@ -43,24 +44,30 @@ class Layout:
     assignment: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # keyed task -> groups
     weights: Mapping[str, float] = field(default_factory=dict)  # other task -> weight
     logic: Mapping[str, bytes] = field(default_factory=dict)  # task -> pickled logic override
+    # partitioned source task -> the partitions it reads
+    partitions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
     def initial(cls, graph: JobGraph, workers: list[str]) -> Layout:
-        """Task ``i`` of every operator on worker ``i mod n``; even key-group ranges."""
+        """Task ``i`` of every operator on worker ``i mod n``; even key-group ranges;
+        partition ``j`` of a partitioned source read by its task ``j mod parallelism``."""
         if not workers:
             raise ValueError("no workers to place the job on")
         placement: dict[str, str] = {}
         assignment: dict[str, tuple[int, ...]] = {}
         weights: dict[str, float] = {}
+        partitions: dict[str, tuple[str, ...]] = {}
         for op in graph.operators:
             split = contiguous_split(op.max_parallelism, op.parallelism) if op.keyed else None
             for i, tid in enumerate(op.task_ids()):
                 placement[tid] = workers[i % len(workers)]
                 if split is not None:
                     assignment[tid] = tuple(split[i])
+                elif op.partitions is not None:
+                    partitions[tid] = op.partitions[i :: op.parallelism]
                 else:
                     weights[tid] = 1.0
-        return cls(placement, assignment, weights)
+        return cls(placement, assignment, weights, partitions=partitions)
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -125,6 +132,7 @@ class Layout:
             "assignment": {t: list(g) for t, g in self.assignment.items()},
             "weights": dict(self.weights),
             "logic": dict(self.logic),
+            "partitions": {t: list(p) for t, p in self.partitions.items()},
         }
 
     @classmethod
@@ -134,6 +142,7 @@ class Layout:
             assignment={t: tuple(g) for t, g in dict(data.get("assignment", {})).items()},
             weights={t: float(w) for t, w in dict(data.get("weights", {})).items()},
             logic=dict(data.get("logic", {})),
+            partitions={t: tuple(p) for t, p in dict(data.get("partitions", {})).items()},
         )
 
     def replace(self, **changes: Any) -> Layout:
@@ -142,6 +151,7 @@ class Layout:
             "assignment": self.assignment,
             "weights": self.weights,
             "logic": self.logic,
+            "partitions": self.partitions,
         }
         fields.update(changes)
         return Layout(**fields)
@@ -160,7 +170,8 @@ def moved_key_groups(old: Layout, new: Layout, tasks: Iterable[str]) -> list[tup
 def affected_tasks(graph: JobGraph, old: Layout, new: Layout) -> set[str]:
     """The tasks a change from ``old`` to ``new`` touches (docs/design.md, section 3, step 1).
 
-    New and removed tasks; tasks whose worker, key groups, weight or logic change; the
+    New and removed tasks; tasks whose worker, key groups, partitions, weight or logic
+    change; the
     direct upstream tasks of tasks that are new, removed, moved or whose work changes
     (their routing changes); the direct downstream tasks whose set of upstream tasks
     changes (a channel is added or removed), or one of whose upstream tasks moves: its
@@ -198,7 +209,7 @@ def _changed(graph: JobGraph, old: Layout, new: Layout) -> set[str]:
     affected.update(
         t
         for t in old.placement.keys() & new.placement.keys()
-        if old.logic.get(t) != new.logic.get(t)
+        if old.logic.get(t) != new.logic.get(t) or old.partitions.get(t) != new.partitions.get(t)
     )
     old_pairs, new_pairs = old.channels(graph), new.channels(graph)
     for u, d in old_pairs | new_pairs:
@@ -298,6 +309,7 @@ def only_key_groups_move(old: Layout, new: Layout) -> bool:
     return (
         old.placement == new.placement
         and old.weights == new.weights
+        and old.partitions == new.partitions
         and old.logic == new.logic
         and old.assignment.keys() == new.assignment.keys()
     )

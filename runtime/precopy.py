@@ -89,6 +89,8 @@ def parse_part(part: Any) -> tuple[str, int] | None:
     if not isinstance(part, str) or ":" not in part:
         return None
     kind, group = part.split(":", 1)
+    if kind not in ("base", "delta") or not group.isdigit():
+        return None  # another part (a partition's position: "partition:<name>")
     return kind, int(group)
 
 

@@ -48,6 +48,7 @@ from .channels import InputGate
 from .jobruntime import JobRuntime
 from .layout import Layout, affected_tasks, in_place_owners, sync_only_tasks
 from .messages import Paused
+from .partitioned import PartitionSetReader
 from .records import Barrier, BarrierKind
 from .stages import aligned as stage_aligned
 from .stages import finished as stage_finished
@@ -392,7 +393,13 @@ async def _stays(job: JobRuntime, p: Change, old: Layout, new: Layout, tid: str,
     task = job.tasks[tid]
     await _rewire(job, task, new)
     await shipping.ship_out(job, p, task, old, new, everything=False)
-    await shipping.ship_in(job, p, task, old, new)
+    gained = await shipping.ship_in(job, p, task, old, new)
+    if isinstance(task, SourceTask) and isinstance(task.reader, PartitionSetReader) and gained:
+        for partition, position in gained.items():  # a partitioned source's, with positions
+            task.reader.take(partition, position)
+        task.partitions = tuple(new.partitions.get(tid, ()))
+    elif isinstance(task, SourceTask) and task.partitions is not None:
+        task.partitions = tuple(new.partitions.get(tid, ()))
     if new.logic.get(tid) != old.logic.get(tid) and isinstance(task, StreamTask):
         task.processor.fn = new.logic_of(job.graph.operator(task.op.name), tid)
     pause = task.resume()

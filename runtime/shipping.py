@@ -7,7 +7,8 @@ hands it over as an object when the new owner is here; a group copied ahead
 group in from the worker's :class:`~runtime.handover.StateInbox` as it arrives: all before
 it resumes (:func:`ship_in`), or in fluid mode one by one in the task's own loop while it
 runs, its records of a group waiting for that group alone (:func:`receive_groups`). A
-source that moves hands over its replay position the same way.
+source that moves hands over its replay position the same way, and so does each
+partition of a partitioned source that changes hands.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .handover import send_state
 from .jobruntime import JobRuntime
 from .layout import Layout
 from .operators import KeyedProcessor, SinkProcessor
+from .partitioned import PartitionSetReader
 from .task import BaseTask, SourceTask, StreamTask
 
 __all__ = ["receive_groups", "send_part", "ship_in", "ship_out"]
@@ -35,6 +37,9 @@ async def ship_out(
     hands its output over, :meth:`~runtime.io.SinkWriter.hand_over`), else the key groups
     it holds in ``old`` and not in ``new``."""
     tid = task.task_id
+    if isinstance(task, SourceTask) and isinstance(task.reader, PartitionSetReader):
+        await _ship_out_partitions(job, p, task.reader, tid, old, new, everything)
+        return
     if isinstance(task, SourceTask) and everything and task.reader is not None:
         await send_part(
             job, p.rid, tid, new.placement[tid], "source", task.reader.position(), raw=False
@@ -73,6 +78,34 @@ async def ship_out(
             await asyncio.sleep(0)  # the worker's running tasks go on between groups
 
 
+def partition_part(partition: str) -> str:
+    """The part name a partition's position travels under."""
+    return f"partition:{partition}"
+
+
+async def _ship_out_partitions(
+    job: JobRuntime,
+    p: Change,
+    reader: PartitionSetReader,
+    tid: str,
+    old: Layout,
+    new: Layout,
+    everything: bool,
+) -> None:
+    """A partitioned source task gives each partition it reads in ``old`` and not in
+    ``new`` (``everything``: each one) to its owner in ``new``, with its position."""
+    owner = {part: t for t, parts in new.partitions.items() for part in parts}
+    kept = set() if everything else set(new.partitions.get(tid, ()))
+    for part in old.partitions.get(tid, ()):
+        if part in kept:
+            continue
+        dest = owner[part]
+        position = reader.give(part)
+        await send_part(
+            job, p.rid, dest, new.placement[dest], partition_part(part), position, raw=False
+        )
+
+
 async def send_part(
     job: JobRuntime, rid: int, dest: str, dest_worker: str, part: Any, data: Any, raw: bool
 ) -> None:
@@ -88,8 +121,17 @@ async def send_part(
 
 
 async def ship_in(job: JobRuntime, p: Change, task: BaseTask, old: Layout, new: Layout) -> Any:
-    """Wait for and import the state that arrives at ``task``; returns a source position."""
+    """Wait for and import the state that arrives at ``task``; returns a source position
+    (a partitioned source's task: partition -> position of each partition it gains)."""
     tid = task.task_id
+    if isinstance(task, SourceTask) and task.partitions is not None:
+        had = set(old.partitions.get(tid, ())) if old.placement.get(tid) == job.me else set()
+        coming = [part for part in new.partitions.get(tid, ()) if part not in had]
+        if not coming:
+            return None
+        names = {partition_part(part): part for part in coming}
+        got = await job.worker.state.take(p.rid, job.mailbox(tid), set(names))
+        return {names[name]: position for name, position in got.items()}
     if isinstance(task, SourceTask):
         if old.placement.get(tid) not in (None, job.me):
             got = await job.worker.state.take(p.rid, job.mailbox(tid), {"source"})

@@ -434,5 +434,3 @@ class PartitionedGenerator(Generator, PartitionedSource):
         if partition not in names:
             raise ValueError(f"{type(self).__name__} has no partition {partition!r}: {names}")
         return GeneratorReader(self, names.index(partition), self.partitions_count, start_time)
-
-    open = PartitionedSource.open

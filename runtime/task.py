@@ -42,6 +42,7 @@ from .channels import InputGate
 from .dataflow import OperatorSpec
 from .metrics import TaskMetrics
 from .operators import KeyedProcessor, Processor
+from .partitioned import PartitionSetReader
 from .partitioning import Outputs
 from .records import Barrier, Batch, EndOfStream
 
@@ -350,6 +351,8 @@ class SourceTask(BaseTask):
     ) -> None:
         super().__init__(task_id, op, index, outputs, metrics, host)
         self.reader = None
+        # A partitioned source's task: the partitions it reads (None: its share by index).
+        self.partitions: tuple[str, ...] | None = None
         self._barriers: deque[Barrier] = deque()
         self._injected: set[int] = set()  # ids of every barrier injected here
         self._wakeup = asyncio.Event()
@@ -358,7 +361,14 @@ class SourceTask(BaseTask):
     def start(
         self, start_time: float, position: object = None, parallelism: int | None = None
     ) -> None:
-        """Open the reader (seeking to ``position`` if given, for a moved task) and run."""
+        """Open the reader (seeking to ``position`` if given, for a moved task) and run. A
+        partitioned source's task reads its :attr:`partitions`, each from its entry in
+        ``position`` (a dict partition -> position) if it has one."""
+        if self.partitions is not None:
+            positions = position if isinstance(position, dict) else None
+            self.reader = PartitionSetReader(self.op.logic, self.partitions, start_time, positions)
+            super().start(start_time)
+            return
         self.reader = self.op.logic.open(self.index, parallelism or self.op.parallelism, start_time)
         if position is not None:
             self.reader.seek(position)

@@ -71,6 +71,31 @@ def count(key: Any, value: Any, state: Any) -> tuple:
     return ((key, n),)
 
 
+def running_counts(name: str, source: Any, out: str, parallelism: int = 2) -> Any:
+    """The graph ``source`` -> key by the record -> :func:`count` -> ``Collect(out)``,
+    each at ``parallelism``: every (key, running count) once."""
+    from runtime.sinks import Collect
+
+    flow = Dataflow(name)
+    src = flow.source("src", source, parallelism=parallelism)
+    counts = src.key_by(identity).process("count", count, parallelism=parallelism)
+    counts.sink("out", Collect(out), parallelism=parallelism)
+    return flow.compile()
+
+
+def counts_reference(readers: Any) -> list[tuple[Any, int]]:
+    """What :func:`running_counts` writes, in no order, for the records of ``readers``
+    (each read to its end in process)."""
+    from collections import Counter
+
+    seen: Counter = Counter()
+    for reader in readers:
+        while (polled := reader.poll(1e12, 4096)) is not None:
+            seen.update(polled[0])
+        reader.close()
+    return sorted((k, n) for k, c in seen.items() for n in range(1, c + 1))
+
+
 def make_closure() -> Any:
     """A nested function: callable, but neither importable nor picklable."""
 

@@ -255,7 +255,7 @@ def doc(*ops: dict, **top: object) -> dict:
         (doc({"operator": "x"}), SchemaError, "ops[0]: missing field(s) 'op'"),
         (doc(res()), SchemaError, "ops[0]: missing field(s) 'worker'"),
         (doc(res(worker=3)), SchemaError, "ops[0].worker: expected a non-empty string, got the"),
-        (doc(wl({"c-0": ["1"]})), SchemaError, "ops[0].workload['c-0'][0]: expected an integer"),
+        (doc(wl({"c-0": ["1", 2]})), SchemaError, "ops[0].workload['c-0'][0]: expected an integer"),
         (doc(wl({"c-0": "1"})), SchemaError, "ops[0].workload['c-0']: expected a finite number"),
         (doc(lg("some")), SchemaError, "ops[0].tasks: expected an array"),
         (doc(lg([], x=1)), SchemaError, "unexpected field(s) 'x'"),

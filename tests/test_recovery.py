@@ -11,13 +11,12 @@ from __future__ import annotations
 import functools
 import os
 import signal
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jobs_for_tests import count, identity
+from jobs_for_tests import counts_reference, identity, running_counts
 from s3server import running_s3_server
 
 from controlplane.coordinator import RuntimeConfig
@@ -61,21 +60,12 @@ SOURCE = Generator(records=RECORDS, rate=8_000, keys=KEYS, seed=11)
 
 
 def counts_to(path: Path) -> JobGraph:
-    flow = Dataflow("recovered_counts")
-    src = flow.source("src", SOURCE, parallelism=2)
-    counts = src.key_by(identity).process("count", count, parallelism=2)
-    counts.sink("out", Collect(str(path)), parallelism=2)
-    return flow.compile()
+    return running_counts("recovered_counts", SOURCE, str(path))
 
 
 def reference() -> list[tuple[str, int]]:
     """Every (key, running count) the job emits once, in no order: replayed in process."""
-    seen: Counter = Counter()
-    for index in range(2):
-        reader = SOURCE.open(index, 2, 0.0)
-        while (polled := reader.poll(1e12, 4096)) is not None:
-            seen.update(polled[0])
-    return sorted((k, n) for k, c in seen.items() for n in range(1, c + 1))
+    return counts_reference(SOURCE.open(index, 2, 0.0) for index in range(2))
 
 
 def submit(cluster: BackgroundCluster, graph: JobGraph, interval_s: float = 0.2) -> Any:

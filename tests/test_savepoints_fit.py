@@ -11,7 +11,7 @@ import pytest
 from controlplane.coordinator.from_savepoint import incompatibility, parse_manifest
 from runtime import Dataflow
 from runtime.sinks import Collect
-from runtime.sources import Generator
+from runtime.sources import Generator, PartitionedGenerator
 from tests.e2e_jobs import count, key_of
 
 
@@ -116,3 +116,22 @@ def test_a_manifest_that_is_not_one_says_what_is_wrong(data: bytes, said: str) -
 def test_a_real_manifest_parses() -> None:
     data = msgpack.packb(manifest(), use_bin_type=True)
     assert parse_manifest(data)["checkpoint_id"] == 4
+
+
+def partitioned_graph(sources: int, partitions: int) -> Any:
+    flow = Dataflow("fit")
+    source = PartitionedGenerator(records=10, keys=5, seed=1, partitions_count=partitions)
+    src = flow.source("keys", source, parallelism=sources)
+    out = src.key_by(key_of).process("count", count, parallelism=2, max_parallelism=128)
+    out.sink("out", Collect("/tmp/never-written"), parallelism=2)
+    return flow.compile()
+
+
+def test_a_partitioned_source_may_change_parallelism_but_not_lose_a_partition() -> None:
+    saved = manifest()
+    saved["tasks"]["keys-0"]["position"] = {"p0": 1024, "p2": 0}
+    saved["tasks"]["keys-1"]["position"] = {"p1": 2048, "p3": 0}
+    assert incompatibility(saved, partitioned_graph(sources=3, partitions=4)) is None
+    assert incompatibility(saved, partitioned_graph(sources=1, partitions=5)) is None
+    said = incompatibility(saved, partitioned_graph(sources=2, partitions=3))
+    assert said is not None and "read partition(s) p3 at the savepoint" in said

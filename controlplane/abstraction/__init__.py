@@ -29,6 +29,7 @@ Exception tree::
         ├── UnknownTask
         ├── UnknownWorker
         ├── KeyGroupConflict        a key group owned twice, by nobody, or out of range
+        ├── PartitionConflict       a partition read twice, by nobody, or not the source's
         ├── WorkerOverCapacity      more tasks than the worker's slots
         ├── TaskStillOwnsWork       a task removed while it owns key groups or weight
         ├── BadLogic                a logic ref that does not resolve to a callable
@@ -47,6 +48,7 @@ from .errors import (
     InvalidPlan,
     KeyGroupConflict,
     NoChange,
+    PartitionConflict,
     PlanError,
     SchemaError,
     StaleVersion,
@@ -95,6 +97,7 @@ __all__ = [
     "Op",
     "Operator",
     "OperatorDiff",
+    "PartitionConflict",
     "Plan",
     "PlanError",
     "Resolver",

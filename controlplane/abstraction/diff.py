@@ -35,7 +35,8 @@ __all__ = ["Diff", "OperatorDiff", "diff"]
 class OperatorDiff:
     """The changes of one operator, each list sorted (by key group or task index).
 
-    ``key_group_moves`` are ``(group, from task, to task)``; ``weight_changes`` are
+    ``key_group_moves`` are ``(group, from task, to task)``; ``partition_moves`` (of a
+    partitioned source) ``(partition, from task, to task)``; ``weight_changes`` are
     ``(task, old, new)`` with 0.0 for a task absent from one side; ``moved_tasks`` are
     ``(task, from worker, to worker)``; ``logic_changes`` are ``(task, old, new)`` for
     tasks present in both versions.
@@ -48,11 +49,13 @@ class OperatorDiff:
     removed_tasks: tuple[str, ...] = ()
     moved_tasks: tuple[tuple[str, str, str], ...] = ()
     logic_changes: tuple[tuple[str, Logic, Logic], ...] = ()
+    partition_moves: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def empty(self) -> bool:
         return not (
             self.key_group_moves
+            or self.partition_moves
             or self.weight_changes
             or self.new_tasks
             or self.removed_tasks
@@ -62,9 +65,10 @@ class OperatorDiff:
 
     @property
     def work_changed(self) -> frozenset[str]:
-        """Tasks gaining or losing key groups or weight."""
-        keyed = {t for _, a, b in self.key_group_moves for t in (a, b)}
-        return frozenset(keyed | {t for t, _, _ in self.weight_changes})
+        """Tasks gaining or losing key groups, partitions or weight."""
+        moves = [*self.key_group_moves, *self.partition_moves]
+        owners = {t for _, a, b in moves for t in (a, b)}
+        return frozenset(owners | {t for t, _, _ in self.weight_changes})
 
     @property
     def place_changed(self) -> frozenset[str]:
@@ -77,6 +81,7 @@ class OperatorDiff:
         return {
             "operator": self.operator,
             "key_group_moves": [list(m) for m in self.key_group_moves],
+            "partition_moves": [list(m) for m in self.partition_moves],
             "weight_changes": [list(w) for w in self.weight_changes],
             "new_tasks": list(self.new_tasks),
             "removed_tasks": list(self.removed_tasks),
@@ -200,8 +205,17 @@ def _operator_diff(old: Abstraction, new: Abstraction, name: str) -> OperatorDif
 
     common = sorted(before.keys() & after.keys(), key=order)
     moves: tuple[tuple[int, str, str], ...] = ()
+    partition_moves: tuple[tuple[str, str, str], ...] = ()
     weights: list[tuple[str, float, float]] = []
-    if a.keyed:
+    if a.partitioned:
+        reads_a = {p: t.id for t in a.tasks for p in t.workload.partitions or ()}
+        reads_b = {p: t.id for t in b.tasks for p in t.workload.partitions or ()}
+        partition_moves = tuple(
+            (p, reads_a[p], reads_b[p])
+            for p in sorted(reads_a.keys() & reads_b.keys())
+            if reads_a[p] != reads_b[p]
+        )
+    elif a.keyed:
         owner_a, owner_b = old.owner_of(name), new.owner_of(name)
         moves = tuple(
             (g, owner_a[g], owner_b[g])
@@ -217,6 +231,7 @@ def _operator_diff(old: Abstraction, new: Abstraction, name: str) -> OperatorDif
     return OperatorDiff(
         operator=name,
         key_group_moves=moves,
+        partition_moves=partition_moves,
         weight_changes=tuple(weights),
         new_tasks=tuple(sorted(after.keys() - before.keys(), key=order)),
         removed_tasks=tuple(sorted(before.keys() - after.keys(), key=order)),

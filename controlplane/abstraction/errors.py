@@ -16,6 +16,7 @@ __all__ = [
     "InvalidPlan",
     "KeyGroupConflict",
     "NoChange",
+    "PartitionConflict",
     "PlanError",
     "SchemaError",
     "StaleVersion",
@@ -100,6 +101,11 @@ class UnknownWorker(PlanError):
 class KeyGroupConflict(PlanError):
     """A key group owned by two tasks, by none, listed twice, or outside the operator's
     ``0..max_parallelism-1``."""
+
+
+class PartitionConflict(PlanError):
+    """A partition of a partitioned source read by two tasks, by none, listed twice, or
+    not one of the source's."""
 
 
 class WorkerOverCapacity(PlanError):

@@ -73,9 +73,13 @@ class Operator:
             if index is None:
                 raise SchemaError(f"{where}: task id {t.id!r} is not '{self.name}-<index>'")
             if t.workload.keyed != self.keyed:
-                want = "key groups" if self.keyed else "a weight"
+                want = "key groups" if self.keyed else "a weight or partitions"
                 raise SchemaError(f"{where}: task {t.id!r} must own {want}")
+            if t.workload.partitioned and self.kind != "source":
+                raise SchemaError(f"{where}: task {t.id!r} owns partitions, but only sources do")
             indexed.append((index, t))
+        if len({t.workload.partitioned for t in self.tasks}) > 1:
+            raise SchemaError(f"{where}: either every task owns partitions or none does")
         indexed.sort(key=lambda pair: pair[0])
         for (a, _), (b, t) in itertools.pairwise(indexed):
             if a == b:
@@ -90,6 +94,11 @@ class Operator:
     @property
     def keyed(self) -> bool:
         return self.kind == "keyed"
+
+    @property
+    def partitioned(self) -> bool:
+        """A partitioned source: its tasks own partitions."""
+        return bool(self.tasks) and self.tasks[0].workload.partitioned
 
     @property
     def task_ids(self) -> tuple[str, ...]:
@@ -316,6 +325,8 @@ def from_graph(
                 raise UnknownWorker(f"task {tid!r} is placed on unknown worker {where[tid]!r}")
             if spec.keyed:
                 workload = Workload(key_groups=tuple(layout.assignment[tid]))
+            elif tid in layout.partitions:
+                workload = Workload(partitions=tuple(layout.partitions[tid]))
             else:
                 workload = Workload(weight=layout.weights[tid])
             tasks.append(Task(tid, Logic(ref, 1), workload, worker.resources()))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from . import _shape as shape
-from .errors import InvalidPlan, KeyGroupConflict, SchemaError
+from .errors import InvalidPlan, KeyGroupConflict, PartitionConflict, SchemaError
 
 __all__ = ["MODES", "AssignLogic", "AssignResource", "AssignWorkload", "Op", "Plan", "op_from_dict"]
 
@@ -42,14 +42,15 @@ class AssignWorkload:
     """Give the named tasks of ``operator`` exactly this workload.
 
     ``workload`` maps task ids to key groups (a list/tuple of ints, stored sorted) for a
-    keyed operator, or to a weight (a number >= 0, stored as float) for the others. Treat it
-    as read-only. Raises :class:`InvalidPlan` for an empty or mixed mapping, a negative or
-    non-finite weight, a non-int key group; :class:`KeyGroupConflict` for a key group listed
-    twice (for one task or for two).
+    keyed operator, to partitions (a list of names, stored sorted) for a partitioned
+    source, or to a weight (a number >= 0, stored as float) for the others. Treat it as
+    read-only. Raises :class:`InvalidPlan` for an empty or mixed mapping, a negative or
+    non-finite weight, a key group that is not an int; :class:`KeyGroupConflict` or
+    :class:`PartitionConflict` for one listed twice (for one task or for two).
     """
 
     operator: str
-    workload: Mapping[str, tuple[int, ...]] | Mapping[str, float]
+    workload: Mapping[str, tuple[int, ...]] | Mapping[str, tuple[str, ...]] | Mapping[str, float]
 
     def __post_init__(self) -> None:
         _name(self.operator, "assignWorkload: operator")
@@ -59,7 +60,7 @@ class AssignWorkload:
                 "{task: [key groups]} or {task: weight} mapping"
             )
         normalized: dict[str, Any] = {}
-        owner: dict[int, str] = {}
+        owner: dict[Any, str] = {}
         for task, value in self.workload.items():
             where = f"assignWorkload on {self.operator!r}, task {task!r}"
             _name(task, "assignWorkload: task id")
@@ -74,27 +75,42 @@ class AssignWorkload:
                 raise InvalidPlan(
                     f"{where}: expected key groups (a list of ints) or a weight, got {value!r}"
                 )
+            names = bool(value) and all(isinstance(g, str) for g in value)
             for g in value:
-                if not isinstance(g, int) or isinstance(g, bool):
-                    raise InvalidPlan(f"{where}: key group {g!r} is not an int")
+                if not names and (not isinstance(g, int) or isinstance(g, bool)):
+                    raise InvalidPlan(
+                        f"{where}: {g!r} is neither a key group (an int) nor, with the "
+                        "others, a partition name (a string)"
+                    )
                 if g in owner:
                     other = "twice" if owner[g] == task else f"for tasks {owner[g]!r} and {task!r}"
-                    raise KeyGroupConflict(
-                        f"assignWorkload on {self.operator!r}: key group {g} is listed {other}"
-                    )
+                    what = f"partition {g!r}" if names else f"key group {g}"
+                    conflict = PartitionConflict if names else KeyGroupConflict
+                    raise conflict(f"assignWorkload on {self.operator!r}: {what} is listed {other}")
                 owner[g] = task
             normalized[task] = tuple(sorted(value))
-        if len({isinstance(v, tuple) for v in normalized.values()}) > 1:
-            raise InvalidPlan(f"assignWorkload on {self.operator!r}: mixes key groups and weights")
+        kinds = {_kind_of(v) for v in normalized.values()} - {"nothing"}
+        if len(kinds) > 1:
+            raise InvalidPlan(
+                f"assignWorkload on {self.operator!r}: mixes "
+                + " and ".join(k.replace("_", " ") for k in sorted(kinds))
+            )
         object.__setattr__(self, "workload", normalized)
 
     def __hash__(self) -> int:
         return hash((self.operator, tuple(self.workload.items())))
 
     @property
+    def kind(self) -> str:
+        """What the workload is: ``key_groups``, ``partitions`` or ``weights`` (a plan that
+        empties tasks only, ``[]`` each, counts as key groups)."""
+        kinds = {_kind_of(v) for v in self.workload.values()} - {"nothing"}
+        return kinds.pop() if kinds else "key_groups"
+
+    @property
     def keyed(self) -> bool:
-        """True if the workload is key groups, False if it is weights."""
-        return isinstance(next(iter(self.workload.values())), tuple)
+        """True if the workload is key groups."""
+        return self.kind == "key_groups"
 
     def describe(self) -> str:
         return f"assignWorkload on {self.operator!r}"
@@ -114,11 +130,23 @@ class AssignWorkload:
         workload = shape.mapping(d["workload"], f"{path}.workload")
         for task, value in workload.items():
             if isinstance(value, list | tuple):
+                names = bool(value) and all(isinstance(g, str) for g in value)
                 for i, g in enumerate(value):
-                    shape.integer(g, f"{path}.workload[{task!r}][{i}]")
+                    if names:
+                        shape.string(g, f"{path}.workload[{task!r}][{i}]")
+                    else:
+                        shape.integer(g, f"{path}.workload[{task!r}][{i}]")
             else:
                 shape.number(value, f"{path}.workload[{task!r}]")
         return cls(shape.string(d["operator"], f"{path}.operator"), dict(workload))
+
+
+def _kind_of(value: Any) -> str:
+    if isinstance(value, float):
+        return "weights"
+    if not value:
+        return "nothing"
+    return "partitions" if isinstance(value[0], str) else "key_groups"
 
 
 @dataclass(frozen=True)

@@ -96,17 +96,22 @@ class Logic:
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """What a task owns: ``key_groups`` (keyed operators; sorted) or ``weight`` (others: its
-    share of records on rebalance edges). Exactly one of the two is set."""
+    """What a task owns: ``key_groups`` (keyed operators; sorted), ``partitions`` (tasks of
+    a partitioned source: the partitions it reads; sorted) or ``weight`` (others: its
+    share of records on rebalance edges). Exactly one of the three is set."""
 
     key_groups: tuple[int, ...] | None = None
     weight: float | None = None
+    partitions: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        if (self.key_groups is None) == (self.weight is None):
-            raise SchemaError("workload: set exactly one of key_groups and weight")
+        given = [x is not None for x in (self.key_groups, self.weight, self.partitions)]
+        if sum(given) != 1:
+            raise SchemaError("workload: set exactly one of key_groups, partitions and weight")
         if self.key_groups is not None:
             object.__setattr__(self, "key_groups", tuple(sorted(self.key_groups)))
+        elif self.partitions is not None:
+            object.__setattr__(self, "partitions", tuple(sorted(self.partitions)))
         else:
             object.__setattr__(self, "weight", float(self.weight))  # type: ignore[arg-type]
 
@@ -115,22 +120,42 @@ class Workload:
         return self.key_groups is not None
 
     @property
+    def partitioned(self) -> bool:
+        return self.partitions is not None
+
+    @property
     def owns_work(self) -> bool:
-        """True while the task owns key groups or a non-zero weight (it cannot be removed)."""
-        return bool(self.key_groups) if self.keyed else bool(self.weight)
+        """True while the task owns key groups, partitions or a non-zero weight (it cannot
+        be removed)."""
+        if self.keyed:
+            return bool(self.key_groups)
+        if self.partitioned:
+            return bool(self.partitions)
+        return bool(self.weight)
 
     def to_dict(self) -> dict[str, Any]:
         if self.key_groups is not None:
             return {"key_groups": list(self.key_groups)}
+        if self.partitions is not None:
+            return {"partitions": list(self.partitions)}
         return {"weight": self.weight}
 
     @classmethod
     def from_dict(cls, data: Any, path: str = "workload") -> Workload:
-        d = shape.obj(data, path, (), ("key_groups", "weight"))
-        if ("key_groups" in d) == ("weight" in d):
-            raise SchemaError(f"{path}: expected exactly one of 'key_groups' and 'weight'")
+        d = shape.obj(data, path, (), ("key_groups", "weight", "partitions"))
+        if len(d) != 1:
+            raise SchemaError(
+                f"{path}: expected exactly one of 'key_groups', 'partitions' and 'weight'"
+            )
         if "weight" in d:
             return cls(weight=shape.number(d["weight"], f"{path}.weight"))
+        if "partitions" in d:
+            names = shape.array(d["partitions"], f"{path}.partitions")
+            return cls(
+                partitions=tuple(
+                    shape.string(p, f"{path}.partitions[{i}]") for i, p in enumerate(names)
+                )
+            )
         groups = shape.array(d["key_groups"], f"{path}.key_groups")
         return cls(
             key_groups=tuple(

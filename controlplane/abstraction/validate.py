@@ -8,10 +8,12 @@ changes nothing. Rules:
 
 - An operator keeps at least one task and its task indices stay ``0..n-1``; new tasks are
   ``"<operator>-<index>"`` and start with no work and the operator's current logic
-  (:meth:`Operator.current_logic`). Sources are never rescaled nor given work (their
-  tasks read fixed partitions of the input) but may move between workers.
+  (:meth:`Operator.current_logic`). Sources that read shares of their input by task
+  index are never rescaled nor given work but may move between workers; partitioned
+  sources are rescaled and given partitions like keyed operators key groups.
 - Keyed operators: every key group ``0..max_parallelism-1`` has exactly one owner.
-  Others: weights >= 0 and, except for sources, not all zero.
+  Partitioned sources: every partition of the base version has exactly one owner, and
+  no other is named. Others: weights >= 0 and, except for sources, not all zero.
 - A forward edge links task i to task i: both operators keep the same task indices.
 - A worker may host at most ``slots`` tasks of the job; only a worker that gains tasks is
   checked (a worker already over its slots is not a reason to refuse unrelated plans).
@@ -37,6 +39,7 @@ from .errors import (
     InvalidPlan,
     KeyGroupConflict,
     NoChange,
+    PartitionConflict,
     PlanError,
     StaleVersion,
     TaskStillOwnsWork,
@@ -205,6 +208,9 @@ def _no_source_rescale(op: Operator) -> InvalidPlan:
 
 def _assign_workload(draft: _Draft, operator: Operator, op: AssignWorkload) -> None:
     name, mp = operator.name, operator.max_parallelism
+    if operator.partitioned or op.kind == "partitions":
+        _assign_partitions(draft, operator, op)
+        return
     if operator.kind == "source":
         raise InvalidPlan(
             f"operator {name!r} is a source: its tasks read fixed partitions of the input, "
@@ -235,17 +241,41 @@ def _assign_workload(draft: _Draft, operator: Operator, op: AssignWorkload) -> N
         draft.tasks[name][task_id] = replace(task, workload=workload)
 
 
+def _assign_partitions(draft: _Draft, operator: Operator, op: AssignWorkload) -> None:
+    name = operator.name
+    if not operator.partitioned:
+        raise InvalidPlan(
+            f"operator {name!r} does not read partitions ({operator.kind}): assign it "
+            + ("key groups ({task: [groups]})" if operator.keyed else "weights ({task: weight})")
+        )
+    if op.kind != "partitions":
+        raise InvalidPlan(
+            f"operator {name!r} is a partitioned source: assign it partitions "
+            '({task: ["<partition>", ...]}), not key groups or weights'
+        )
+    for task_id, value in op.workload.items():
+        task = draft.task(operator, task_id)
+        draft.tasks[name][task_id] = replace(task, workload=Workload(partitions=value))
+
+
 def _assign_resource(draft: _Draft, operator: Operator, op: AssignResource) -> None:
     name = operator.name
     tasks = draft.tasks[name]
+    fixed_source = operator.kind == "source" and not operator.partitioned
     if op.worker is None:
         task = draft.task(operator, op.task)
-        if operator.kind == "source":
+        if fixed_source:
             raise _no_source_rescale(operator)
         if task.workload.keyed and task.workload.owns_work:
             raise TaskStillOwnsWork(
                 f"task {task.id!r} still owns key group(s) {format_groups(task.workload.key_groups or ())}; "
                 "assign them to other tasks earlier in the plan, then remove it"
+            )
+        if task.workload.partitioned and task.workload.owns_work:
+            raise TaskStillOwnsWork(
+                f"task {task.id!r} still reads partition(s) "
+                f"{', '.join(task.workload.partitions or ())}; assign them to other tasks "
+                "earlier in the plan, then remove it"
             )
         if task.workload.owns_work:
             raise TaskStillOwnsWork(
@@ -259,7 +289,7 @@ def _assign_resource(draft: _Draft, operator: Operator, op: AssignResource) -> N
         del tasks[op.task]
         return
     if op.task not in tasks:
-        if operator.kind == "source":
+        if fixed_source:
             raise _no_source_rescale(operator)
         if task_index(op.task, name) is None:
             raise InvalidPlan(
@@ -269,7 +299,12 @@ def _assign_resource(draft: _Draft, operator: Operator, op: AssignResource) -> N
     if op.task in tasks:
         tasks[op.task] = replace(tasks[op.task], resources=worker.resources())
         return
-    empty = Workload(key_groups=()) if operator.keyed else Workload(weight=0.0)
+    if operator.keyed:
+        empty = Workload(key_groups=())
+    elif operator.partitioned:
+        empty = Workload(partitions=())
+    else:
+        empty = Workload(weight=0.0)
     tasks[op.task] = Task(op.task, current_logic(tasks.values()), empty, worker.resources())
 
 
@@ -302,6 +337,13 @@ def _assign_logic(
 def _check(result: Abstraction, base: Abstraction | None) -> None:
     for op in result.operators:
         _check_operator(result, op)
+        if op.partitioned:
+            known = None
+            if base is not None:
+                known = {
+                    p for t in base.operator(op.name).tasks for p in t.workload.partitions or ()
+                }
+            _check_partitions(op, known)
     for op in result.operators:
         for inp in op.inputs:
             up = result.operator(inp.upstream)
@@ -344,6 +386,29 @@ def _check_operator(result: Abstraction, op: Operator) -> None:
         _check_key_groups(op)
     elif op.kind != "source" and not any(t.workload.weight for t in op.tasks):
         raise InvalidPlan(f"every task of {where} has weight 0: at least one must receive records")
+
+
+def _check_partitions(op: Operator, known: set[str] | None) -> None:
+    """Every partition of ``op`` read by one task; with ``known`` (the partitions of the
+    version a plan starts from), exactly those."""
+    owner: dict[str, str] = {}
+    for t in op.tasks:
+        for p in t.workload.partitions or ():
+            if p in owner:
+                raise PartitionConflict(
+                    f"partition {p!r} of operator {op.name!r} is read by both {owner[p]!r} "
+                    f"and {t.id!r}"
+                )
+            if known is not None and p not in known:
+                raise PartitionConflict(
+                    f"operator {op.name!r} has no partition {p!r} (it has "
+                    f"{', '.join(sorted(known))}); a plan moves partitions, it does not make them"
+                )
+            owner[p] = t.id
+    if known is not None and (missing := sorted(known - owner.keys())):
+        raise PartitionConflict(
+            f"partition(s) {', '.join(missing)} of operator {op.name!r} would be read by no task"
+        )
 
 
 def _check_key_groups(op: Operator) -> None:

@@ -60,6 +60,8 @@ def _diff_rows(d: dict[str, Any]) -> list[tuple[str, str, str]]:
             moves[(old, new)].append(group)
         for (old, new), groups in sorted(moves.items()):
             rows.append((name, "key groups", f"{old} -> {new}: {group_ranges(groups)}"))
+        for partition, old, new in op.get("partition_moves", ()):
+            rows.append((name, "partition", f"{partition}: {old} -> {new}"))
         for task, old_w, new_w in op["weight_changes"]:
             rows.append((name, "weight", f"{task}: {old_w:g} -> {new_w:g}"))
         rows += [(name, "new task", t) for t in op["new_tasks"]]

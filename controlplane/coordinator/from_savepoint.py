@@ -9,7 +9,9 @@ may run other logic and other parallelisms, as long as its state finds its place
   savepoint; its parallelism is free: each new task reads its key groups' chains,
   whichever task held them (:func:`.recovery.restore_of`);
 - every **source** of the savepoint is in the graph with the same parallelism, and every
-  source of the graph is in the savepoint: a position is per source task;
+  source of the graph is in the savepoint: a position is per source task; a
+  partitioned source's parallelism is free (a position is per partition) as long as it
+  still lists every partition it read at the savepoint;
 - every **sink** that had state at the savepoint (what its writer had written) is in the
   graph with the same parallelism: that state too is per task.
 
@@ -117,6 +119,20 @@ def incompatibility(manifest: dict[str, Any], graph: JobGraph) -> str | None:
                     f"{what} {name!r} of the savepoint {now}: its tasks' state (positions, "
                     f"what they wrote) would be lost; keep a {what} named {name!r}"
                 )
+            if kind == "source" and op.partitions is not None:
+                read = {
+                    p
+                    for tid, part in manifest["tasks"].items()
+                    if tid.rpartition("-")[0] == name and isinstance(part.get("position"), dict)
+                    for p in part["position"]
+                }
+                if lost := sorted(read - set(op.partitions)):
+                    return (
+                        f"source {name!r} read partition(s) {', '.join(lost)} at the savepoint, "
+                        f"which it does not list now ({', '.join(op.partitions)}): their "
+                        "positions would be lost"
+                    )
+                continue  # partitions go to whichever task reads them: any parallelism
             if op.parallelism != parallelism:
                 return (
                     f"{what} {name!r} ran {parallelism} task(s) at the savepoint and would run "

@@ -2,6 +2,7 @@
 
 This is where the pure abstraction (:mod:`controlplane.abstraction`) meets the runtime's
 :class:`~runtime.layout.Layout`: a task's worker, key groups and weight map one to one;
+a partitioned source task's partitions too;
 its logic becomes a per-task override whenever it differs from the job graph's own: a
 pickled :class:`~runtime.dataflow.LogicRef`, which the worker resolves (imports) as it
 unpickles it, so the coordinator never imports the code a ref names. Used by plans
@@ -53,6 +54,7 @@ def layout_of(new: Abstraction, graph: JobGraph, old: Abstraction, current: Layo
     placement: dict[str, str] = {}
     assignment: dict[str, tuple[int, ...]] = {}
     weights: dict[str, float] = {}
+    partitions: dict[str, tuple[str, ...]] = {}
     logic: dict[str, bytes] = {}
     for op in new.operators:
         spec = graph.operator(op.name)
@@ -64,6 +66,8 @@ def layout_of(new: Abstraction, graph: JobGraph, old: Abstraction, current: Layo
             placement[t.id] = t.resources.worker
             if spec.keyed:
                 assignment[t.id] = tuple(t.workload.key_groups or ())
+            elif t.workload.partitioned:
+                partitions[t.id] = tuple(t.workload.partitions or ())
             else:
                 weights[t.id] = float(t.workload.weight or 0.0)
             donor = donors.get(t.logic)
@@ -72,7 +76,7 @@ def layout_of(new: Abstraction, graph: JobGraph, old: Abstraction, current: Layo
                     logic[t.id] = current.logic[donor]
             elif not (t.logic.version == 1 and t.logic.ref == base):
                 logic[t.id] = pickle.dumps(LogicRef(t.logic.ref))
-    return Layout(placement, assignment, weights, logic)
+    return Layout(placement, assignment, weights, logic, partitions)
 
 
 def _has_op(a: Abstraction, name: str) -> bool:

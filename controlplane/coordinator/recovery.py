@@ -216,14 +216,18 @@ def _busy(host: JobHost, job: RunningJob, worker: str) -> bool:
 
 def restore_of(job: RunningJob, layout: Layout, manifest: dict[str, Any]) -> dict[str, Restore]:
     """Step 3: what each task of ``layout`` starts from in checkpoint ``manifest``: its
-    key groups' chains (whichever task's part holds them), its source position, its sink
-    snapshot."""
+    key groups' chains and a partitioned source's partitions' positions (whichever
+    task's part holds them), another source's position, its sink's prepared state."""
     parts: dict[str, dict[str, Any]] = manifest["tasks"]
     chains: dict[str, dict[int, tuple]] = {}  # operator -> key group -> chain
+    positions: dict[str, dict[str, Any]] = {}  # partitioned source -> partition -> position
+    partitioned = {op.name for op in job.graph.operators if op.partitions is not None}
     for tid, part in parts.items():
         op = tid.rpartition("-")[0]
         for g, chain in (part.get("groups") or {}).items():
             chains.setdefault(op, {})[int(g)] = tuple(tuple(link) for link in chain)
+        if op in partitioned and isinstance(part.get("position"), dict):
+            positions.setdefault(op, {}).update(part["position"])
     restore: dict[str, Restore] = {}
     for op in job.graph.operators:
         for tid in layout.tasks_of(op.name):
@@ -231,6 +235,9 @@ def restore_of(job: RunningJob, layout: Layout, manifest: dict[str, Any]) -> dic
             mine = chains.get(op.name, {})
             groups = {g: mine[g] for g in layout.assignment.get(tid, ()) if g in mine}
             position, sink = part.get("position"), part.get("sink")
+            if op.name in partitioned:
+                held = positions.get(op.name, {})
+                position = {p: held[p] for p in layout.partitions.get(tid, ()) if p in held}
             if groups or position is not None or sink is not None:
                 restore[tid] = Restore(position=position, chains=groups, sink=sink)
     return restore

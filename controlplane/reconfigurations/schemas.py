@@ -41,12 +41,13 @@ class _Strict(BaseModel):
 
 
 class AssignWorkloadOp(_Strict):
-    """The named tasks get exactly these key groups (keyed) or weights (others)."""
+    """The named tasks get exactly these key groups (keyed), partitions (a partitioned
+    source) or weights (others)."""
 
     op: Literal["assignWorkload"]
     operator: str
-    workload: dict[str, list[int] | float] = Field(
-        examples=[{"count-0": [0, 1, 2], "count-1": [3, 4, 5]}]
+    workload: dict[str, list[int] | list[str] | float] = Field(
+        examples=[{"count-0": [0, 1, 2], "count-1": [3, 4, 5]}, {"src-0": ["orders-0"]}]
     )
 
 

@@ -47,9 +47,11 @@ class LogicRead(BaseModel):
 
 
 class WorkloadRead(BaseModel):
-    """Exactly one of ``key_groups`` (keyed operators) and ``weight`` (the others)."""
+    """Exactly one of ``key_groups`` (keyed operators), ``partitions`` (a partitioned
+    source's tasks) and ``weight`` (the others)."""
 
     key_groups: list[int] | None = None
+    partitions: list[str] | None = None
     weight: float | None = None
 
     @model_serializer(mode="wrap")
@@ -114,6 +116,9 @@ class VersionRead(BaseModel):
 class OperatorDiffRead(BaseModel):
     operator: str
     key_group_moves: list[tuple[int, str, str]] = Field(description="(group, from, to)")
+    partition_moves: list[tuple[str, str, str]] = Field(
+        default_factory=list, description="a partitioned source's (partition, from, to)"
+    )
     weight_changes: list[tuple[str, float, float]] = Field(description="(task, old, new)")
     new_tasks: list[str]
     removed_tasks: list[str]

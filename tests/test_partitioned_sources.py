@@ -1,0 +1,140 @@
+"""Partitioned sources end to end, with real worker processes: a source task's partitions
+are its workload in the abstraction; plans move them between tasks live (their
+positions travelling with them), scale the source out and in, and a recovery gives each
+partition back its checkpointed position wherever it is read now. The output is the
+reference: every record once."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jobs_for_tests import counts_reference, running_counts
+
+from controlplane.abstraction import (
+    AssignResource,
+    AssignWorkload,
+    InvalidPlan,
+    PartitionConflict,
+    Plan,
+    TaskStillOwnsWork,
+    apply_plan,
+)
+from controlplane.coordinator.checkpoint_report import CheckpointPolicy
+from controlplane.statuses import JobStatus
+from controlplane.testing import BackgroundCluster
+from runtime.dataflow import JobGraph
+from runtime.sinks import read_parts
+from runtime.sources import PartitionedGenerator
+from tests.faults_support import Events
+
+WAIT_S = 120.0
+SOURCE = PartitionedGenerator(records=60_000, rate=6_000, keys=200, seed=5, partitions_count=6)
+
+
+def counts_to(path: Path) -> JobGraph:
+    return running_counts("partitioned_counts", SOURCE, str(path))
+
+
+def reference() -> list[tuple[str, int]]:
+    return counts_reference(SOURCE.open_partition(p, 0.0) for p in SOURCE.partitions())
+
+
+def partitions_of(job: Any) -> dict[str, list[str]]:
+    src = job.abstraction.operator("src")
+    return {t.id: list(t.workload.partitions) for t in src.tasks}
+
+
+def apply(cluster: BackgroundCluster, job: Any, *ops: Any) -> Any:
+    plan = Plan(job.abstraction.version, tuple(ops))
+    report = cluster.call(cluster.coordinator.apply_plan(job.id, plan))
+    assert report.status == "completed", report.error
+    return report
+
+
+def test_the_graph_lists_the_partitions_and_the_abstraction_gives_them_out(tmp_path: Path) -> None:
+    graph = counts_to(tmp_path)
+    assert graph.operator("src").partitions == ("p0", "p1", "p2", "p3", "p4", "p5")
+
+
+def test_partitions_move_live_and_the_source_scales_out_and_in(
+    faults: BackgroundCluster, fault_events: Events, tmp_path: Path
+) -> None:
+    cluster, out = faults, tmp_path / "out"
+    job = cluster.call(cluster.coordinator.submit(counts_to(out)))
+    assert partitions_of(job) == {"src-0": ["p0", "p2", "p4"], "src-1": ["p1", "p3", "p5"]}
+    # One partition moves from src-0 to src-1.
+    apply(
+        cluster,
+        job,
+        AssignWorkload("src", {"src-0": ["p0", "p2"], "src-1": ["p1", "p3", "p4", "p5"]}),
+    )
+    assert partitions_of(job) == {"src-0": ["p0", "p2"], "src-1": ["p1", "p3", "p4", "p5"]}
+    # A third source task on the other worker, given two partitions.
+    worker = job.layout.placement["src-0"]
+    apply(
+        cluster,
+        job,
+        AssignResource("src", "src-2", worker),
+        AssignWorkload("src", {"src-1": ["p1", "p3"], "src-2": ["p4", "p5"]}),
+    )
+    assert partitions_of(job)["src-2"] == ["p4", "p5"]
+    # And back to two: src-2 hands its partitions over, then goes.
+    apply(
+        cluster,
+        job,
+        AssignWorkload("src", {"src-0": ["p0", "p2", "p4", "p5"], "src-2": []}),
+        AssignResource("src", "src-2", None),
+    )
+    assert cluster.wait(job, WAIT_S) == JobStatus.FINISHED, job.error
+    assert sorted((k, n) for k, n in read_parts(out)) == reference()
+
+
+def test_plans_that_lose_or_invent_a_partition_are_refused(
+    faults: BackgroundCluster, fault_events: Events, tmp_path: Path
+) -> None:
+    cluster = faults
+    job = cluster.call(cluster.coordinator.submit(counts_to(tmp_path / "out")))
+    try:
+        base = job.abstraction
+        with pytest.raises(
+            PartitionConflict, match=r"p4 of operator 'src' would be read by no task"
+        ):
+            apply_plan(base, Plan(base.version, (AssignWorkload("src", {"src-0": ["p0", "p2"]}),)))
+        with pytest.raises(PartitionConflict, match=r"has no partition 'p9'"):
+            apply_plan(
+                base,
+                Plan(base.version, (AssignWorkload("src", {"src-0": ["p0", "p2", "p4", "p9"]}),)),
+            )
+        with pytest.raises(PartitionConflict, match=r"'p1' of operator 'src' is read by both"):
+            apply_plan(
+                base,
+                Plan(base.version, (AssignWorkload("src", {"src-0": ["p0", "p1", "p2", "p4"]}),)),
+            )
+        with pytest.raises(TaskStillOwnsWork, match=r"src-1.*still reads partition"):
+            apply_plan(base, Plan(base.version, (AssignResource("src", "src-1", None),)))
+        with pytest.raises(InvalidPlan, match=r"assign it partitions"):
+            apply_plan(base, Plan(base.version, (AssignWorkload("src", {"src-0": 1.0}),)))
+    finally:
+        cluster.call(cluster.coordinator.stop_job(job.id))
+
+
+def test_a_recovery_gives_each_partition_its_position_wherever_it_is_read(
+    faults: BackgroundCluster, fault_events: Events, tmp_path: Path
+) -> None:
+    cluster, events, out = faults, fault_events, tmp_path / "out"
+    co = cluster.coordinator
+    policy = CheckpointPolicy(interval_s=0.2, timeout_s=60, retained=2)
+    job = cluster.call(co.submit(counts_to(out), checkpoints=policy))
+    events.wait("a checkpoint", lambda: events.completed(job.id) >= 1)
+    moved = {"src-0": ["p0"], "src-1": ["p1", "p2", "p3", "p4", "p5"]}
+    apply(cluster, job, AssignWorkload("src", moved))
+    version = job.abstraction.version
+    events.wait("a checkpoint after the move", lambda: events.completed(job.id, version) >= 1)
+    os.kill(co.workers[job.layout.placement["count-1"]].pid, signal.SIGKILL)
+    events.wait("a recovery", lambda: bool(events.recoveries))
+    assert cluster.wait(job, WAIT_S) == JobStatus.FINISHED, job.error
+    assert sorted((k, n) for k, n in read_parts(out)) == reference()
