@@ -143,8 +143,10 @@ class KafkaSource(PartitionedSource):
     where its reader first reaches its end (``"end"``: librdkafka's end-of-partition
     event; a reader reopened later, after a recovery, reads to the end it finds then). ``dead_letter_topic`` takes, raw, the records that
     cannot be decoded (with a ``streampilot-error`` header) instead of failing the job.
-    ``group_id`` names the consumer group whose offsets :meth:`commit_group_offsets`
-    sets (the runtime does not call it yet: readers have no checkpoint-complete hook).
+    ``group_id`` names a consumer group to which each reader commits the offsets a
+    checkpoint recorded once it is complete (``SourceReader.committed``), so that
+    standard lag tooling sees the job's progress; the positions that count stay the
+    checkpoint's.
     """
 
     bootstrap_servers: str
@@ -237,19 +239,6 @@ class KafkaSource(PartitionedSource):
 
     open = PartitionedSource.open
 
-    def commit_group_offsets(self, positions: Mapping[str, int]) -> None:
-        """Commit ``positions`` (partition -> next offset, as in a checkpoint) to the
-        consumer group ``group_id``, so that standard lag tooling sees them. For a hook
-        called once a checkpoint is complete (never from ``position()``)."""
-        if self.group_id is None:
-            raise ValueError(f"{type(self).__name__}.group_id is not set: no group to commit to")
-        offsets = [TopicPartition(*self._split(p), int(o)) for p, o in positions.items()]
-        consumer = Consumer(self.client_config(**{"group.id": self.group_id}))
-        try:
-            consumer.commit(offsets=offsets, asynchronous=False)
-        finally:
-            consumer.close()
-
 
 class KafkaPartitionReader(SourceReader):
     """Reads partition ``partition`` of ``topic`` through a consumer assigned to it.
@@ -310,6 +299,7 @@ class KafkaPartitionReader(SourceReader):
         error = msg.error()
         if error is not None:
             if error.code() == KafkaError._PARTITION_EOF:
+                self.stalled = None
                 self._next = max(self._next or 0, msg.offset())
                 if self._source.stop_at == "end" and self._end is None:
                     self._end = self._next
@@ -317,7 +307,9 @@ class KafkaPartitionReader(SourceReader):
             if error.fatal() or error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise KafkaConnectorError(f"reading {self._name}: {error.str()}")
             logger.debug("reading %s: %s (librdkafka retries)", self._name, error.str())
+            self.stalled = f"reading {self._name}: {error.str()} (retrying)"
             return True
+        self.stalled = None
         offset = msg.offset()
         if self._end is not None and offset >= self._end:
             self._next = self._end
@@ -376,6 +368,21 @@ class KafkaPartitionReader(SourceReader):
             else:  # pin "latest" where it is now: the consumer may not have looked yet
                 self.seek(self._watermarks()[1])
         return self._next
+
+    def committed(self, position: Any) -> None:
+        """With a ``group_id``: commit ``position`` (the next offset, checkpointed) to the
+        consumer group, asynchronously, so that standard lag tooling sees it."""
+        if self._source.group_id is None or self._consumer is None:
+            return
+        offsets = [TopicPartition(self._tp.topic, self._tp.partition, int(position))]
+        self._consumer.commit(offsets=offsets, asynchronous=True)
+
+    def lag(self) -> int | None:
+        """The partition's high watermark (as last fetched) minus the next offset."""
+        if self._consumer is None or self._next is None:
+            return None
+        _low, high = self._consumer.get_watermark_offsets(self._tp, cached=True)
+        return None if high < 0 else max(0, high - self._next)
 
     def seek(self, position: Any) -> None:
         if type(position) is not int or position < 0:

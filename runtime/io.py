@@ -28,6 +28,10 @@ __all__ = ["PartitionedSource", "Sink", "SinkWriter", "Source", "SourceReader"]
 class SourceReader(ABC):
     """One source task's share of a source. Called from one asyncio task only."""
 
+    stalled: str | None = None
+    """Why the reader cannot read now (a broker lost: it retries, returning empty
+    batches), or None while it reads; reported in the task's metrics."""
+
     @abstractmethod
     def poll(self, now: float, max_records: int) -> tuple[list, list[float]] | None:
         """Records due by wall-clock ``now`` (at most ``max_records``) and their timestamps.
@@ -50,6 +54,17 @@ class SourceReader(ABC):
     def seek(self, position: Any) -> None:
         """Rewind or advance to a position returned by :meth:`position`."""
         raise NotImplementedError(f"{type(self).__name__} cannot seek")
+
+    def committed(self, position: Any) -> None:
+        """The checkpoint that recorded ``position`` (one of this reader's) is complete:
+        nothing before it will be read again, so the reader may acknowledge it upstream
+        (commit a consumer group's offsets, ack messages). On the task's loop: keep it
+        short (asynchronous I/O). Default: nothing."""
+
+    def lag(self) -> int | None:
+        """Records between the position and the head of the input, as last seen (None:
+        unknown). Asked about once a second, for metrics: it must not block."""
+        return None
 
     def close(self) -> None:
         """Release files or sockets. Called once, also after a failure."""

@@ -406,6 +406,7 @@ class JobRuntime:
         try:
             if isinstance(task, SourceTask) and task.reader is not None:
                 capture.position = task.reader.position()
+                task.checkpointed(checkpoint_id, capture.position)
             elif isinstance(processor, SinkProcessor):
                 capture.sink = processor.writer.prepare(checkpoint_id)
             elif isinstance(processor, KeyedProcessor) and processor.chains is not None:
@@ -450,9 +451,17 @@ class JobRuntime:
 
     def commit_checkpoint(self, checkpoint_id: int) -> None:
         """Checkpoint ``checkpoint_id`` is complete: the sinks here commit what they
-        prepared at it or before. A sink that cannot is logged; its next commit (or a
-        recovery's restore) commits it."""
+        prepared at it or before (a sink that cannot is logged; its next commit, or a
+        recovery's restore, commits it), and the sources tell their readers the position
+        it recorded (to acknowledge upstream)."""
         for task in self.tasks.values():
+            if isinstance(task, SourceTask):
+                try:
+                    task.committed(checkpoint_id)
+                except Exception as exc:
+                    logger.warning("task %s: checkpoint %s not acknowledged upstream: %s",
+                                   task.task_id, checkpoint_id, exc)  # fmt: skip
+                continue
             processor = task.processor if isinstance(task, StreamTask) else None
             if isinstance(processor, SinkProcessor):
                 try:

@@ -123,6 +123,18 @@ class PartitionSetReader(SourceReader):
         self._ended.pop(partition)
         self._readers[partition] = self._source.open_partition(partition, self._start)
 
+    def committed(self, position: Any) -> None:
+        """Each partition read here is told its entry of ``position`` was checkpointed."""
+        for partition, pos in dict(position or {}).items():
+            reader = self._readers.get(partition)
+            if reader is not None:
+                reader.committed(pos)
+
+    def health(self) -> dict[str, dict[str, Any]]:
+        """Per partition read here: its ``lag`` (records behind the head, None: unknown)
+        and why it is ``stalled`` (None: it reads)."""
+        return {p: {"lag": r.lag(), "stalled": r.stalled} for p, r in sorted(self._readers.items())}
+
     def close(self) -> None:
         readers, self._readers = list(self._readers.values()), {}
         for r in readers:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -392,6 +393,16 @@ class GeneratorReader(SourceReader):
 
     def position(self) -> int:
         return self._chunk * CHUNK + self._offset
+
+    def lag(self) -> int | None:
+        """Records due by now by the rate schedule and not emitted yet (the backlog of a
+        source that cannot keep up); None for an unthrottled generator (all are due)."""
+        if not self._gen.throttled:
+            return None
+        due = math.floor(min(self._curve.count(time.time() - self._start) / self._scale, _MANY))
+        if self._share is not None:
+            due = min(due, self._share)
+        return max(0, due - self._emitted)
 
     def seek(self, position: Any) -> None:
         if isinstance(position, bool) or not isinstance(position, int) or position < 0:

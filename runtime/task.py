@@ -35,7 +35,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from .alignment import Aligner, Finished, Forward
 from .channels import InputGate
@@ -353,6 +353,7 @@ class SourceTask(BaseTask):
         self.reader = None
         # A partitioned source's task: the partitions it reads (None: its share by index).
         self.partitions: tuple[str, ...] | None = None
+        self._checkpointed: dict[int, Any] = {}  # checkpoint id -> reader position
         self._barriers: deque[Barrier] = deque()
         self._injected: set[int] = set()  # ids of every barrier injected here
         self._wakeup = asyncio.Event()
@@ -373,6 +374,26 @@ class SourceTask(BaseTask):
         if position is not None:
             self.reader.seek(position)
         super().start(start_time)
+
+    def snapshot_metrics(self) -> dict:
+        snap = super().snapshot_metrics()
+        if isinstance(self.reader, PartitionSetReader):  # levels, like the queues
+            snap["partitions"] = self.reader.health()
+        return snap
+
+    def checkpointed(self, checkpoint_id: int, position: Any) -> None:
+        """Its reader was at ``position`` at checkpoint ``checkpoint_id``'s barrier: kept
+        until the checkpoint completes (:meth:`committed`) or a later one does."""
+        self._checkpointed[checkpoint_id] = position
+
+    def committed(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` is complete: its reader is told the position it
+        recorded; positions of earlier checkpoints are dropped (superseded)."""
+        position = self._checkpointed.pop(checkpoint_id, None)
+        for cid in [c for c in self._checkpointed if c < checkpoint_id]:
+            del self._checkpointed[cid]
+        if position is not None and self.reader is not None:
+            self.reader.committed(position)
 
     def abort_barrier(self, barrier_id: int) -> None:
         """Drop a barrier that was asked for but not emitted yet."""

@@ -35,7 +35,9 @@ from controlplane.coordinator.checkpoint_report import CheckpointPolicy
 from controlplane.statuses import JobStatus
 from controlplane.testing import BackgroundCluster
 from runtime import Dataflow
+from runtime.partitioned import PartitionSetReader
 from runtime.sinks import Collect, read_parts
+from tests.api_support import wait_until
 from tests.connector_contract import FAR, check_partitioned_source, check_two_phase_sink
 from tests.jobs_for_tests import count, identity, split_words
 
@@ -93,8 +95,9 @@ def test_a_task_share_of_partitions_reads_each_record_once(broker: Broker) -> No
     broker.produce(topic, [(i % 3, f"r{i}") for i in range(300)])
     source = KafkaSource(broker.bootstrap, topic, stop_at="end")
     got = []
-    for index in range(2):
-        reader = source.open(index, 2, 0.0)
+    names = source.partitions()
+    for index in range(2):  # as the runtime splits them: partition j to task j mod 2
+        reader = PartitionSetReader(source, names[index::2], 0.0)
         try:
             got += read_all(reader)
         finally:
@@ -215,16 +218,32 @@ def test_undecodable_records_go_to_the_dead_letter_topic(broker: Broker) -> None
     )
 
 
-def test_group_offsets_are_committed_for_lag_tooling(broker: Broker) -> None:
+def test_checkpointed_offsets_are_committed_to_the_group_for_lag_tooling(broker: Broker) -> None:
     topic = new_topic(broker, 2)
-    source = KafkaSource(broker.bootstrap, topic, group_id="lag-tooling")
-    source.commit_group_offsets({f"{topic}-0": 5, f"{topic}-1": 0})
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lag-tooling"})
+    broker.produce(topic, [(0, f"r{i}") for i in range(8)])
+    source = KafkaSource(
+        broker.bootstrap, topic, group_id="lag-tooling", deserializer="utf-8", stop_at=5
+    )
+    reader = source.open_partition(f"{topic}-0", 0.0)
     try:
-        offsets = consumer.committed([TopicPartition(topic, p) for p in range(2)], WAIT_S)
+        assert read_all(reader) == [f"r{i}" for i in range(5)]
+        reader.committed(reader.position())  # the checkpoint that recorded it completed
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lag-tooling"})
+        try:
+            (committed,) = wait_until(
+                lambda: [
+                    o
+                    for o in consumer.committed([TopicPartition(topic, 0)], WAIT_S)
+                    if o.offset == 5
+                ],
+                WAIT_S,
+                "the group's committed offset",
+            )
+        finally:
+            consumer.close()
+        assert committed.offset == 5
     finally:
-        consumer.close()
-    assert [o.offset for o in offsets] == [5, 0]
+        reader.close()
 
 
 class _Seen(logging.Handler):

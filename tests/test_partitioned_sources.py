@@ -27,8 +27,10 @@ from controlplane.coordinator.checkpoint_report import CheckpointPolicy
 from controlplane.statuses import JobStatus
 from controlplane.testing import BackgroundCluster
 from runtime.dataflow import JobGraph
+from runtime.partitioned import PartitionSetReader
 from runtime.sinks import read_parts
 from runtime.sources import PartitionedGenerator
+from tests.api_support import wait_until
 from tests.faults_support import Events
 
 WAIT_S = 120.0
@@ -138,3 +140,47 @@ def test_a_recovery_gives_each_partition_its_position_wherever_it_is_read(
     events.wait("a recovery", lambda: bool(events.recoveries))
     assert cluster.wait(job, WAIT_S) == JobStatus.FINISHED, job.error
     assert sorted((k, n) for k, n in read_parts(out)) == reference()
+
+
+def test_source_tasks_report_each_partition_s_lag_and_health(
+    faults: BackgroundCluster, tmp_path: Path
+) -> None:
+    cluster = faults
+    job = cluster.call(cluster.coordinator.submit(counts_to(tmp_path / "out")))
+    reported: dict[str, dict[str, Any]] = {}
+
+    def both_sources_reported() -> bool:
+        for _t, task, snap in list(job.metrics.samples):
+            if task.startswith("src-") and "partitions" in snap:
+                reported[task] = snap["partitions"]
+        return len(reported) == 2
+
+    try:
+        wait_until(both_sources_reported, WAIT_S, "both source tasks' partitions in metrics")
+    finally:
+        cluster.call(cluster.coordinator.stop_job(job.id))
+    assert sorted(reported["src-0"]) == ["p0", "p2", "p4"]
+    assert sorted(reported["src-1"]) == ["p1", "p3", "p5"]
+    for health in [*reported["src-0"].values(), *reported["src-1"].values()]:
+        assert health["stalled"] is None
+        assert isinstance(health["lag"], int) and health["lag"] >= 0  # a throttled generator
+
+
+class Acknowledging(PartitionedGenerator):
+    """A partitioned generator whose readers record what was acknowledged to them."""
+
+    def open_partition(self, partition: str, start_time: float) -> Any:
+        reader = super().open_partition(partition, start_time)
+        reader.acknowledged = []  # type: ignore[attr-defined]
+        reader.committed = reader.acknowledged.append  # type: ignore[method-assign]
+        return reader
+
+
+def test_a_completed_checkpoint_is_acknowledged_to_each_partition_s_reader() -> None:
+    source = Acknowledging(records=5000, keys=10, seed=1, partitions_count=2)
+    reader = PartitionSetReader(source, ["p0", "p1"], 0.0)
+    reader.poll(1e12, 100)
+    at_checkpoint = reader.position()
+    reader.committed(at_checkpoint)
+    for p in ("p0", "p1"):
+        assert reader._readers[p].acknowledged == [at_checkpoint[p]]

@@ -14,6 +14,16 @@ __all__ = [
 ]
 
 
+class PartitionHealth(BaseModel):
+    lag: int | None = Field(
+        description="records between its position and the head of the input, as the "
+        "reader last saw it (None: the source cannot tell)"
+    )
+    stalled: str | None = Field(
+        description="why it cannot be read now (the reader retries), None while it reads"
+    )
+
+
 class TaskMetrics(BaseModel):
     task: str
     operator: str
@@ -35,6 +45,9 @@ class TaskMetrics(BaseModel):
     state_key_groups: dict[int, int] | None = Field(
         None,
         description="of that, each key group it owns (0 when empty; keyed tasks; latest)",
+    )
+    partitions: dict[str, PartitionHealth] | None = Field(
+        None, description="each partition it reads (a partitioned source's tasks; latest)"
     )
 
 

@@ -30,6 +30,7 @@ from .schemas import (
     JobMetricsRead,
     LatencyRead,
     OperatorMetrics,
+    PartitionHealth,
     TaskMetrics,
     WorkerUsage,
 )
@@ -56,6 +57,7 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
     state_keys: dict[str, int] = {}
     state_bytes: dict[str, int | None] = {}  # None: the task's state does not pickle
     state_groups: dict[str, dict[int, int]] = {}
+    partitions: dict[str, dict[str, PartitionHealth]] = {}
     groups: dict[str, Counter[int]] = {}
     traffic: dict[tuple[str, str], Counter[str]] = {}
     latency = LatencyHistogram()
@@ -70,6 +72,11 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
             state_bytes[task] = None if size is None else int(size)
             shares = dict(snap["state"].get("groups") or {})
             state_groups[task] = {int(g): int(n) for g, n in sorted(shares.items())}
+        if snap.get("partitions") is not None:
+            partitions[task] = {
+                str(p): PartitionHealth(lag=h.get("lag"), stalled=h.get("stalled"))
+                for p, h in dict(snap["partitions"]).items()
+            }
         for g, n in dict(snap.get("key_groups") or {}).items():
             groups.setdefault(task, Counter())[int(g)] += int(n)
         for target, ch in dict(snap.get("channels") or {}).items():
@@ -93,6 +100,7 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
             state_keys=state_keys.get(task),
             state_bytes=state_bytes.get(task),
             state_key_groups=state_groups.get(task),
+            partitions=partitions.get(task),
         )
         for task, agg in sorted(sums.items())
     ]
@@ -157,7 +165,8 @@ def job_metrics(
 def prometheus_text(*, session: Session, engine: Engine) -> bytes:
     """The Prometheus exposition: jobs (``recovering`` among them) and reconfigurations by
     status (from the database), records per second and sink latency p99 of each live job
-    over ``PROMETHEUS_WINDOW_S`` and the size of its keyed state, each live job's
+    over ``PROMETHEUS_WINDOW_S``, the size of its keyed state and each source partition's
+    lag and whether it is stalled, each live job's
     checkpoints and recoveries (:mod:`.checkpoints`, from the database), and the number
     of live workers."""
     registry = CollectorRegistry(auto_describe=True)
@@ -202,6 +211,19 @@ def prometheus_text(*, session: Session, engine: Engine) -> bytes:
         ["job"],
         registry=registry,
     )
+    labels = ["job", "operator", "partition"]
+    lag = Gauge(
+        "streampilot_source_lag_records",
+        "Records between a source partition's position and the head of its input",
+        labels,
+        registry=registry,
+    )
+    stalled = Gauge(
+        "streampilot_source_stalled",
+        "1 while a source partition cannot be read (its reader retries)",
+        labels,
+        registry=registry,
+    )
     for job_id in live:
         view = views.get(job_key(job_id))
         if view is None:
@@ -211,6 +233,12 @@ def prometheus_text(*, session: Session, engine: Engine) -> bytes:
         rate.labels(str(job_id)).set(sum(o.in_per_s for o in sinks))
         p99.labels(str(job_id)).set(summary.latency.p99_ms / 1000.0)
         state.labels(str(job_id)).set(sum(o.state_bytes or 0 for o in summary.operators))
+        for task in summary.tasks:
+            for name, health in (task.partitions or {}).items():
+                where = (str(job_id), task.operator, name)
+                stalled.labels(*where).set(1 if health.stalled else 0)
+                if health.lag is not None:
+                    lag.labels(*where).set(health.lag)
     registry.register(
         checkpoints.Collected(checkpoints.families(session=session, job_ids=live, now=utcnow()))
     )
