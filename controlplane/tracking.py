@@ -18,6 +18,9 @@ abstraction versions and reconfigurations.
   checkpoint fails makes one event until one completes again), and ``job.recovering``
   with its cause as each recovery starts (the coordinator's ``on_recovering``), then
   ``job.recovered``.
+- Partitions a source found that no task reads (the coordinator's
+  ``on_partitions_found``) are given out by a plan submitted like any other, with origin
+  ``discovery`` (:mod:`controlplane.coordinator.discovery`).
 - At shutdown (:meth:`Tracker.shutdown`), after the engine has closed: reconfigurations
   and checkpoints cut short are marked failed and abandoned, and jobs get their final
   (stopped) state.
@@ -42,11 +45,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane import db
+from controlplane.abstraction import PlanError, add_partitions
 from controlplane.checkpoints import service as checkpoints
 from controlplane.checkpoints.models import CheckpointRecord
 from controlplane.coordinator import RunReport
 from controlplane.coordinator.checkpoint_report import CheckpointReport
 from controlplane.engine import Engine, JobState, Progress, Reservation, job_key
+from controlplane.errors import ServiceError
 from controlplane.events import service as events
 from controlplane.jobs import service as jobs
 from controlplane.jobs.models import TERMINAL_JOB_STATUSES, JobRecord
@@ -66,6 +71,7 @@ WRITE_RETRY_S = 1.0  # pause between attempts
 
 RESTARTED = "the control plane restarted; the job's workers are gone"
 INTERRUPTED_BY_RESTART = "interrupted: the control plane restarted"
+DISCOVERY = "discovery"  # the origin of the plans that give out partitions a source found
 INTERRUPTED_BY_SHUTDOWN = "interrupted: the control plane shut down"
 STOPPED_BY_SHUTDOWN = "stopped: the control plane shut down"
 _CHECKPOINT_DIR = re.compile(r"[^/]+/chk-(\d+)/")
@@ -85,6 +91,7 @@ class Tracker:
         # Checkpoint reports and recoveries to write, in order: (job id, a report's fields,
         # a discarded checkpoint's id, a recovery begun or a recovery made).
         self._checkpoints: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self._adding_partitions: set[str] = set()  # jobs whose found partitions are submitted
         self._checkpoint_writer: asyncio.Task[None] | None = None
         # Jobs of an earlier run to resume: job id -> (its newest manifest, the
         # checkpoints whose directories are in the store).
@@ -156,6 +163,7 @@ class Tracker:
         self.engine.coordinator.on_checkpoint = self._checkpoint_reported
         self.engine.coordinator.on_recovering = self._recovering
         self.engine.coordinator.on_recovery = self._recovered
+        self.engine.coordinator.on_partitions_found = self._partitions_found
         if self._to_resume:
             self._resumer = asyncio.create_task(self._resume_all(), name="resume-jobs")
 
@@ -163,6 +171,7 @@ class Tracker:
         self.engine.coordinator.on_checkpoint = None
         self.engine.coordinator.on_recovering = None
         self.engine.coordinator.on_recovery = None
+        self.engine.coordinator.on_partitions_found = None
         for task in (self._resumer, self._mirror, self._checkpoint_writer):
             if task is not None:
                 task.cancel()
@@ -212,6 +221,34 @@ class Tracker:
     def _write_unreachable(self, job_id: int, why: str) -> None:
         with db.unit_of_work(self.sessions) as session:
             jobs.mark_unreachable(jobs.get_row(session=session, job_id=job_id), why)
+
+    def _partitions_found(self, job_id: str, operator: str, names: tuple[str, ...]) -> None:
+        # Called by the coordinator, on the loop: the plan is submitted off it, once at a
+        # time per job (the source reports them again until a change gives them out).
+        if job_id in self._adding_partitions:
+            return
+        self._adding_partitions.add(job_id)
+        work = asyncio.ensure_future(
+            asyncio.to_thread(self._request_partitions, job_id, operator, names)
+        )
+        work.add_done_callback(lambda _w: self._adding_partitions.discard(job_id))
+
+    def _request_partitions(self, job_id: str, operator: str, names: tuple[str, ...]) -> None:
+        """Submit the plan giving ``names`` out, recorded with origin ``discovery`` (see
+        :mod:`controlplane.coordinator.discovery`)."""
+        try:
+            with db.unit_of_work(self.sessions) as session:
+                reconfigurations.request_reconfiguration(
+                    session=session,
+                    engine=self.engine,
+                    launch=self.launch,
+                    job_id=int(job_id),
+                    origin=DISCOVERY,
+                    build=lambda view: add_partitions(view.abstraction, operator, names),
+                    may_start_workers=False,
+                )
+        except (ServiceError, PlanError) as exc:  # busy, or given out meanwhile: next time
+            logger.info("job %s: partitions %s not added yet: %s", job_id, names, exc)
 
     def _recovering(self, job_id: str, cause: str) -> None:
         # Called by the coordinator, on the loop, as a recovery starts: only queue.

@@ -22,6 +22,7 @@ import asyncio
 import logging
 import pickle
 import ssl
+import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import replace
@@ -47,6 +48,7 @@ from .messages import (
     CheckpointCaptured,
     CheckpointConfig,
     CheckpointFailed,
+    PartitionsFound,
     Restore,
     Snapshot,
     ToCoordinator,
@@ -148,6 +150,8 @@ class JobRuntime:
         self.savepoint_id: int | None = None
         self.restore: dict[str, Restore] = dict(restore or {})
         self.checkpoints = checkpoints
+        self._discover_at: dict[str, float] = {}  # partitioned source -> next listing due
+        self._discovering: set[str] = set()  # partitioned sources being listed now
         self.restored: dict[str, int] = {}  # bytes of state restored: local_bytes, store_bytes
         self.stage_work: set[asyncio.Future] = set()  # key groups moving in a fluid stage
         self._connecting: dict[tuple[str, bool], asyncio.Future[PeerLink]] = {}
@@ -473,6 +477,39 @@ class JobRuntime:
                         checkpoint_id,
                         exc,
                     )
+
+    def discover_partitions(self) -> None:
+        """Every ``discovery_interval_s`` of each partitioned source whose first task runs
+        here: list its partitions off the loop and tell the coordinator of those no task
+        reads (``partitions_found``), until a change gives them out. Called about once a
+        second by the worker."""
+        now = time.monotonic()
+        for op in self.graph.operators:
+            interval = getattr(op.logic, "discovery_interval_s", None)
+            if op.partitions is None or not interval or op.name in self._discovering:
+                continue
+            task = self.tasks.get(f"{op.name}-0")
+            if task is None or task.status != TaskStatus.RUNNING:
+                continue
+            if now < self._discover_at.get(op.name, 0.0):
+                continue
+            self._discover_at[op.name] = now + float(interval)
+            self._discovering.add(op.name)
+            self.worker.background(self._discover(op))
+
+    async def _discover(self, op: OperatorSpec) -> None:
+        try:
+            names = await asyncio.to_thread(op.logic.partitions)
+        except Exception as exc:
+            logger.warning("source %s could not list its partitions: %s", op.name, exc)
+            return
+        finally:
+            self._discovering.discard(op.name)
+        layout = self.layout
+        read = {p for t in layout.tasks_of(op.name) for p in layout.partitions.get(t, ())}
+        found = tuple(p for p in names if p not in read)
+        if found:
+            self.worker.send(PartitionsFound(self.job_id, op.name, found))
 
     def behind(self) -> bool:
         """True while a running task here has input waiting for it."""

@@ -129,9 +129,13 @@ async def ship_in(job: JobRuntime, p: Change, task: BaseTask, old: Layout, new: 
         coming = [part for part in new.partitions.get(tid, ()) if part not in had]
         if not coming:
             return None
-        names = {partition_part(part): part for part in coming}
+        read = {part for t in old.tasks_of(task.op.name) for part in old.partitions.get(t, ())}
+        # A partition no task read before was found since: it starts where a new reader does.
+        positions: dict[str, Any] = {part: None for part in coming if part not in read}
+        names = {partition_part(part): part for part in coming if part in read}
         got = await job.worker.state.take(p.rid, job.mailbox(tid), set(names))
-        return {names[name]: position for name, position in got.items()}
+        positions.update({names[name]: position for name, position in got.items()})
+        return positions
     if isinstance(task, SourceTask):
         if old.placement.get(tid) not in (None, job.me):
             got = await job.worker.state.take(p.rid, job.mailbox(tid), {"source"})

@@ -483,6 +483,8 @@ class WorkerProcess:
         proc.cpu_percent()
         while True:
             await asyncio.sleep(METRICS_INTERVAL_S)
+            for job in list(self.jobs.values()):
+                job.discover_partitions()
             jobs = {
                 job_id: {
                     tid: task.snapshot_metrics()

@@ -14,7 +14,7 @@ from typing import Any
 from runtime import Dataflow
 from runtime.params import parse_params
 from runtime.sinks import Null
-from runtime.sources import Generator
+from runtime.sources import Generator, PartitionedGenerator
 
 # A lone surrogate and other awkward keys: every type key groups claim to support.
 MIXED_KEYS: list[Any] = [
@@ -181,3 +181,31 @@ class Account:
 
 
 Trade = namedtuple("Trade", "symbol price")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GrowingSource(PartitionedGenerator):
+    """A partitioned generator whose partitions exist once the file ``listing`` counts
+    them (``p0``...``p<n-1>``; at most ``partitions_count``): a test adds partitions to
+    a running job by writing a larger count."""
+
+    listing: str = ""
+    discovery_interval_s: float | None = 0.1
+
+    def partitions(self) -> list[str]:
+        with open(self.listing, encoding="utf-8") as f:
+            count = int(f.read())
+        return [f"p{i}" for i in range(min(count, self.partitions_count))]
+
+
+def build_growing(params: dict[str, Any]) -> Dataflow:
+    """A :class:`GrowingSource` (params ``listing``, ``partitions``) -> keyed count ->
+    Null, unbounded: for tests that add a partition while the job runs."""
+    source = GrowingSource(
+        records=None, rate=500, keys=50, seed=4, listing=str(params["listing"]),
+        partitions_count=int(params.get("partitions", 4)),
+    )  # fmt: skip
+    flow = Dataflow("growing")
+    src = flow.source("src", source, parallelism=2)
+    src.key_by(identity).process("count", count, parallelism=2).sink("out", Null())
+    return flow

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jobs_for_tests import counts_reference, running_counts
+from jobs_for_tests import GrowingSource, counts_reference, running_counts
 
 from controlplane.abstraction import (
     AssignResource,
@@ -184,3 +184,25 @@ def test_a_completed_checkpoint_is_acknowledged_to_each_partition_s_reader() -> 
     reader.committed(at_checkpoint)
     for p in ("p0", "p1"):
         assert reader._readers[p].acknowledged == [at_checkpoint[p]]
+
+
+def test_a_partition_found_while_the_job_runs_is_given_to_a_task_and_read_once(
+    faults: BackgroundCluster, tmp_path: Path
+) -> None:
+    cluster, out = faults, tmp_path / "out"
+    listing = tmp_path / "partitions"
+    listing.write_text("3")
+    source = GrowingSource(
+        records=20_000, rate=2_000, keys=100, seed=8, partitions_count=4, listing=str(listing)
+    )
+    job = cluster.call(cluster.coordinator.submit(running_counts("growing", source, str(out))))
+    assert partitions_of(job) == {"src-0": ["p0", "p2"], "src-1": ["p1"]}
+    listing.write_text("4")  # the source's first task lists it at its next look
+    read = lambda: {p for ps in partitions_of(job).values() for p in ps}  # noqa: E731
+    wait_until(lambda: "p3" in read(), WAIT_S, "p3 given to a task")
+    assert partitions_of(job) == {"src-0": ["p0", "p2"], "src-1": ["p1", "p3"]}
+    (added,) = [r for r in job.reconfigurations if isinstance(r.plan, Plan) and r.plan.discovered]
+    assert added.plan.discovered == {"src": ("p3",)} and added.status == "completed"
+    assert cluster.wait(job, WAIT_S) == JobStatus.FINISHED, job.error
+    want = counts_reference(source.open_partition(f"p{i}", 0.0) for i in range(4))
+    assert sorted((k, n) for k, n in read_parts(out)) == want

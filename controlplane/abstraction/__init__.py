@@ -59,7 +59,7 @@ from .errors import (
     WorkerOverCapacity,
 )
 from .fluid import fluid_steps
-from .helpers import migrate, rebalance, scale, update_logic
+from .helpers import add_partitions, migrate, rebalance, scale, update_logic
 from .model import Abstraction, Operator, from_graph
 from .ops import AssignLogic, AssignResource, AssignWorkload, Op, Plan, op_from_dict
 from .parts import (
@@ -112,6 +112,7 @@ __all__ = [
     "Worker",
     "WorkerOverCapacity",
     "Workload",
+    "add_partitions",
     "apply_plan",
     "bytes_shipped",
     "check_abstraction",

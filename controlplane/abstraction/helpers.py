@@ -22,7 +22,7 @@ from .model import Abstraction, Operator
 from .ops import AssignLogic, AssignResource, AssignWorkload, Op, Plan
 from .parts import NEW_WORKER, PLACEABLE_STATUSES, next_placeholder
 
-__all__ = ["migrate", "rebalance", "scale", "update_logic"]
+__all__ = ["add_partitions", "migrate", "rebalance", "scale", "update_logic"]
 
 Mode = Literal["pause", "fluid"]
 
@@ -283,4 +283,29 @@ def update_logic(
                 )
     return Plan(
         abstraction.version, (AssignLogic(operator, "all" if tasks is None else tuple(tasks), ref),)
+    )
+
+
+def add_partitions(abstraction: Abstraction, operator: str, found: Sequence[str]) -> Plan:
+    """A plan giving the partitions ``found`` (by the partitioned source ``operator``
+    since this version) to its tasks, each to the task reading the fewest (ties: the
+    lowest index); empty if every one is read already. Raises :class:`UnknownOperator`,
+    or :class:`InvalidPlan` if ``operator`` is not a partitioned source."""
+    op = abstraction.operator(operator)
+    if not op.partitioned:
+        raise InvalidPlan(f"operator {operator!r} is not a partitioned source")
+    reads = {t.id: list(t.workload.partitions or ()) for t in op.tasks}
+    known = {p for ps in reads.values() for p in ps}
+    new = [p for p in dict.fromkeys(found) if p not in known]
+    if not new:
+        return Plan(abstraction.version, ())
+    for p in new:
+        least = min(op.tasks, key=lambda t: (len(reads[t.id]), t.index))
+        reads[least.id].append(p)
+    before = {t.id: len(t.workload.partitions or ()) for t in op.tasks}
+    changed = {t: ps for t, ps in reads.items() if len(ps) != before[t]}
+    return Plan(
+        abstraction.version,
+        (AssignWorkload(operator, changed),),
+        discovered={operator: tuple(new)},
     )

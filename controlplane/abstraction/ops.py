@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from . import _shape as shape
@@ -276,6 +276,10 @@ class Plan:
     ops: tuple[Op, ...]
     mode: Literal["pause", "fluid"] = "pause"
     batch_size: int | None = None
+    # Partitioned source -> partitions its first task found since the base version: the
+    # plan may give them out (only the coordinator's discovery makes such plans; JSON
+    # plans cannot, since the control plane cannot check that a partition exists).
+    discovered: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if (
@@ -305,6 +309,12 @@ class Plan:
                     "batch_size applies to mode 'fluid' only (pause mode moves everything at once)"
                 )
         object.__setattr__(self, "ops", tuple(self.ops))
+        object.__setattr__(
+            self, "discovered", {o: tuple(ps) for o, ps in dict(self.discovered).items()}
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.base_version, self.ops, self.mode, self.batch_size))
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -320,7 +330,9 @@ class Plan:
             "ops": [op.to_dict() for op in self.ops],
             "mode": self.mode,
             "batch_size": self.batch_size,
-        }
+            **({"discovered": {o: list(ps) for o, ps in self.discovered.items()}}
+               if self.discovered else {}),
+        }  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Any) -> Plan:

@@ -28,7 +28,7 @@ changes nothing. Rules:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -125,7 +125,7 @@ def apply_plan(
             raise
     result = draft.result()
     # Step 4.
-    _check(result, abstraction)
+    _check(result, abstraction, plan.discovered)
     # Step 5.
     if result.replace(version=abstraction.version) == abstraction:
         raise NoChange(f"the plan changes nothing in version {abstraction.version}")
@@ -334,7 +334,9 @@ def _assign_logic(
         tasks[t] = replace(tasks[t], logic=Logic(op.ref, version))
 
 
-def _check(result: Abstraction, base: Abstraction | None) -> None:
+def _check(
+    result: Abstraction, base: Abstraction | None, discovered: Mapping[str, Any] | None = None
+) -> None:
     for op in result.operators:
         _check_operator(result, op)
         if op.partitioned:
@@ -343,6 +345,7 @@ def _check(result: Abstraction, base: Abstraction | None) -> None:
                 known = {
                     p for t in base.operator(op.name).tasks for p in t.workload.partitions or ()
                 }
+                known |= set((discovered or {}).get(op.name, ()))
             _check_partitions(op, known)
     for op in result.operators:
         for inp in op.inputs:

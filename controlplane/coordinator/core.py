@@ -43,6 +43,7 @@ from runtime.dataflow import JobGraph
 from runtime.layout import Layout
 from runtime.records import BarrierKind
 
+from . import discovery
 from .checkpoint_report import CheckpointPolicy, CheckpointReport, RestartPolicy
 from .checkpointer import Checkpointer, CheckpointListener, Restorable
 from .cluster import HEARTBEAT_TIMEOUT_S, Cluster
@@ -96,6 +97,9 @@ class Coordinator(Cluster):
         self.on_checkpoint: CheckpointListener | None = None
         self.on_recovering: Callable[[str, str], None] | None = None
         self.on_recovery: Callable[[str, RunReport, dict[str, Any]], None] | None = None
+        # Told of partitions a source found that no task reads (job, operator, names):
+        # the control plane submits the plan; without a listener the coordinator applies it.
+        self.on_partitions_found: Callable[[str, str, tuple[str, ...]], None] | None = None
 
     async def close(self) -> None:
         """Stop running jobs, tell workers to exit, close every connection."""
@@ -565,6 +569,8 @@ class Coordinator(Cluster):
                     snap.add(msg)
             case messages.BarrierAck(task=task, barrier_id=bid):
                 self._check_barriers(job, task, bid)
+            case messages.PartitionsFound():
+                discovery.found(self, job, msg)
             case (
                 messages.CheckpointCaptured()
                 | messages.CheckpointAck()

@@ -89,6 +89,9 @@ Worker -> coordinator (:class:`ToCoordinator`), type (class) {fields}:
 - ``deploy_failed`` (:class:`DeployFailed`) {job_id, error}
 - ``metrics`` (:class:`Metrics`) {worker_id, time, cpu_percent, rss_mb, jobs}: ``jobs``
   job -> task -> metrics snapshot
+- ``partitions_found`` (:class:`PartitionsFound`) {job_id, operator, partitions}: the
+  source's first task listed partitions no task of the job reads (every
+  ``discovery_interval_s`` until a change gives them out)
 - ``task_finished`` (:class:`TaskFinished`) {job_id, task, metrics}
 - ``task_failed`` (:class:`TaskFailed`) {job_id, task, error}
 - ``worker_error`` (:class:`WorkerError`) {job_id, error}: a data link of the job broke
@@ -151,6 +154,7 @@ from .to_coordinator import (
     DeployFailed,
     Heartbeat,
     Metrics,
+    PartitionsFound,
     Paused,
     Prepared,
     PrepareFailed,
@@ -210,6 +214,7 @@ __all__ = [
     "Message",
     "MessageError",
     "Metrics",
+    "PartitionsFound",
     "Paused",
     "Prepare",
     "PrepareFailed",

@@ -17,6 +17,7 @@ __all__ = [
     "Deployed",
     "Heartbeat",
     "Metrics",
+    "PartitionsFound",
     "Paused",
     "PrepareFailed",
     "Prepared",
@@ -70,6 +71,15 @@ class Metrics(ToCoordinator):
     cpu_percent: float
     rss_mb: float
     jobs: dict[str, dict[str, dict[str, Any]]]
+
+
+@message("partitions_found")
+class PartitionsFound(ToCoordinator):
+    """Source ``operator`` lists ``partitions`` that no task of the job reads."""
+
+    job_id: str
+    operator: str
+    partitions: tuple[str, ...]
 
 
 @message("task_finished")
