@@ -61,6 +61,7 @@ from controlplane.coordinator import (
     RunningJob,
     RunReport,
     RuntimeConfig,
+    SourceError,
     ValidatedPlan,
 )
 from controlplane.coordinator.checkpoint_report import CheckpointPolicy, RestartPolicy
@@ -76,6 +77,7 @@ from controlplane.engine_views import (
     job_key,
 )
 from controlplane.errors import (
+    BadJob,
     Conflict,
     Forbidden,
     JobNotRunning,
@@ -213,6 +215,8 @@ class Engine:
                     restart=restart,
                     from_savepoint=from_savepoint,
                 )
+            except SourceError as exc:
+                raise BadJob(f"{exc}", code="bad_source") from None
             except CoordinatorError as exc:
                 raise Unavailable(f"{exc}") from None
             document = job.abstraction.to_dict() if job.abstraction is not None else None

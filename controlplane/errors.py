@@ -11,7 +11,8 @@ Exception tree::
     ├── InvalidRequest               input that cannot be carried out as given
     │   ├── BadJob                   job ref, params or graph refused (codes: bad_job_ref,
     │   │                            bad_params, invalid_job, job_build_failed,
-    │   │                            sink_path_refused)
+    │   │                            sink_path_refused, bad_source: a partitioned
+    │   │                            source that cannot list its partitions)
     │   ├── BadCode                  an uploaded module that is not UTF-8 Python importing
     │   │                            cleanly (the message names the file and line)
     │   ├── BadController            a controller script or built-in that cannot be loaded

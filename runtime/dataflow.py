@@ -128,7 +128,8 @@ class InputSpec:
 @dataclass(frozen=True, slots=True)
 class OperatorSpec:
     """One operator: its kind, logic, parallelism and inputs; ``partitions`` the names a
-    partitioned source listed when the job was compiled (None for any other operator)."""
+    partitioned source listed when the job was submitted (``()`` until then: a worker
+    lists them; None for any other operator)."""
 
     name: str
     kind: Kind
@@ -203,7 +204,7 @@ class JobGraph:
             _validate_operator(op, ops)
         for op_name, op in list(ops.items()):
             if op.partitions is None and isinstance(op.logic, PartitionedSource):
-                ops[op_name] = replace(op, partitions=_listed_partitions(op))
+                ops[op_name] = replace(op, partitions=())  # listed by a worker at submit
         order = _topological_order(ops)
         return cls(name, tuple(ops[n] for n in order))
 
@@ -224,18 +225,9 @@ class JobGraph:
         return [t for op in self.operators for t in op.task_ids()]
 
 
-def _listed_partitions(op: OperatorSpec) -> tuple[str, ...]:
-    """The partitions a partitioned source lists now (its job is being compiled)."""
-    try:
-        names = op.logic.partitions()
-    except Exception as exc:
-        raise DataflowError(
-            f"source {op.name!r} cannot list its partitions: {type(exc).__name__}: {exc}"
-        ) from exc
-    return _checked_partitions(op, names)
-
-
-def _checked_partitions(op: OperatorSpec, names: Any) -> tuple[str, ...]:
+def checked_partitions(op: OperatorSpec, names: Any) -> tuple[str, ...]:
+    """``names``, the partitions source ``op`` listed, as a tuple; :class:`DataflowError`
+    if they are not a non-empty list of unique non-empty strings."""
     where = f"source {op.name!r}"
     if not isinstance(names, list | tuple) or not names:
         raise DataflowError(f"{where}: partitions() must list at least one name, got {names!r}")
@@ -268,7 +260,8 @@ def _validate_operator(op: OperatorSpec, ops: Mapping[str, OperatorSpec]) -> Non
     if op.partitions is not None:
         if op.kind != "source":
             raise DataflowError(f"{where}: only a source has partitions")
-        _checked_partitions(op, op.partitions)
+        if op.partitions:  # () until a worker lists them, when the job is submitted
+            checked_partitions(op, op.partitions)
     if op.kind == "source":
         if op.inputs:
             raise DataflowError(f"{where}: a source has no inputs")

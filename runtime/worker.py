@@ -65,6 +65,7 @@ __all__ = ["WorkerProcess", "main"]
 logger = logging.getLogger(__name__)
 
 METRICS_INTERVAL_S = 1.0  # how often tasks' metrics are reported to the coordinator
+LIST_TIMEOUT_S = 20.0  # a source lists its partitions (a broker's metadata) within this
 # Background work waits for the tasks to catch up with their input, but never longer
 # than this per piece (so that it moves on under a steady load).
 IDLE_WAIT_S = 0.05
@@ -308,6 +309,8 @@ class WorkerProcess:
                         job.savepoint(barrier_id)
                 case messages.Warm():
                     self._warm(msg)
+                case messages.ListPartitions():
+                    self.background(self._list_partitions(msg))
                 case messages.Prepare():
                     await self._prepare(msg)
                 case messages.Update(job_id=job_id, rid=rid):
@@ -345,6 +348,28 @@ class WorkerProcess:
             pickle.loads(msg.graph)
         except Exception:
             logger.debug("could not load the code of job %s ahead", msg.job_id, exc_info=True)
+
+    async def _list_partitions(self, msg: messages.ListPartitions) -> None:
+        """List the partitions of ``msg.operators`` (off the loop, each within
+        :data:`LIST_TIMEOUT_S`) and answer; an error names the source."""
+        found: dict[str, tuple[str, ...]] = {}
+        name = "?"
+        try:
+            codeload.install_many(msg.code)
+            graph = pickle.loads(msg.graph)
+            for name in msg.operators:
+                source = graph.operator(name).logic
+                names = await asyncio.wait_for(asyncio.to_thread(source.partitions), LIST_TIMEOUT_S)
+                found[name] = tuple(str(p) for p in names)
+        except TimeoutError:
+            error = f"source {name!r} did not list its partitions within {LIST_TIMEOUT_S:g}s"
+            self.send(messages.PartitionsListed(msg.request_id, {}, error))
+            return
+        except Exception as exc:
+            error = f"source {name!r} cannot list its partitions: {type(exc).__name__}: {exc}"
+            self.send(messages.PartitionsListed(msg.request_id, {}, error))
+            return
+        self.send(messages.PartitionsListed(msg.request_id, found, None))
 
     async def _prepare(self, msg: messages.Prepare) -> None:
         job = self.jobs.get(msg.job_id)

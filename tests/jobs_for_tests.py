@@ -209,3 +209,14 @@ def build_growing(params: dict[str, Any]) -> Dataflow:
     src = flow.source("src", source, parallelism=2)
     src.key_by(identity).process("count", count, parallelism=2).sink("out", Null())
     return flow
+
+
+def build_from_redis(params: dict[str, Any]) -> Dataflow:
+    """Redis streams (param ``url``) -> Null: for tests of a source's broker at submit."""
+    from connectors.redis import RedisStreamSource
+
+    flow = Dataflow("from_redis")
+    flow.source("src", RedisStreamSource(url=str(params["url"]), streams=("in",))).sink(
+        "out", Null()
+    )
+    return flow

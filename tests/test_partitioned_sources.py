@@ -30,7 +30,7 @@ from runtime.dataflow import JobGraph
 from runtime.partitioned import PartitionSetReader
 from runtime.sinks import read_parts
 from runtime.sources import PartitionedGenerator
-from tests.api_support import wait_until
+from tests.api_support import free_port, wait_until
 from tests.faults_support import Events
 
 WAIT_S = 120.0
@@ -57,9 +57,17 @@ def apply(cluster: BackgroundCluster, job: Any, *ops: Any) -> Any:
     return report
 
 
-def test_the_graph_lists_the_partitions_and_the_abstraction_gives_them_out(tmp_path: Path) -> None:
+def test_a_worker_lists_the_partitions_when_the_job_is_submitted(
+    faults: BackgroundCluster, tmp_path: Path
+) -> None:
     graph = counts_to(tmp_path)
-    assert graph.operator("src").partitions == ("p0", "p1", "p2", "p3", "p4", "p5")
+    assert graph.operator("src").partitions == ()  # the control plane runs no job code
+    job = faults.call(faults.coordinator.submit(graph))
+    try:
+        assert job.graph.operator("src").partitions == ("p0", "p1", "p2", "p3", "p4", "p5")
+        assert partitions_of(job) == {"src-0": ["p0", "p2", "p4"], "src-1": ["p1", "p3", "p5"]}
+    finally:
+        faults.call(faults.coordinator.stop_job(job.id))
 
 
 def test_partitions_move_live_and_the_source_scales_out_and_in(
@@ -206,3 +214,67 @@ def test_a_partition_found_while_the_job_runs_is_given_to_a_task_and_read_once(
     assert cluster.wait(job, WAIT_S) == JobStatus.FINISHED, job.error
     want = counts_reference(source.open_partition(f"p{i}", 0.0) for i in range(4))
     assert sorted((k, n) for k, n in read_parts(out)) == want
+
+
+def test_over_rest_a_found_partition_is_a_recorded_reconfiguration_with_origin_discovery(
+    api: Any, tmp_path: Path
+) -> None:
+    listing = tmp_path / "partitions"
+    listing.write_text("2")
+    body = {
+        "name": "growing",
+        "job": "tests.jobs_for_tests:build_growing",
+        "params": {"listing": str(listing), "partitions": 3},
+        "checkpoints": {"interval_s": None},
+    }
+    with api.client() as http:
+        r = http.post("/api/v1/jobs", json=body)
+        assert r.status_code == 201, r.text
+        job = r.json()["id"]
+        try:
+            src = http.get(f"/api/v1/jobs/{job}/abstraction").json()["operators"][0]
+            assert [t["workload"] for t in src["tasks"]] == [
+                {"partitions": ["p0"]},
+                {"partitions": ["p1"]},
+            ]
+            listing.write_text("3")
+
+            def discovered() -> dict[str, Any] | None:
+                items = http.get(f"/api/v1/jobs/{job}/reconfigurations").json()["items"]
+                done = [
+                    i for i in items if i["origin"] == "discovery" and i["status"] == "completed"
+                ]
+                return done[0] if done else None
+
+            rec = wait_until(discovered, WAIT_S, "a completed discovery reconfiguration")
+            assert rec["discovered"] == {"src": ["p2"]}
+            assert rec["ops"] == [
+                {"op": "assignWorkload", "operator": "src", "workload": {"src-0": ["p0", "p2"]}}
+            ]
+            src = http.get(f"/api/v1/jobs/{job}/abstraction").json()["operators"][0]
+            assert [t["workload"] for t in src["tasks"]] == [
+                {"partitions": ["p0", "p2"]},
+                {"partitions": ["p1"]},
+            ]
+        finally:
+            http.post(f"/api/v1/jobs/{job}/stop")
+
+
+def test_over_rest_a_source_that_cannot_list_its_partitions_refuses_the_job_naming_it(
+    api: Any, tmp_path: Path
+) -> None:
+    port = free_port()  # nothing listens there
+    body = {
+        "name": "unreachable",
+        "job": "tests.jobs_for_tests:build_from_redis",
+        "params": {"url": f"redis://127.0.0.1:{port}/0"},
+    }
+    with api.client() as http:
+        r = http.post("/api/v1/jobs", json=body)
+        assert r.status_code == 422, r.text
+        error = r.json()["error"]
+        assert error["code"] == "bad_source"
+        assert "source 'src' cannot list its partitions" in error["message"]
+        assert f"127.0.0.1:{port}" in error["message"]
+        listed = http.get("/api/v1/jobs", params={"limit": 500}).json()["items"]
+        assert not [j for j in listed if j["name"] == "unreachable"]  # nothing submitted

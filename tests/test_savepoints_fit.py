@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import msgpack
@@ -10,6 +11,7 @@ import pytest
 
 from controlplane.coordinator.from_savepoint import incompatibility, parse_manifest
 from runtime import Dataflow
+from runtime.dataflow import JobGraph
 from runtime.sinks import Collect
 from runtime.sources import Generator, PartitionedGenerator
 from tests.e2e_jobs import count, key_of
@@ -124,7 +126,13 @@ def partitioned_graph(sources: int, partitions: int) -> Any:
     src = flow.source("keys", source, parallelism=sources)
     out = src.key_by(key_of).process("count", count, parallelism=2, max_parallelism=128)
     out.sink("out", Collect("/tmp/never-written"), parallelism=2)
-    return flow.compile()
+    graph = flow.compile()
+    listed = source.partitions()  # as a worker lists them when the job is submitted
+    ops = [
+        replace(op, partitions=tuple(listed)) if op.partitions == () else op
+        for op in graph.operators
+    ]
+    return JobGraph(graph.name, tuple(ops))
 
 
 def test_a_partitioned_source_may_change_parallelism_but_not_lose_a_partition() -> None:
@@ -135,3 +143,14 @@ def test_a_partitioned_source_may_change_parallelism_but_not_lose_a_partition() 
     assert incompatibility(saved, partitioned_graph(sources=1, partitions=5)) is None
     said = incompatibility(saved, partitioned_graph(sources=2, partitions=3))
     assert said is not None and "read partition(s) p3 at the savepoint" in said
+
+
+def test_a_partitioned_source_not_listed_yet_is_not_refused_before_it_is() -> None:
+    saved = manifest()
+    saved["tasks"]["keys-0"]["position"] = {"p0": 1024, "p9": 0}
+    flow = Dataflow("fit")
+    source = PartitionedGenerator(records=10, keys=5, seed=1, partitions_count=2)
+    flow.source("keys", source, parallelism=2).key_by(key_of).process(
+        "count", count, parallelism=2, max_parallelism=128
+    ).sink("out", Collect("/tmp/never-written"), parallelism=2)
+    assert incompatibility(saved, flow.compile()) is None  # () until submitted

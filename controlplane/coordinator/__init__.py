@@ -21,12 +21,13 @@ test_imports.py`` checks that there is no import cycle):
 Exception tree (:mod:`.errors`)::
 
     CoordinatorError (RuntimeError)       a request that cannot be carried out
+     └── SourceError                      a source that cannot list its partitions
     ReconfigurationError (RuntimeError)   a reconfiguration that cannot start or be cancelled
      └── ReconfigurationBusy              another one runs and the caller would not wait
 """
 
 from .core import Coordinator
-from .errors import CoordinatorError, ReconfigurationBusy, ReconfigurationError
+from .errors import CoordinatorError, ReconfigurationBusy, ReconfigurationError, SourceError
 from .model import RunningJob, RuntimeConfig, WorkerInfo
 from .report import RunReport
 from .slot import Cancellation
@@ -41,6 +42,7 @@ __all__ = [
     "RunReport",
     "RunningJob",
     "RuntimeConfig",
+    "SourceError",
     "ValidatedPlan",
     "WorkerInfo",
 ]

@@ -47,9 +47,10 @@ from . import discovery
 from .checkpoint_report import CheckpointPolicy, CheckpointReport, RestartPolicy
 from .checkpointer import Checkpointer, CheckpointListener, Restorable
 from .cluster import HEARTBEAT_TIMEOUT_S, Cluster
-from .errors import CoordinatorError
-from .from_savepoint import copy_savepoint
+from .errors import CoordinatorError, SourceError
+from .from_savepoint import copy_savepoint, incompatibility
 from .layouts import abstraction_of, refresh_workers
+from .listing import listed, took_reply
 from .model import RunningJob, RuntimeConfig, WorkerInfo
 from .plans import apply, cancel
 from .reconfig import reconfigure
@@ -100,6 +101,7 @@ class Coordinator(Cluster):
         # Told of partitions a source found that no task reads (job, operator, names):
         # the control plane submits the plan; without a listener the coordinator applies it.
         self.on_partitions_found: Callable[[str, str, tuple[str, ...]], None] | None = None
+        self.listings: dict[int, asyncio.Future[messages.PartitionsListed]] = {}  # listing.py
 
     async def close(self) -> None:
         """Stop running jobs, tell workers to exit, close every connection."""
@@ -135,6 +137,9 @@ class Coordinator(Cluster):
         ids = workers or [w.id for w in self.alive_workers()]
         if not ids:
             raise CoordinatorError("no workers are registered: start some before submitting a job")
+        graph = await listed(self, graph, ids[0])  # SourceError: not submitted
+        if from_savepoint is not None and (why := incompatibility(from_savepoint, graph)):
+            raise SourceError(why)  # a partition the savepoint read is no longer listed
         layout = Layout.initial(graph, ids)
         job = RunningJob(job_id or f"job-{next(self._job_ids)}", graph, layout)
         if restart is not None:
@@ -522,6 +527,9 @@ class Coordinator(Cluster):
         match msg:
             case messages.Metrics():
                 self._took_metrics(info, msg)
+                return
+            case messages.PartitionsListed():
+                took_reply(self, msg)
                 return
             case messages.Register() | messages.Heartbeat():
                 logger.warning("worker %s: unexpected %s message, dropped", info.id, msg.TYPE)

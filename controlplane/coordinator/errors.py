@@ -3,17 +3,23 @@
 Exception tree::
 
     CoordinatorError (RuntimeError)       a request that cannot be carried out
+     └── SourceError                      a source that cannot list its partitions
     ReconfigurationError (RuntimeError)   a reconfiguration that cannot start or be cancelled
      └── ReconfigurationBusy              another one runs and the caller would not wait
 """
 
 from __future__ import annotations
 
-__all__ = ["CoordinatorError", "ReconfigurationBusy", "ReconfigurationError"]
+__all__ = ["CoordinatorError", "ReconfigurationBusy", "ReconfigurationError", "SourceError"]
 
 
 class CoordinatorError(RuntimeError):
     """A request the coordinator cannot carry out (no workers, unknown job, timeout)."""
+
+
+class SourceError(CoordinatorError):
+    """A job's partitioned source cannot list its partitions (a broker unreachable, a
+    topic missing): the job is not submitted; the message names the source and why."""
 
 
 class ReconfigurationError(RuntimeError):

@@ -119,6 +119,8 @@ def incompatibility(manifest: dict[str, Any], graph: JobGraph) -> str | None:
                     f"{what} {name!r} of the savepoint {now}: its tasks' state (positions, "
                     f"what they wrote) would be lost; keep a {what} named {name!r}"
                 )
+            if kind == "source" and op.partitions == ():
+                continue  # listed when the job is submitted: checked again then
             if kind == "source" and op.partitions is not None:
                 read = {
                     p

@@ -218,7 +218,9 @@ class ReconfigurationRead(BaseModel):
     job_id: int
     origin: str = Field(
         description="plan, scale, rebalance, migrate or logic; recovery for a version a "
-        "recovery made (its plan says why: reason, checkpoint_id, lost_workers, placed_on)"
+        "recovery made (its plan says why: reason, checkpoint_id, lost_workers, placed_on); "
+        "discovery for partitions a source found, given out (see discovered); "
+        "controller <id> for a controller's plan"
     )
     status: ReconfigurationStatus
     base_version: int
@@ -254,6 +256,11 @@ class ReconfigurationRead(BaseModel):
     recovery: RecoveryRead | None = Field(
         None, description="origin recovery: the failure, the checkpoint, the workers replaced"
     )
+    discovered: dict[str, list[str]] | None = Field(
+        None,
+        description="origin discovery: per partitioned source, the partitions it found that "
+        "this change gave out",
+    )
     created_at: datetime
     ended_at: datetime | None
 
@@ -278,6 +285,7 @@ class ReconfigurationRead(BaseModel):
             stage_ms=rec.stage_ms,
             precopied=rec.precopied,
             recovery=rec.plan.get("recovery"),
+            discovered=rec.plan.get("discovered"),
             created_at=rec.created_at,
             ended_at=rec.ended_at,
         )
@@ -314,7 +322,9 @@ class PreviewRead(BaseModel):
 
     origin: str = Field(
         description="plan, scale, rebalance, migrate or logic; recovery for a version a "
-        "recovery made (its plan says why: reason, checkpoint_id, lost_workers, placed_on)"
+        "recovery made (its plan says why: reason, checkpoint_id, lost_workers, placed_on); "
+        "discovery for partitions a source found, given out (see discovered); "
+        "controller <id> for a controller's plan"
     )
     base_version: int
     result_version: int = Field(

@@ -75,6 +75,9 @@ Coordinator -> worker (:class:`ToWorker`), type (class) {fields}:
 - ``abandon_checkpoint`` (:class:`AbandonCheckpoint`) {job_id, checkpoint_id}
 - ``commit_checkpoint`` (:class:`CommitCheckpoint`) {job_id, checkpoint_id}: the
   checkpoint is complete; sinks commit what they prepared at or before its barrier
+- ``list_partitions`` (:class:`ListPartitions`) {request_id, graph, code, operators}: a
+  job being submitted has partitioned sources; the worker lists their partitions
+  (workers reach brokers; the control plane runs no job code)
 - ``savepoint`` (:class:`Savepoint`) {job_id, barrier_id}
 - ``shutdown`` (:class:`Shutdown`) {}
 
@@ -89,6 +92,7 @@ Worker -> coordinator (:class:`ToCoordinator`), type (class) {fields}:
 - ``deploy_failed`` (:class:`DeployFailed`) {job_id, error}
 - ``metrics`` (:class:`Metrics`) {worker_id, time, cpu_percent, rss_mb, jobs}: ``jobs``
   job -> task -> metrics snapshot
+- ``partitions_listed`` (:class:`PartitionsListed`) {request_id, partitions, error}
 - ``partitions_found`` (:class:`PartitionsFound`) {job_id, operator, partitions}: the
   source's first task listed partitions no task of the job reads (every
   ``discovery_interval_s`` until a change gives them out)
@@ -155,6 +159,7 @@ from .to_coordinator import (
     Heartbeat,
     Metrics,
     PartitionsFound,
+    PartitionsListed,
     Paused,
     Prepared,
     PrepareFailed,
@@ -178,6 +183,7 @@ from .to_worker import (
     CommitCheckpoint,
     Deploy,
     InjectBarrier,
+    ListPartitions,
     Prepare,
     Refused,
     Registered,
@@ -210,11 +216,13 @@ __all__ = [
     "Deployed",
     "Heartbeat",
     "InjectBarrier",
+    "ListPartitions",
     "MalformedMessage",
     "Message",
     "MessageError",
     "Metrics",
     "PartitionsFound",
+    "PartitionsListed",
     "Paused",
     "Prepare",
     "PrepareFailed",

@@ -18,6 +18,7 @@ __all__ = [
     "Heartbeat",
     "Metrics",
     "PartitionsFound",
+    "PartitionsListed",
     "Paused",
     "PrepareFailed",
     "Prepared",
@@ -80,6 +81,16 @@ class PartitionsFound(ToCoordinator):
     job_id: str
     operator: str
     partitions: tuple[str, ...]
+
+
+@message("partitions_listed")
+class PartitionsListed(ToCoordinator):
+    """The answer to ``list_partitions`` ``request_id``: each source's partitions, or
+    ``error`` (why a source could not list them: it names the source)."""
+
+    request_id: int
+    partitions: dict[str, tuple[str, ...]]
+    error: str | None
 
 
 @message("task_finished")

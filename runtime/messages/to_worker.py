@@ -18,6 +18,7 @@ __all__ = [
     "CommitCheckpoint",
     "Deploy",
     "InjectBarrier",
+    "ListPartitions",
     "Prepare",
     "Refused",
     "Registered",
@@ -188,6 +189,17 @@ class CommitCheckpoint(ToWorker):
 
     job_id: str
     checkpoint_id: int
+
+
+@message("list_partitions")
+class ListPartitions(ToWorker):
+    """List the partitions of the partitioned sources ``operators`` of ``graph`` (a
+    pickled job graph whose code ``code`` holds) and answer ``partitions_listed``."""
+
+    request_id: int
+    graph: bytes
+    code: dict[str, str]
+    operators: tuple[str, ...]
 
 
 @message("savepoint")
