@@ -53,6 +53,7 @@ class Heartbeat(ToCoordinator):
 @message("deployed")
 class Deployed(ToCoordinator):
     job_id: str
+    attempt: int  # the deploy's (an answer to an earlier deploy is not one to this)
     tasks: tuple[str, ...]
     restored: dict[str, int] = field(default_factory=dict)
 
@@ -60,6 +61,7 @@ class Deployed(ToCoordinator):
 @message("deploy_failed")
 class DeployFailed(ToCoordinator):
     job_id: str
+    attempt: int
     error: str
 
 
