@@ -7,7 +7,8 @@ prepared-but-invisible XADD; a JetStream publish is visible at once), so a
 
 1. ``write``: records are encoded at once (an encoding error names the record) and
    buffered.
-2. ``prepare(c)``: the buffer becomes *epoch* ``c``; the state returned (stored in
+2. ``prepare(c)``: the buffer becomes *epoch* ``c`` (through the sink's ``compact``: an
+   upsert keeps the latest record per key); the state returned (stored in
    checkpoint ``c``) is the writer's token and every epoch not yet known committed.
 3. ``commit(c)``: every held epoch up to ``c`` is written, through the broker's own
    idempotence (:meth:`WriteAheadWriter.write_epochs`: Redis a marker checked in the
@@ -128,6 +129,13 @@ class WriteAheadWriter(SinkWriter):
     def release(self) -> None:
         """Close connections; called once, by :meth:`close` or :meth:`abort`."""
 
+    def compact(self, records: list) -> list:
+        """An epoch's encoded records as they are held, put in its checkpoint and
+        written: all of them by default. A sink whose later records replace earlier ones
+        (an upsert by key) may keep only those that count. Called when the buffer
+        becomes an epoch (at prepare and at close)."""
+        return records
+
     def write(self, values: list) -> None:
         records = [self.encode(v) for v in values]
         if self._transactional:
@@ -142,7 +150,7 @@ class WriteAheadWriter(SinkWriter):
         if not self._transactional:
             return None
         if self._buffer:
-            self._held.append((checkpoint_id, self._buffer))
+            self._held.append((checkpoint_id, self.compact(self._buffer)))
             self._buffer = []
         self._last = checkpoint_id
         epochs = [[c, records] for c, records in self._held]
@@ -169,7 +177,7 @@ class WriteAheadWriter(SinkWriter):
         self._closed = True
         try:
             if self._buffer:
-                self._held.append((self._last + 0.5, self._buffer))
+                self._held.append((self._last + 0.5, self.compact(self._buffer)))
                 self._buffer = []
             if self._held:
                 self.write_epochs(self._held)

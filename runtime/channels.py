@@ -15,7 +15,9 @@ dropped or buffered without bound.
   workers, per direction, and one more for key-group state); the receiving worker's
   :class:`~runtime.dataserver.DataServer` routes frames to input channels and writes
   credits back on the same connection. A connection starts with the handshake of
-  :mod:`runtime.handshake` with the job's data key, and carries that job's frames only.
+  :mod:`runtime.handshake` with the job's data key, and carries that job's frames only,
+  of one deployment of the job: a channel's name says nothing of the deployment, so a
+  receiver refuses connections of an earlier one than it runs.
 
 A task reads all its input channels through one :class:`InputGate`, round-robin, skipping
 channels that barrier alignment has blocked.

@@ -32,6 +32,16 @@ class DataServer:
     job's frames only: a ``[HELLO, worker]`` naming the peer, then frames on channels of
     the job (keys ``"<job>/..."``) and state for its reconfigurations.
 
+    **Fencing.** The handshake's context also names the job's deployment (``attempt``)
+    whose tasks made the connection. The worker tells :meth:`fence` which deployment of
+    a job it runs as it learns of it (a deploy, or a prepare that makes it join the job);
+    from then on a connection of an earlier one is closed without another byte of it
+    decoded: those open now at once, later ones as soon as they have proved the key. So
+    what tasks of a deployment that a recovery replaced still send (a worker declared
+    lost that comes back, say) never reaches the tasks that replaced them, whose channels
+    have the same names. A connection of a later deployment is taken: its peer may
+    deploy, and dial here, before this worker has read its own deploy.
+
     ``inputs`` is the worker's live registry of input channels by key. A frame for another
     job, for an unknown channel of the job, an undecodable frame or a disconnect while
     channels of that peer are still open fails the reading tasks through their gates,
@@ -73,13 +83,29 @@ class DataServer:
         self.server: asyncio.Server | None = None
         self.refusals = handshake.RefusalLog(logger, "the data server")
         self._conns: set[_DataConnection] = set()
+        self._attempts: dict[str, int] = {}  # job -> the deployment of it that runs here
 
     def key_for(self, context: str) -> bytes | None:
         """The key of a data connection for ``context``: its job's data key. Any job: a
         peer's deploy of a job can dial here before this worker has read its own (the
         coordinator sends them at once), and frames of a job not here are dropped."""
-        job = handshake.job_of_context(context)
-        return None if job is None else handshake.data_key(self._secret, job)
+        named = handshake.data_of_context(context)
+        return None if named is None else handshake.data_key(self._secret, named[0])
+
+    def fence(self, job: str, attempt: int) -> None:
+        """Deployment ``attempt`` of ``job`` runs here from now on (see the class
+        docstring): connections of its earlier deployments are closed now, unread, and
+        refused from now on."""
+        if attempt <= self._attempts.get(job, 0):
+            return
+        self._attempts[job] = attempt
+        for conn in list(self._conns):
+            if conn.job == job and self.superseded(job, conn.attempt):
+                conn.fenced()
+
+    def superseded(self, job: str, attempt: int) -> bool:
+        """Whether a later deployment of ``job`` than ``attempt`` runs here."""
+        return attempt < self._attempts.get(job, 0)
 
     async def start(self, host: str, port: int = 0) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
@@ -155,6 +181,7 @@ class _DataConnection(asyncio.BufferedProtocol):
         self.server = server
         self.peer = "an unknown worker"
         self.job = ""  # the job whose key the peer proved: it carries this job's frames only
+        self.attempt = 0  # the deployment of the job whose tasks made it (see fence)
         self.handshake: handshake.ServerHandshake | None = handshake.ServerHandshake(server.key_for)
         self._proof = bytearray(handshake.MAX_PROOF)
         self._deadline: asyncio.TimerHandle | None = None
@@ -179,10 +206,11 @@ class _DataConnection(asyncio.BufferedProtocol):
         )
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self.frames is None:
-            assert self.handshake is not None
-            return memoryview(self._proof)[: self.handshake.wanted]
-        return self.frames.buffer()
+        if self.frames is not None:
+            return self.frames.buffer()
+        if self.handshake is None:  # fenced once proved (see fenced): bytes left unread
+            return memoryview(self._proof)
+        return memoryview(self._proof)[: self.handshake.wanted]
 
     def buffer_updated(self, nbytes: int) -> None:
         if self.ended:
@@ -212,12 +240,33 @@ class _DataConnection(asyncio.BufferedProtocol):
             return
         if self._deadline is not None:
             self._deadline.cancel()
-        self.transport.write(answer)
-        self.job = handshake.job_of_context(hs.context or "") or ""
+        self.job, self.attempt = handshake.data_of_context(hs.context or "") or ("", 0)
         self.handshake = None
+        if self.server.superseded(self.job, self.attempt):
+            self.fenced()  # unanswered: the peer's dial fails
+            return
+        self.transport.write(answer)
         self.frames = protocol.FrameReader(
             f"data connection of job {self.job}", _state_payload, self.server.pool
         )
+
+    def fenced(self) -> None:
+        """Close a connection of a deployment of its job that a later one replaced here
+        (:meth:`DataServer.fence`), reading nothing more of it; no job hears of it."""
+        if self.ended:
+            return
+        self.ended = True
+        assert self.transport is not None
+        logger.warning(
+            "closed the data connection from %s (%s): it is of deployment %d of job %s, "
+            "and deployment %d runs here",
+            self.peer,
+            self.transport.get_extra_info("peername"),
+            self.attempt,
+            self.job,
+            self.server._attempts.get(self.job, 0),
+        )
+        self.transport.abort()
 
     def _refuse(self, exc: handshake.HandshakeError) -> None:
         """Close a connection whose peer did not prove itself; nothing else happens."""

@@ -8,7 +8,8 @@ A mutual challenge-response with HMAC-SHA256, over raw bytes, in three messages:
    32-byte server nonce.
 2. client -> ``proof``: ``MAGIC``, the context (what the connection is for, 1 length byte
    then 1-``MAX_CONTEXT`` printable ASCII bytes: ``"control"``, ``"heartbeat:<worker>"``,
-   ``"data:<job>"``), a fresh 32-byte client nonce and
+   ``"data:<job>@<attempt>"``: the attempt is which deployment of the job the connection
+   belongs to, see :func:`data_context`), a fresh 32-byte client nonce and
    ``HMAC(key, b"streampilot client\\0" + greeting + the proof so far)``. The server
    picks the key by the context (:func:`control_key`, :func:`data_key`) and checks the MAC.
 3. server -> ``answer``: ``HMAC(key, b"streampilot server\\0" + greeting + the whole
@@ -36,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import re
 import secrets
 import socket
 import ssl
@@ -48,6 +50,7 @@ from typing import Any
 from .errors import StreamRuntimeError
 
 __all__ = [
+    "FIRST_ATTEMPT",
     "HANDSHAKE_TIMEOUT_S",
     "MAX_CONTEXT",
     "MAX_PROOF",
@@ -61,9 +64,9 @@ __all__ = [
     "control_key",
     "data_context",
     "data_key",
+    "data_of_context",
     "dial",
     "dial_socket",
-    "job_of_context",
     "server_tls",
 ]
 
@@ -86,7 +89,8 @@ REFUSAL_WARNING_EVERY_S = 60.0
 
 _CLIENT_LABEL = b"streampilot client\0"
 _SERVER_LABEL = b"streampilot server\0"
-_DATA = "data:"
+_DATA_CONTEXT = re.compile(r"data:(.+)@([1-9][0-9]{0,17})")
+FIRST_ATTEMPT = 1  # a job's first deployment; each later one (a recovery...) is one more
 
 
 class HandshakeError(StreamRuntimeError, ConnectionError):
@@ -104,14 +108,20 @@ def data_key(secret: str, job_id: str) -> bytes:
     return hmac.digest(secret.encode(), b"streampilot data " + job_id.encode(), "sha256")
 
 
-def data_context(job_id: str) -> str:
-    """The context of a data connection of job ``job_id``."""
-    return _DATA + job_id
+def data_context(job_id: str, attempt: int = FIRST_ATTEMPT) -> str:
+    """The context of a data connection of job ``job_id`` made by its tasks of deployment
+    ``attempt`` (the coordinator's count of the job's deployments: a receiving worker
+    refuses connections of an earlier one than it runs, see :mod:`runtime.dataserver`)."""
+    if attempt < FIRST_ATTEMPT:
+        raise ValueError(f"a job's deployments count from {FIRST_ATTEMPT}, not {attempt}")
+    return f"data:{job_id}@{attempt}"
 
 
-def job_of_context(context: str) -> str | None:
-    """The job a data connection's context names, or None for any other context."""
-    return context[len(_DATA) :] if context.startswith(_DATA) and len(context) > 5 else None
+def data_of_context(context: str) -> tuple[str, int] | None:
+    """The job and the attempt a data connection's context names, or None for any other
+    context."""
+    named = _DATA_CONTEXT.fullmatch(context)
+    return None if named is None else (named[1], int(named[2]))
 
 
 def _check_context(length: int, context: bytes) -> None:

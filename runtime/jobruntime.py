@@ -123,13 +123,16 @@ class JobRuntime:
         config: ChannelConfig,
         restore: Mapping[str, Restore] | None = None,
         checkpoints: CheckpointConfig | None = None,
+        attempt: int = handshake.FIRST_ATTEMPT,
     ) -> None:
         """The job ``job_id`` here, as a ``deploy`` (or a ``prepare`` that makes this worker
         join it) describes it: ``graph`` pickled (its code installed already), every
-        worker's data address, per task what it restarts from (:meth:`deploy`), and where
-        its checkpoints go (None: it takes none)."""
+        worker's data address, per task what it restarts from (:meth:`deploy`), where
+        its checkpoints go (None: it takes none), and which deployment of the job it is
+        (its data connections name it)."""
         self.worker = worker
         self.job_id = job_id
+        self.attempt = attempt
         self.graph: JobGraph = pickle.loads(graph)
         self.layout = layout
         self.peers: dict[str, tuple[str, int]] = dict(peers)
@@ -223,6 +226,7 @@ class JobRuntime:
             self.me,
             job_id=self.job_id,
             key=handshake.data_key(self.worker.secret, self.job_id),
+            attempt=self.attempt,
             tls=self.worker.client_tls,
         )
         link.on_error = lambda exc, w=worker_id: self.worker.peer_failed(self, w, exc)

@@ -2,8 +2,10 @@
 worker to a peer worker for one job, and :class:`RemoteOutputChannel`, a channel to a task
 on that worker written on it.
 
-A link opens with the handshake of :mod:`runtime.handshake` with the job's data key, says
-which worker it comes from (``[HELLO, worker]``) and then carries the job's frames:
+A link opens with the handshake of :mod:`runtime.handshake` with the job's data key (its
+context names the job and the deployment of it whose tasks send: a peer running a later
+one refuses it, see :class:`~runtime.dataserver.DataServer`), says which worker it comes
+from (``[HELLO, worker]``) and then carries the job's frames:
 batches, barriers, ends of stream and detaches on its channels, or, on a link of its own,
 key-group state (see :mod:`runtime.handover`). The peer's
 :class:`~runtime.dataserver.DataServer` writes credits back on it, also for the copies
@@ -102,12 +104,13 @@ class PeerLink:
         *,
         job_id: str,
         key: bytes,
+        attempt: int = handshake.FIRST_ATTEMPT,
         tls: ssl.SSLContext | None = None,
     ) -> PeerLink:
         """Dial worker ``peer``'s data server (over TLS with ``tls``) as worker
-        ``worker_id``, for job ``job_id`` whose data key is ``key``
-        (:func:`runtime.handshake.data_key`). Raises :class:`ChannelError` when the peer
-        cannot be reached or does not complete the handshake."""
+        ``worker_id``, for deployment ``attempt`` of job ``job_id`` whose data key is
+        ``key`` (:func:`runtime.handshake.data_key`). Raises :class:`ChannelError` when
+        the peer cannot be reached or does not complete the handshake."""
         try:
             reader, writer = await asyncio.open_connection(
                 host,
@@ -118,7 +121,7 @@ class PeerLink:
         except (OSError, ssl.SSLError) as exc:
             raise ChannelError(f"cannot reach worker {peer} at {host}:{port}: {exc}") from exc
         try:
-            await handshake.dial(reader, writer, key, handshake.data_context(job_id))
+            await handshake.dial(reader, writer, key, handshake.data_context(job_id, attempt))
         except handshake.HandshakeError as exc:
             writer.close()
             raise ChannelError(
@@ -213,6 +216,13 @@ class PeerLink:
             if self._reader_task is not None:
                 await asyncio.wait({self._reader_task}, timeout=timeout_s)
         await self.close()
+
+    def abort(self) -> None:
+        """Drop the connection now, with what is queued on it unsent: nothing more of it
+        reaches the peer, and sending on it raises :class:`ChannelError`."""
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+        self.writer.transport.abort()
 
     async def close(self) -> None:
         if self._reader_task is not None:

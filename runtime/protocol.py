@@ -17,7 +17,9 @@ the control connection closes, the worker stops its tasks and exits.
 
 Data connection (the sending worker dials the receiving worker's data address, one per
 job and direction, and one more for the job's key-group state; context
-``"data:<job id>"``, that job's data key): it carries that job's frames only (a frame on
+``"data:<job id>@<attempt>"``, that job's data key, and the deployment of the job whose
+tasks send, which a receiver running a later one refuses): it carries that job's frames
+only (a frame on
 a channel of another job, or state for another job's reconfiguration, closes it and
 fails its own job). The first frame is ``[HELLO, worker_id]`` (who the peer is, for
 messages); then ``[DATA, channel, values, timestamps]``,

@@ -376,21 +376,27 @@ class WorkerProcess:
         try:
             codeload.install_many(msg.code)  # before any logic is unpickled
             if msg.graph is not None:  # the coordinator places none of the job's tasks here
+                # This worker joins the job: it hosts none of its tasks yet.
+                if (
+                    msg.current_layout is None
+                    or msg.config is None
+                    or msg.start_time is None
+                    or msg.attempt is None
+                ):
+                    raise RuntimeError(
+                        f"joining job {msg.job_id}: the prepare lacks its layout, "
+                        "config, start time or deployment"
+                    )
+                self._enter_attempt(msg.job_id, msg.attempt)
                 if job is not None:
                     # Tasks of the job were here before; what this worker knew of the job
                     # when the last one left is stale once the job changed elsewhere.
-                    if job.tasks:
+                    if job.tasks and job.attempt == msg.attempt:
                         raise RuntimeError(
                             f"tasks {sorted(job.tasks)[:10]} of job {job.job_id} run here, "
                             "but the coordinator places none here"
                         )
                     await self._drop_job(job.job_id)
-                # This worker joins the job: it hosts none of its tasks yet.
-                if msg.current_layout is None or msg.config is None or msg.start_time is None:
-                    raise RuntimeError(
-                        f"joining job {msg.job_id}: the prepare lacks its layout, "
-                        "config or start time"
-                    )
                 job = JobRuntime(
                     self,
                     msg.job_id,
@@ -399,6 +405,7 @@ class WorkerProcess:
                     msg.workers,
                     msg.config,
                     checkpoints=msg.checkpoints,
+                    attempt=msg.attempt,
                 )
                 job.start_time = msg.start_time
                 self.jobs[job.job_id] = job
@@ -478,9 +485,22 @@ class WorkerProcess:
         if job is not None:
             await job.stop()
 
+    def _enter_attempt(self, job_id: str, attempt: int) -> None:
+        """The coordinator runs deployment ``attempt`` of job ``job_id`` from now on (a
+        deploy, or a prepare that makes this worker join the job): what runs here of an
+        earlier deployment stops sending at once (its data links are dropped with what
+        they hold unsent; the caller then drops it), and the data server fences that
+        deployment's connections off (:meth:`DataServer.fence`)."""
+        job = self.jobs.get(job_id)
+        if job is not None and job.attempt < attempt:
+            for link in [*job.links.values(), *job.state_links.values()]:
+                link.abort()
+        self.data.fence(job_id, attempt)
+
     async def _deploy(self, msg: messages.Deploy) -> None:
         job_id = msg.job_id
         try:
+            self._enter_attempt(job_id, msg.attempt)
             codeload.install_many(msg.code)  # before the graph is unpickled
             await self._drop_job(job_id)  # left from when tasks of the job were here
             job = JobRuntime(
@@ -492,6 +512,7 @@ class WorkerProcess:
                 msg.config,
                 msg.restore,
                 msg.checkpoints,
+                msg.attempt,
             )
             self.jobs[job_id] = job
             await job.deploy()
@@ -499,9 +520,10 @@ class WorkerProcess:
             logger.debug("deploy of %s failed", job_id, exc_info=True)
             await self._drop_job(job_id)
             error = f"worker {self.worker_id}: {type(exc).__name__}: {exc}"
-            self.send(messages.DeployFailed(job_id, error))
+            self.send(messages.DeployFailed(job_id, msg.attempt, error))
             return
-        self.send(messages.Deployed(job_id, tuple(sorted(job.tasks)), dict(job.restored)))
+        tasks = tuple(sorted(job.tasks))
+        self.send(messages.Deployed(job_id, msg.attempt, tasks, dict(job.restored)))
 
     async def _report_metrics(self) -> None:
         proc = self._process

@@ -5,7 +5,10 @@ here), as when workers shut down one after another, or once its channels' tasks 
 off either end (a drained worker retired). A connection that carries key-group
 state fails only the job whose reconfiguration it carried state for, while it is pending.
 And from the sending side: a link whose peer has gone says so when written to, and a
-peer's reset fails the job only while a channel on the link is still fed from here."""
+peer's reset fails the job only while a channel on the link is still fed from here.
+Fencing: once a worker runs a later deployment of a job, a connection of an earlier one
+is closed with nothing more of it read, and refused if it comes later; a connection of a
+later deployment (its peer deployed first) is taken."""
 
 from __future__ import annotations
 
@@ -261,3 +264,124 @@ def test_a_peer_resetting_a_link_once_its_channels_are_over_is_quiet(
     caplog.set_level(logging.DEBUG, logger="runtime.peerlink")
     assert asyncio.run(reset_by_peer(caplog, settle)) == []
     assert "data link to worker w1 reset once unused" in caplog.text
+
+
+# -- fencing: a deployment of the job replaced by a later one -------------------------------------
+
+STALE = [protocol.BARRIER, KEY, BarrierKind.CHECKPOINT.value, 3]  # what a zombie still held
+
+
+def refused(link: PeerLink, frame: list) -> bool:
+    """Send ``frame`` on ``link``; True once that raises (the peer closed it): the first
+    writes after the peer closed may still reach the kernel before its reset comes back."""
+    try:
+        link.send(frame)
+    except ChannelError:
+        return True
+    return False
+
+
+async def replaced_while_connected() -> tuple[list, InputChannel, InputChannel]:
+    """Deployment 1's link feeds KEY; the worker then runs deployment 2, whose task reads
+    KEY on a new channel, and the old link sends a barrier it still held. Returns the
+    errors reported, the old channel and the new one."""
+    errors: list = []
+    old = InputChannel(KEY, "split-0")
+    inputs = {KEY: old}
+    server = DataServer(
+        SECRET,
+        inputs,
+        on_error=lambda message, jobs: errors.append(message),
+        has_job=lambda job: True,
+    )
+    host, port = await server.start("127.0.0.1")
+    server.fence("job-1", 1)
+    link = await PeerLink.connect("w1", host, port, "w9", job_id="job-1", key=JOB_KEY, attempt=1)
+    try:
+        link.send([protocol.BARRIER, KEY, BarrierKind.CHECKPOINT.value, 4])
+        await until(lambda: old.items, "the server reading deployment 1's barrier")
+        new = inputs[KEY] = InputChannel(KEY, "split-0")  # deployment 2's task reads it
+        server.fence("job-1", 2)
+        await until(lambda: refused(link, STALE), "the old link to be closed")
+        return errors, old, new
+    finally:
+        await link.close()
+        await server.close()
+
+
+def test_a_connection_of_a_replaced_deployment_is_closed_and_not_read(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The zombie's case: channels have the same names in every deployment, so only the
+    deployment the connection names keeps its barrier from the recovered task."""
+    caplog.set_level(logging.DEBUG, logger="runtime.dataserver")
+    errors, old, new = asyncio.run(replaced_while_connected())
+    assert not new.items and len(old.items) == 1
+    assert errors == [], errors  # the job, running deployment 2, hears nothing of it
+    assert "it is of deployment 1 of job job-1, and deployment 2 runs here" in caplog.text
+
+
+def test_a_connection_of_a_replaced_deployment_is_refused_once_proved(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def main() -> None:
+        server = DataServer(SECRET, {}, on_error=lambda *a: pytest.fail(str(a)))
+        host, port = await server.start("127.0.0.1")
+        server.fence("job-1", 2)
+        try:
+            with pytest.raises(ChannelError, match="did not take a data connection of job"):
+                await PeerLink.connect(
+                    "w1", host, port, "w9", job_id="job-1", key=JOB_KEY, attempt=1
+                )
+        finally:
+            await server.close()
+
+    caplog.set_level(logging.DEBUG, logger="runtime.dataserver")
+    asyncio.run(main())
+    assert "it is of deployment 1 of job job-1, and deployment 2 runs here" in caplog.text
+
+
+def test_a_connection_of_a_later_deployment_is_taken() -> None:
+    """A peer of deployment 2 dials before this worker has read its own deploy of it; the
+    deploy then keeps the connection."""
+
+    async def main() -> InputChannel:
+        channel = InputChannel(KEY, "split-0")
+        server = DataServer(SECRET, {KEY: channel}, on_error=lambda *a: pytest.fail(str(a)))
+        host, port = await server.start("127.0.0.1")
+        server.fence("job-1", 1)
+        link = await PeerLink.connect(
+            "w1", host, port, "w9", job_id="job-1", key=JOB_KEY, attempt=2
+        )
+        try:
+            link.send([protocol.BARRIER, KEY, BarrierKind.CHECKPOINT.value, 5])
+            await until(lambda: channel.items, "the server reading the first barrier")
+            server.fence("job-1", 2)
+            link.send([protocol.BARRIER, KEY, BarrierKind.CHECKPOINT.value, 6])
+            await until(lambda: len(channel.items) == 2, "the server reading the second")
+            return channel
+        finally:
+            await link.close()
+            await server.close()
+
+    barriers = [item.id for item, _ in asyncio.run(main()).items]
+    assert barriers == [5, 6]
+
+
+def test_an_aborted_link_sends_nothing_more() -> None:
+    """How a worker stops its tasks of a replaced deployment sending, at once."""
+
+    async def main() -> str:
+        server = DataServer(SECRET, {}, on_error=lambda *a: None)
+        host, port = await server.start("127.0.0.1")
+        link = await PeerLink.connect("w1", host, port, "w9", job_id="job-1", key=JOB_KEY)
+        try:
+            link.abort()
+            with pytest.raises(ChannelError) as caught:
+                link.send(STALE)
+            return str(caught.value)
+        finally:
+            await link.close()
+            await server.close()
+
+    assert "the data connection to worker w1 is closed" in asyncio.run(main())

@@ -32,16 +32,6 @@ pytestmark = pytest.mark.slow
 HEARTBEAT_TIMEOUT_S = 4.0  # a SIGSTOPped worker is declared lost this long after its last word
 
 
-ZOMBIE_NOT_FENCED = (
-    "product bug: the data plane does not fence a lost worker. Let go, the zombie's src-0 "
-    "sends what it still held (checkpoint barrier 3) over its old data connection to the "
-    "surviving worker, whose recovered count-1 takes it on input 'job-1/src-0>count-1' "
-    "(a channel is named by job and tasks, not by the run it belongs to) and fails with "
-    "'barrier 3 on input ... is not newer than its previous barrier 4': a second recovery"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=ZOMBIE_NOT_FENCED)
 def test_a_stopped_worker_let_go_after_the_recovery_is_fenced_off(
     faults: BackgroundCluster, fault_events: Events, tmp_path: Path, held_end: Path
 ) -> None:

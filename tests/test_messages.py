@@ -137,6 +137,18 @@ def test_the_framing_module_points_to_the_messages_instead_of_listing_them() -> 
         assert f"``{kind}``" not in (protocol.__doc__ or ""), kind
 
 
+DEPLOY = {  # a deploy as it travels; the cases below spoil one field each
+    "type": "deploy",
+    "job_id": "j",
+    "graph": b"",
+    "code": {},
+    "layout": {"placement": {}},
+    "workers": {},
+    "config": {"batch_size": 1, "linger_s": 0.0, "credits": 1},
+    "attempt": 1,
+}
+
+
 @pytest.mark.parametrize(
     ("obj", "error", "fragment"),
     [
@@ -157,44 +169,13 @@ def test_the_framing_module_points_to_the_messages_instead_of_listing_them() -> 
             MalformedMessage,
             "inject_barrier.kind",
         ),
-        (
-            {
-                "type": "deploy",
-                "job_id": "j",
-                "graph": b"",
-                "code": {},
-                "layout": {"weights": {}},
-                "workers": {},
-                "config": {"batch_size": 1, "linger_s": 0.0, "credits": 1},
-            },
+        ({**DEPLOY, "layout": {"weights": {}}}, MalformedMessage, "deploy.layout: not a layout"),
+        ({**DEPLOY, "workers": {"w1": ("h",)}}, MalformedMessage, "deploy.workers"),
+        ({**DEPLOY, "config": {"batch_size": 1}}, MalformedMessage, "ChannelConfig lacks fields"),
+        (  # it names its attempt, which its data connections are fenced by
+            {k: v for k, v in DEPLOY.items() if k != "attempt"},
             MalformedMessage,
-            "deploy.layout: not a layout",
-        ),
-        (
-            {
-                "type": "deploy",
-                "job_id": "j",
-                "graph": b"",
-                "code": {},
-                "layout": {"placement": {}},
-                "workers": {"w1": ("h",)},
-                "config": {"batch_size": 1, "linger_s": 0.0, "credits": 1},
-            },
-            MalformedMessage,
-            "deploy.workers",
-        ),
-        (
-            {
-                "type": "deploy",
-                "job_id": "j",
-                "graph": b"",
-                "code": {},
-                "layout": {"placement": {}},
-                "workers": {},
-                "config": {"batch_size": 1},
-            },
-            MalformedMessage,
-            "ChannelConfig lacks fields",
+            "deploy lacks fields ['attempt']",
         ),
     ],
 )
@@ -206,6 +187,10 @@ def test_what_is_not_a_message_is_refused_naming_the_peer(
     assert caught.value.peer == "worker w7"
     assert str(caught.value).startswith("worker w7: ")
     assert fragment in str(caught.value)
+
+
+def test_the_deploy_the_cases_spoil_is_one() -> None:
+    assert decode(DEPLOY, "coordinator", ToWorker).attempt == 1  # type: ignore[attr-defined]
 
 
 def test_a_message_of_the_other_direction_is_refused() -> None:

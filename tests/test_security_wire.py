@@ -495,7 +495,7 @@ KEY = handshake.data_key("cluster-secret", "job-1")
 def exchange(
     server_key: bytes | None,
     client_key: bytes,
-    context: str = "data:job-1",
+    context: str = "data:job-1@1",
     tamper: tuple[str, int, int] | None = None,
 ) -> str:
     """Run both sides in memory, byte by byte; ``tamper`` (message, index, xor) flips bits
@@ -530,7 +530,7 @@ def exchange(
 
 
 def test_an_honest_exchange_agrees_on_the_context() -> None:
-    assert exchange(KEY, KEY) == "data:job-1"
+    assert exchange(KEY, KEY) == "data:job-1@1"
 
 
 def test_a_wrong_key_is_refused_by_the_server() -> None:
@@ -539,7 +539,7 @@ def test_a_wrong_key_is_refused_by_the_server() -> None:
 
 
 def test_a_server_without_the_key_is_found_out_by_the_client() -> None:
-    client = ClientHandshake(KEY, "data:job-1")
+    client = ClientHandshake(KEY, "data:job-1@1")
     proof = client.receive(handshake.MAGIC + bytes(32))
     assert proof
     with pytest.raises(HandshakeError, match="does not hold the key"):
@@ -578,13 +578,25 @@ def test_the_server_refuses_bytes_past_the_proof_and_unknown_contexts() -> None:
     with pytest.raises(HandshakeError, match="more than a handshake"):
         server.receive(bytes(MAX_PROOF + 1))
     server = ServerHandshake(lambda ctx: None)
-    client = ClientHandshake(KEY, "data:job-1")
+    client = ClientHandshake(KEY, "data:job-1@1")
     proof = client.receive(server.greeting())
     with pytest.raises(HandshakeError, match="no connection for"):
         while proof:  # in the pieces it asks for
             n = server.wanted
             server.receive(proof[:n])
             proof = proof[n:]
+
+
+@pytest.mark.parametrize(
+    "context", ["data:job-1", "data:job-1@", "data:job-1@0", "data:job-1@02", "data:@2", "data:j@x"]
+)
+def test_a_data_connection_names_its_job_and_deployment(context: str) -> None:
+    """A data server takes a context naming a job and a deployment of it (1, 2, ...),
+    in one spelling only; anything else gets no key, so the peer is refused."""
+    server = DataServer("cluster-secret", {})
+    assert server.key_for(context) is None
+    assert server.key_for("data:job-1@2") == KEY
+    assert handshake.data_of_context(handshake.data_context("a@b", 12)) == ("a@b", 12)
 
 
 @pytest.mark.parametrize("context", ["", "x" * 129, "data:jöb", "data job"])

@@ -7,9 +7,12 @@ that the reconfiguration, restart and plan modules it forwards to know of it. De
 a job:
 
 1. Place the tasks (:meth:`runtime.layout.Layout.initial`).
-2. Send ``deploy`` to every worker hosting a task; each creates its tasks and channels.
+2. Send ``deploy`` to every worker hosting a task, numbered: the job's next attempt
+   (its first deploy is attempt 1; a recovery, a resume or a restart deploys the next);
+   each worker creates its tasks and channels, and refuses data connections of an
+   earlier attempt from then on.
 3. Wait for every ``deployed`` (``DEPLOY_TIMEOUT_S``); any ``deploy_failed`` fails the job
-   and stops it everywhere.
+   and stops it everywhere, and so does one of those workers lost, at once.
 4. Send ``start`` with a common start time; the job is ``running``.
 
 A job submitted from a savepoint (``from_savepoint``, checked to fit by
@@ -51,7 +54,7 @@ from .errors import CoordinatorError, SourceError
 from .from_savepoint import copy_savepoint, incompatibility
 from .layouts import abstraction_of, refresh_workers
 from .listing import listed, took_reply
-from .model import RunningJob, RuntimeConfig, WorkerInfo
+from .model import DeployInFlight, RunningJob, RuntimeConfig, WorkerInfo
 from .plans import apply, cancel
 from .reconfig import reconfigure
 from .recovery import recover, refusal, restore_of
@@ -236,7 +239,9 @@ class Coordinator(Cluster):
     async def deploy(
         self, job: RunningJob, layout: Layout, restore: dict[str, messages.Restore] | None = None
     ) -> str | None:
-        """Steps 2-3: deploy ``layout`` on its workers; returns an error, or None when deployed.
+        """Steps 2-3: deploy ``layout`` on its workers as the job's next attempt; returns
+        an error, or None when deployed. A worker it deploys to that is lost meanwhile
+        fails it at once, the error naming the worker (see :meth:`_on_lost`).
 
         ``restore`` (task -> its key groups' state and source position) seeds tasks with
         state, for a restart from a snapshot.
@@ -245,6 +250,7 @@ class Coordinator(Cluster):
         missing = [w for w in used if not self.connected(w)]
         if missing:
             return f"workers {missing} are not connected"
+        job.attempt += 1
         graph = pickle.dumps(job.graph)
         base = messages.Deploy(
             job_id=job.id,
@@ -253,27 +259,28 @@ class Coordinator(Cluster):
             layout=layout,
             workers=self.data_addresses(),
             config=self.channel_config(),
+            attempt=job.attempt,
             checkpoints=job.checkpoint_config,
         )
-        loop = asyncio.get_running_loop()
-        job.deploy_replies = {}
+        deploying = job.deploying = DeployInFlight(used)
         # Step 2. Deploy everywhere.
         for wid in used:
-            job.deploy_replies[wid] = loop.create_future()
             msg = base
             if restore:
                 mine = {t: r for t, r in restore.items() if layout.placement.get(t) == wid}
                 msg = dataclasses.replace(base, restore=mine)
             self.send(wid, msg)
-        # Step 3. Wait for every worker's answer.
+        # Step 3. Wait for every worker's answer, or for one of them lost.
         try:
-            replies = await asyncio.wait_for(
-                asyncio.gather(*job.deploy_replies.values()), DEPLOY_TIMEOUT_S
-            )
+            return await asyncio.wait_for(deploying.outcome, DEPLOY_TIMEOUT_S)
         except TimeoutError:
-            return f"deploy timed out after {DEPLOY_TIMEOUT_S:.0f}s"
-        errors = [r for r in replies if r]
-        return "; ".join(errors) if errors else None
+            return (
+                f"deploy timed out after {DEPLOY_TIMEOUT_S:.0f}s: no answer from workers "
+                f"{deploying.waiting}"
+            )
+        finally:
+            if job.deploying is deploying:
+                job.deploying = None
 
     def start_deployed(self, job: RunningJob) -> None:
         """Step 4: tell the workers of ``job``'s layout to start it (``job.started_at`` is
@@ -509,18 +516,21 @@ class Coordinator(Cluster):
             if fut is not None and not fut.done():
                 fut.set_result(None)
         for job in self.jobs.values():
+            msg = _lost_message(info, info.error)
             run = job.active
             if run is not None and info.id in run.workers:  # e.g. a migration's target
-                run.fail(_lost_message(info, info.error))
-            if job.done or info.id not in job.layout.workers_used():
+                run.fail(msg)
+            if job.done:
                 continue
-            msg = _lost_message(info, info.error)
-            if job.status in (JobStatus.STARTING, JobStatus.RECOVERING):
-                fut = job.deploy_replies.get(info.id)
-                if fut is not None and not fut.done():
-                    fut.set_result(msg)
-                    continue
-            self._failed(job, msg)
+            deploying = job.deploying
+            if deploying is not None and info.id in deploying.workers:
+                # Of the layout being deployed, which job.layout becomes only once it is
+                # (a recovery's spare, say): the deploy fails now, and whoever deploys
+                # (a submit, a recovery, a resume, a restart) takes it from there.
+                deploying.lost(info.id, msg)
+                continue
+            if info.id in job.layout.workers_used():
+                self._failed(job, msg)
 
     def _on_message(self, info: WorkerInfo, msg: messages.ToCoordinator) -> None:
         """React to ``msg`` from worker ``info`` (decoded: see :mod:`runtime.messages`)."""
@@ -539,11 +549,13 @@ class Coordinator(Cluster):
             return
         match msg:
             case messages.Deployed() | messages.DeployFailed():
+                if msg.attempt != job.attempt:  # the answer to an earlier deploy
+                    return
                 if isinstance(msg, messages.Deployed) and msg.restored:
                     job.restored[info.id] = dict(msg.restored)
-                fut = job.deploy_replies.get(info.id)
-                if fut is not None and not fut.done():
-                    fut.set_result(msg.error if isinstance(msg, messages.DeployFailed) else None)
+                if job.deploying is not None:
+                    error = msg.error if isinstance(msg, messages.DeployFailed) else None
+                    job.deploying.answered(info.id, error)
             case messages.TaskFinished(task=task, metrics=metrics):
                 job.metrics.add(time.time(), task, metrics)
                 job.finished_tasks.add(task)

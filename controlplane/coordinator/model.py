@@ -53,7 +53,14 @@ class JobCheckpoints(Protocol):
     async def quiesce(self) -> None: ...
 
 
-__all__ = ["ActiveRun", "JobCheckpoints", "RunningJob", "RuntimeConfig", "WorkerInfo"]
+__all__ = [
+    "ActiveRun",
+    "DeployInFlight",
+    "JobCheckpoints",
+    "RunningJob",
+    "RuntimeConfig",
+    "WorkerInfo",
+]
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,41 @@ class WorkerInfo:
     executor_id: str | None = None  # the Spark executor hosting it (spark backend)
 
 
+class DeployInFlight:
+    """A deploy of a job waiting for the answers of the ``workers`` it deploys to
+    (:meth:`.core.Coordinator.deploy`, step 3). :attr:`outcome` is set once every worker
+    has answered (their errors joined, or None when all deployed), or at once when one of
+    them is lost, answered or not (the error naming it first, then those come so far):
+    what it deployed there is gone, and the deploy no longer waits for the rest. Answers
+    after that are ignored."""
+
+    def __init__(self, workers: list[str]) -> None:
+        self.workers = frozenset(workers)
+        self.outcome: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        self._waiting = set(workers)
+        self._errors: list[str] = []
+
+    @property
+    def waiting(self) -> list[str]:
+        """The workers that have not answered yet."""
+        return sorted(self._waiting)
+
+    def answered(self, worker: str, error: str | None) -> None:
+        """``worker`` deployed (``error`` None) or could not (``error``)."""
+        if worker not in self._waiting or self.outcome.done():
+            return
+        self._waiting.discard(worker)
+        if error:
+            self._errors.append(error)
+        if not self._waiting:
+            self.outcome.set_result("; ".join(self._errors) or None)
+
+    def lost(self, worker: str, error: str) -> None:
+        """``worker`` is lost (``error`` says which and why)."""
+        if worker in self.workers and not self.outcome.done():
+            self.outcome.set_result("; ".join([error, *self._errors]))
+
+
 class RunningJob:
     """A job deployed by this coordinator: its graph, layout, status and metrics (the
     control plane's database row of it is :class:`controlplane.jobs.models.Job`)."""
@@ -132,9 +174,13 @@ class RunningJob:
         operator_of = {t: op.name for op in graph.operators for t in op.task_ids()}
         self.metrics = JobMetrics(operator_of, {op.name: op.kind for op in graph.operators})
         self._done = asyncio.Event()
-        # Replies the coordinator waits for: worker -> its deploy's error (or None), worker
-        # -> its last counts of a stopped job, barrier id -> (tasks yet to ack, done).
-        self.deploy_replies: dict[str, asyncio.Future] = {}
+        # How many times it has been deployed: its first deploy is attempt 1, and each
+        # later one (a recovery, a resume, a restart) one more. Workers refuse the data
+        # connections of an earlier attempt than theirs (runtime.dataserver).
+        self.attempt = 0
+        # Replies the coordinator waits for: those of the deploy in flight, worker -> its
+        # last counts of a stopped job, barrier id -> (tasks yet to ack, done).
+        self.deploying: DeployInFlight | None = None
         self.stop_replies: dict[str, asyncio.Future] = {}
         self.barrier_waits: dict[int, tuple[set[str], asyncio.Future]] = {}
 

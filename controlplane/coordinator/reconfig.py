@@ -384,6 +384,7 @@ class LiveRun:
             config=host.channel_config(),
             start_time=job.started_at,
             checkpoints=job.checkpoint_config,
+            attempt=job.attempt,
         )
         hosting = set(shape.old.workers_used())
         for wid in self.workers:

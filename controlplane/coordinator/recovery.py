@@ -13,10 +13,11 @@ attempt, the coordinator recovers it instead of failing it (:func:`recover`):
    that is gone placed on, in this order: a spare worker (alive, and hosting none of the
    job's tasks); a new worker asked of the backend; the surviving worker hosting the
    fewest of the job's tasks.
-3. **Restore.** Deploy that layout: each keyed task reads its key groups' chains from the
-   checkpoint store (:mod:`runtime.checkpoints.taking`), each source seeks to its
-   position, each sink takes back what it wrote after the checkpoint; then start, with
-   the job's clock origin. Records the sources emitted after the checkpoint are emitted
+3. **Restore.** Deploy that layout, as the job's next attempt (its workers refuse data
+   connections of earlier ones: :mod:`runtime.dataserver`): each keyed task reads its
+   key groups' chains from the checkpoint store (:mod:`runtime.checkpoints.taking`),
+   each source seeks to its position, each sink takes back what it wrote after the
+   checkpoint; then start, with the job's clock origin. Records the sources emitted after the checkpoint are emitted
    again and their effects on state and sinks were rolled back: exactly once.
 4. **Record.** A new abstraction version: the checkpoint's version with the new
    placement, with origin ``recovery`` and the reason naming what failed; the job runs.

@@ -44,12 +44,15 @@ Coordinator -> worker (:class:`ToWorker`), type (class) {fields}:
 
 - ``registered`` (:class:`Registered`) {worker_id}
 - ``refused`` (:class:`Refused`) {reason}
-- ``deploy`` (:class:`Deploy`) {job_id, graph, code, layout, workers, config, restore,
-  checkpoints}:
+- ``deploy`` (:class:`Deploy`) {job_id, graph, code, layout, workers, config, attempt,
+  restore, checkpoints}:
   ``graph`` the pickled :class:`runtime.dataflow.JobGraph`; ``code`` the uploaded
   modules its pickles name, installed before unpickling (:mod:`runtime.codeload`);
   ``workers`` every alive worker's data address; ``config`` a :class:`ChannelConfig`
-  {batch_size, linger_s, credits}; ``restore`` per task a :class:`Restore` {groups,
+  {batch_size, linger_s, credits}; ``attempt`` which deployment of the job this is (1,
+  then one more at each redeploy: a recovery, a resume, a restart), named by its data
+  connections, which a worker refuses once it runs a later one
+  (:mod:`runtime.dataserver`); ``restore`` per task a :class:`Restore` {groups,
   position, chains, sink} (a restart from a snapshot, or a recovery from a checkpoint;
   else empty); ``checkpoints`` a
   :class:`CheckpointConfig` {store, full_every}, or None (the job takes none)
@@ -59,12 +62,13 @@ Coordinator -> worker (:class:`ToWorker`), type (class) {fields}:
 - ``stop`` (:class:`Stop`) {job_id}
 - ``prepare`` (:class:`Prepare`) {job_id, rid, barrier_id, layout, affected, workers,
   code, fluid, precopy_min_bytes, precopy_budget_s, precopy_pause_s, stages,
-  stage_barriers, graph, current_layout, config, start_time, checkpoints}: the whole new layout;
-  copying ahead (:mod:`runtime.precopy`) for groups of at least ``precopy_min_bytes``
+  stage_barriers, graph, current_layout, config, start_time, checkpoints, attempt}: the
+  whole new layout; copying ahead (:mod:`runtime.precopy`) for groups of at least ``precopy_min_bytes``
   (None: never), for at most ``precopy_budget_s``, until the rest would ship within
   ``precopy_pause_s``; ``stages`` (fluid) the layouts to go through and a barrier id
-  for each after the first; the last five only for a worker that hosts none of the
-  job's tasks yet (it joins the job), else None
+  for each after the first; the last six only for a worker that hosts none of the
+  job's tasks yet (it joins the job), else None: ``attempt`` the deployment of the job
+  running (a change keeps it)
 - ``update`` (:class:`Update`) {job_id, rid}
 - ``abort`` (:class:`Abort`) {job_id, rid}
 - ``stage`` (:class:`StageStart`) {job_id, rid, stage, barrier_id, inject}: ``inject``
@@ -86,10 +90,10 @@ Worker -> coordinator (:class:`ToCoordinator`), type (class) {fields}:
 - ``register`` (:class:`Register`) {host, pid, cpus, memory_mb, data_host, data_port,
   name, executor_id}: ``executor_id`` the Spark executor hosting it, if any
 - ``heartbeat`` (:class:`Heartbeat`) {}: on the heartbeat connection only
-- ``deployed`` (:class:`Deployed`) {job_id, tasks, restored}: ``restored`` the bytes of
-  key-group state it restored from checkpoint parts: ``local_bytes`` (its own copies),
-  ``store_bytes`` (read from the store)
-- ``deploy_failed`` (:class:`DeployFailed`) {job_id, error}
+- ``deployed`` (:class:`Deployed`) {job_id, attempt, tasks, restored}: ``attempt`` the
+  deploy's; ``restored`` the bytes of key-group state it restored from checkpoint parts:
+  ``local_bytes`` (its own copies), ``store_bytes`` (read from the store)
+- ``deploy_failed`` (:class:`DeployFailed`) {job_id, attempt, error}
 - ``metrics`` (:class:`Metrics`) {worker_id, time, cpu_percent, rss_mb, jobs}: ``jobs``
   job -> task -> metrics snapshot
 - ``partitions_listed`` (:class:`PartitionsListed`) {request_id, partitions, error}

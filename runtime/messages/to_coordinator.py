@@ -55,6 +55,7 @@ class Heartbeat(ToCoordinator):
 @message("deployed")
 class Deployed(ToCoordinator):
     job_id: str
+    attempt: int  # the deploy's (an answer to an earlier deploy is not one to this)
     tasks: tuple[str, ...]
     restored: dict[str, int] = field(default_factory=dict)
 
@@ -62,6 +63,7 @@ class Deployed(ToCoordinator):
 @message("deploy_failed")
 class DeployFailed(ToCoordinator):
     job_id: str
+    attempt: int
     error: str
 
 

@@ -87,6 +87,7 @@ class Deploy(ToWorker):
     layout: Layout
     workers: dict[str, Address]
     config: ChannelConfig
+    attempt: int  # which deployment of the job this is: 1, then one more at each redeploy
     restore: dict[str, Restore] = field(default_factory=dict)
     checkpoints: CheckpointConfig | None = None
 
@@ -137,6 +138,7 @@ class Prepare(ToWorker):
     config: ChannelConfig | None = None
     start_time: float | None = None
     checkpoints: CheckpointConfig | None = None
+    attempt: int | None = None  # the job's deployment running now (see Deploy)
 
 
 @message("update")
