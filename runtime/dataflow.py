@@ -227,10 +227,11 @@ class JobGraph:
 
 def checked_partitions(op: OperatorSpec, names: Any) -> tuple[str, ...]:
     """``names``, the partitions source ``op`` listed, as a tuple; :class:`DataflowError`
-    if they are not a non-empty list of unique non-empty strings."""
+    if they are not a list of unique non-empty strings (none is fine: its tasks idle, or
+    end if it is bounded, until discovery finds some)."""
     where = f"source {op.name!r}"
-    if not isinstance(names, list | tuple) or not names:
-        raise DataflowError(f"{where}: partitions() must list at least one name, got {names!r}")
+    if not isinstance(names, list | tuple):
+        raise DataflowError(f"{where}: partitions() must return a list of names, got {names!r}")
     if not all(isinstance(p, str) and p for p in names):
         raise DataflowError(f"{where}: partition names must be non-empty strings: {names!r}")
     if len(set(names)) != len(names):
