@@ -28,6 +28,7 @@ caller can catch all of them at once. Each also keeps the builtin base its calle
         ├── operators.UserCodeError       the job's own code raised
         ├── change.WorkerReconfigurationError
         │                                 a reconfiguration step this worker cannot take
+        ├── partitioned.SourceStalled     a partition unreadable past its stall_timeout_s
         └── registration.RegistrationRefused
                                           the coordinator would not take this worker
 

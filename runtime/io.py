@@ -98,8 +98,9 @@ class PartitionedSource(Source):
        task or process, after a move, a recovery or a savepoint. Polled ``None``, a
        partition is exhausted (bounded sources only); a task with no partition left ends
        if the source is bounded, else idles.
-    3. A reader that loses its connection retries and returns empty batches meanwhile
-       (its health is the source's to report); it raises only for what retrying cannot
+    3. A reader that loses its connection retries and returns empty batches meanwhile,
+       saying why in :attr:`SourceReader.stalled` (reported in the metrics; past
+       :attr:`stall_timeout_s` the task fails); it raises only for what retrying cannot
        mend (a partition deleted, a record that cannot be decoded and no dead letter).
 
     The runtime reads a partitioned source by partition only
@@ -109,6 +110,10 @@ class PartitionedSource(Source):
 
     bounded: bool = False
     discovery_interval_s: float | None = None
+    stall_timeout_s: float | None = 60.0
+    """A partition whose reader stays :attr:`SourceReader.stalled` this long fails its
+    task (naming it and why), which a job with checkpoints recovers from as its restart
+    policy allows; None: never (it waits for the broker however long)."""
 
     @abstractmethod
     def partitions(self) -> list[str]:

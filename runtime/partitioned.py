@@ -10,14 +10,20 @@ checkpoint taken after a partition ended does not replay it); :meth:`give` and
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .errors import StreamRuntimeError
 from .io import PartitionedSource, SourceReader
 
-__all__ = ["IDLE_POLL_S", "PartitionSetReader"]
+__all__ = ["IDLE_POLL_S", "PartitionSetReader", "SourceStalled"]
 
 IDLE_POLL_S = 0.1  # an unbounded task with nothing to read looks again after this long
+
+
+class SourceStalled(StreamRuntimeError, RuntimeError):
+    """A partition's reader stayed stalled past its source's ``stall_timeout_s``."""
 
 
 class PartitionSetReader(SourceReader):
@@ -35,6 +41,7 @@ class PartitionSetReader(SourceReader):
         self._start = start_time
         self._readers: dict[str, SourceReader] = {}
         self._ended: dict[str, Any] = {}  # exhausted partition -> its last position
+        self._stalled_since: dict[str, float] = {}  # partition -> when its reader stalled
         self._turn = 0
         try:
             for p in partitions:
@@ -92,9 +99,28 @@ class PartitionSetReader(SourceReader):
                 continue
             values += polled[0]
             stamps += polled[1]
+        self._check_stalls(names)
         if not values and not self._readers and self._source.bounded:
             return None
         return values, stamps
+
+    def _check_stalls(self, names: list[str]) -> None:
+        """Fail (:class:`SourceStalled`) once a partition's reader has stayed stalled for
+        the source's ``stall_timeout_s``."""
+        limit = getattr(self._source, "stall_timeout_s", None)
+        clock = time.monotonic()
+        for name in names:
+            reader = self._readers.get(name)
+            why = None if reader is None else reader.stalled
+            if why is None:
+                self._stalled_since.pop(name, None)
+                continue
+            since = self._stalled_since.setdefault(name, clock)
+            if limit is not None and clock - since > limit:
+                raise SourceStalled(
+                    f"partition {name!r} could not be read for {clock - since:.0f}s "
+                    f"(stall_timeout_s={limit:g}): {why}"
+                )
 
     def next_due(self, now: float) -> float:
         if not self._readers:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from controlplane.coordinator.checkpoint_report import CheckpointPolicy
 from controlplane.statuses import JobStatus
 from controlplane.testing import BackgroundCluster
 from runtime.dataflow import JobGraph
-from runtime.partitioned import PartitionSetReader
+from runtime.partitioned import PartitionSetReader, SourceStalled
 from runtime.sinks import read_parts
 from runtime.sources import PartitionedGenerator
 from tests.api_support import free_port, wait_until
@@ -278,3 +279,30 @@ def test_over_rest_a_source_that_cannot_list_its_partitions_refuses_the_job_nami
         assert f"127.0.0.1:{port}" in error["message"]
         listed = http.get("/api/v1/jobs", params={"limit": 500}).json()["items"]
         assert not [j for j in listed if j["name"] == "unreachable"]  # nothing submitted
+
+
+@dataclass(frozen=True, kw_only=True)
+class Unreachable(PartitionedGenerator):
+    """A partitioned generator whose partition p1 cannot be read: its reader is stalled."""
+
+    stall_timeout_s: float | None = 0.0
+
+    def open_partition(self, partition: str, start_time: float) -> Any:
+        reader = super().open_partition(partition, start_time)
+        if partition == "p1":
+            reader.stalled = "cannot reach the broker at 127.0.0.1:9 (retrying)"
+            reader.poll = lambda now, most: ([], [])  # type: ignore[method-assign]
+        return reader
+
+
+def test_a_partition_stalled_past_its_timeout_fails_its_task_naming_it() -> None:
+    reader = PartitionSetReader(Unreachable(keys=5, seed=1, partitions_count=2), ["p0", "p1"], 0.0)
+    assert reader.health()["p1"]["stalled"].startswith("cannot reach the broker")
+    with pytest.raises(SourceStalled, match=r"partition 'p1' could not be read .*127.0.0.1:9"):
+        for _ in range(1_000_000):  # until the monotonic clock has moved past 0 s
+            reader.poll(1e12, 10)
+    patient = PartitionSetReader(
+        Unreachable(keys=5, seed=1, partitions_count=2, stall_timeout_s=None), ["p1"], 0.0
+    )
+    for _ in range(1000):
+        assert patient.poll(1e12, 10) == ([], [])  # never: it waits for the broker
