@@ -95,3 +95,21 @@ def opt_int_keys(value: Any, path: str) -> dict[int, int] | None:
 def str_keys(value: Any, path: str) -> dict[str, int]:
     """An object of integer counts keyed by strings."""
     return {str(k): integer(v, f"{path}[{k!r}]") for k, v in obj(value, path).items()}
+
+
+def opt_partitions(value: Any, path: str) -> dict[str, dict[str, Any]] | None:
+    """A partitioned source task's partitions: name -> {lag: int | None, stalled: str | None}."""
+    if value is None:
+        return None
+    return {
+        str(name): {
+            "lag": opt_integer(
+                field(obj(h, f"{path}[{name!r}]"), "lag", path, None), f"{path}[{name!r}].lag"
+            ),
+            "stalled": opt_string(
+                field(obj(h, f"{path}[{name!r}]"), "stalled", path, None),
+                f"{path}[{name!r}].stalled",
+            ),
+        }
+        for name, h in obj(value, path).items()
+    }

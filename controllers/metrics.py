@@ -11,6 +11,8 @@ questions policies ask::
     m.input_rate("count")            # records/s into the operator
     m.key_group_loads("count")       # {key group: records/s}
     m.state_bytes("count")           # {task: estimated bytes of keyed state}
+    m.source_lag("src")              # {partition: records behind the head} (partitioned)
+    m.stalled("src")                 # {partition: why it cannot be read now}
     m.key_group_state_bytes("count") # {key group: estimated bytes of its state}
     m.processing_speeds("count")     # {task: records per busy second} (measured tasks only)
     m.traffic_matrix(tasks)          # numpy array of bytes/s from row task to column task
@@ -91,11 +93,14 @@ class TaskSample(_Record):
     state_keys: int | None = None  # keys in its state (keyed tasks; latest level)
     state_bytes: int | None = None  # its state's estimated pickled size: what a move ships
     state_key_groups: Mapping[int, int] | None = None  # of that, each key group it owns
+    # a partitioned source's task: partition -> {"lag": records behind or None, "stalled"}
+    partitions: Mapping[str, Mapping[str, Any]] | None = None
 
     _special: ClassVar[Mapping[str, Callable[[Any, str], Any]]] = {
         "queued": js.str_keys,
         "key_groups": js.int_keys,
         "state_key_groups": js.opt_int_keys,
+        "partitions": js.opt_partitions,
     }
 
     @property
@@ -227,6 +232,26 @@ class MetricsWindow:
         last reported it (groups of tasks that report no per-group sizes are missing)."""
         return {
             g: n for t in self.tasks_of(operator) for g, n in (t.state_key_groups or {}).items()
+        }
+
+    def source_lag(self, operator: str) -> dict[str, int]:
+        """Records each partition of the partitioned source ``operator`` is behind the head
+        of its input, as its reader last saw it (partitions whose lag is unknown are left
+        out): what an autoscaler drains."""
+        return {
+            p: h["lag"]
+            for t in self.tasks_of(operator)
+            for p, h in (t.partitions or {}).items()
+            if h.get("lag") is not None
+        }
+
+    def stalled(self, operator: str) -> dict[str, str]:
+        """Partitions of ``operator`` that cannot be read now, and why."""
+        return {
+            p: h["stalled"]
+            for t in self.tasks_of(operator)
+            for p, h in (t.partitions or {}).items()
+            if h.get("stalled")
         }
 
     def state_bytes(self, operator: str) -> dict[str, int]:

@@ -120,6 +120,26 @@ def test_metrics_accessors() -> None:
     assert MetricsWindow.from_dict(doc).state_bytes("count") == {}
 
 
+def test_a_partitioned_source_s_lag_and_stalls_are_read_per_partition() -> None:
+    doc = recorded().metrics.to_dict()
+    doc["tasks"][0] = {
+        **doc["tasks"][0],
+        "task": "src-0",
+        "operator": "src",
+        "partitions": {
+            "orders-0": {"lag": 120, "stalled": None},
+            "orders-2": {"lag": None, "stalled": "cannot reach 127.0.0.1:9092 (retrying)"},
+        },
+    }
+    m = MetricsWindow.from_dict(doc)
+    assert m.source_lag("src") == {"orders-0": 120}
+    assert m.stalled("src") == {"orders-2": "cannot reach 127.0.0.1:9092 (retrying)"}
+    assert MetricsWindow.from_dict(m.to_dict()) == m
+    doc["tasks"][0]["partitions"]["orders-0"]["lag"] = "many"
+    with pytest.raises(ViewError, match=r"partitions\['orders-0'\].lag"):
+        MetricsWindow.from_dict(doc)
+
+
 @dataclass(frozen=True)
 class _Config:
     threshold: float = 0.2
