@@ -22,12 +22,17 @@ The token names one run of one sink task: a fresh writer draws one, a restored w
 takes its checkpoint's, so a job run again from scratch (checkpoint ids from 1 again)
 is never taken for a repeat of an earlier run.
 
-At the end of the stream (:meth:`close`) and when the task leaves in a reconfiguration
-(:meth:`hand_over`, the default: close) the held epochs and the buffer are written at
-once, the buffer as epoch ``last + 0.5`` (after the last prepared checkpoint, before the
-next). A recovery to a checkpoint before that point replays those last records: they
-are then written twice (at-least-once in that case only; Collect takes its final file
-back, a stream cannot).
+A task that a reconfiguration moves to another worker (:meth:`hand_over` with
+``moving``) writes nothing: its buffer becomes an epoch at the change's barrier and its
+token and held epochs go to its new writer (:meth:`adopt`), which commits them with its
+own as checkpoints complete, under the same identity (token and task index), so a
+recovery to an earlier checkpoint finds them committed exactly as if the task had not
+moved. At the end of the stream (:meth:`close`), and when the task is removed
+(``hand_over`` without ``moving``: nobody adopts), the held epochs and the buffer are
+written at once, the buffer as epoch ``last + 0.5`` (after the last prepared
+checkpoint, before the next). A recovery to a checkpoint before that point replays
+those last records: they are then written twice (at-least-once in those two cases
+only; Collect takes its final file back, a stream cannot).
 
 Errors: a write that the broker refuses or cannot take raises :class:`OSError` naming
 the broker's address (the runtime logs a failed commit and the next commit, or a
@@ -170,6 +175,34 @@ class WriteAheadWriter(SinkWriter):
             self.write_epochs(epochs)
         self._last = state["checkpoint"]
         self._held, self._buffer = [], []
+
+    def hand_over(self, barrier_id: int, moving: bool) -> dict[str, Any] | None:
+        """Leaving at reconfiguration barrier ``barrier_id`` (module docstring): moving,
+        its token and epochs (the buffer as epoch ``barrier_id``) for its new writer;
+        removed, everything written now."""
+        if not (moving and self._transactional):
+            self.close()
+            return None
+        if self._closed:
+            return None
+        self._closed = True
+        try:
+            if self._buffer:
+                self._held.append((barrier_id, self.compact(self._buffer)))
+                self._buffer = []
+            epochs = [[c, records] for c, records in self._held]
+            return {"token": self._token, "checkpoint": self._last, "epochs": epochs}
+        finally:
+            self._held = []
+            self.release()
+
+    def adopt(self, state: dict[str, Any]) -> None:
+        """Continue the task that moved here: its token, its last checkpoint and its
+        epochs (committed with this writer's own as checkpoints complete)."""
+        self._token = str(state["token"])
+        self._last = max(self._last, state["checkpoint"])
+        adopted = [(c, list(records)) for c, records in state["epochs"]]
+        self._held = sorted([*adopted, *self._held], key=lambda epoch: epoch[0])
 
     def close(self) -> None:
         if self._closed:

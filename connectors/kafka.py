@@ -454,8 +454,9 @@ class KafkaSinkWriter(SinkWriter):
     """Task ``index``'s writer of a :class:`KafkaSink` (module docstring for the steps).
 
     Limits: an epoch is held in memory and in the checkpoint until its commit; a writer
-    that leaves at a reconfiguration (:meth:`hand_over`) commits its records at once, so
-    a recovery to a checkpoint taken before that barrier writes them again; a broker
+    removed by a reconfiguration (:meth:`hand_over` without ``moving``) commits its
+    records at once, so a recovery to a checkpoint taken before that barrier writes them
+    again (a moved one hands them to its successor, which commits them); a broker
     that does not hide aborted transactions (tansu 0.6) shows twice the records of a
     commit cut short by a failure.
     """
@@ -599,9 +600,25 @@ class KafkaSinkWriter(SinkWriter):
         if checkpoint_id is not None:
             self._committed = checkpoint_id
 
-    def hand_over(self, barrier_id: int) -> None:
-        """Leaving: everything it holds committed now (see the class docstring)."""
-        self.close()
+    def hand_over(self, barrier_id: int, moving: bool) -> dict[str, Any] | None:
+        """Leaving at reconfiguration barrier ``barrier_id``. Moving (the same task index,
+        so the same transactional id): its epochs, the open one as epoch ``barrier_id``,
+        for its new writer to :meth:`adopt` and commit as checkpoints complete; nothing
+        is produced here. Removed: everything it holds committed now (class docstring)."""
+        if not (moving and self._transactional):
+            self.close()
+            return None
+        if self._epoch:
+            self._prepared[barrier_id], self._epoch = self._epoch, []
+        pending = [[c, [list(r) for r in recs]] for c, recs in sorted(self._prepared.items())]
+        self._prepared = {}
+        self._drop()
+        return {"pending": pending}
+
+    def adopt(self, state: dict[str, Any]) -> None:
+        """Continue the task that moved here: its epochs are this writer's to commit."""
+        for c, records in state["pending"]:
+            self._prepared[c] = [tuple(r) for r in records] + self._prepared.get(c, [])
 
     def close(self) -> None:
         """The prepared epochs and the last one committed (or, without transactions,

@@ -141,9 +141,9 @@ class SinkWriter(ABC):
 
     1. :meth:`write`: records go into the open transaction, invisible to readers.
     2. :meth:`prepare` at a checkpoint's barrier (:meth:`hand_over` at the barrier of a
-       reconfiguration that moves or removes the task): make the open transaction
-       durable but not visible, and return what a recovery needs to finish it; a new one
-       opens.
+       reconfiguration that moves or removes the task, the task's next writer taking over
+       through :meth:`adopt`): make the open transaction durable but not visible, and
+       return what a recovery needs to finish it; a new one opens.
     3. :meth:`commit` once a checkpoint is complete: make visible every transaction of
        this sink prepared at its barrier or before (also those a task that left
        prepared). Idempotent.
@@ -169,13 +169,23 @@ class SinkWriter(ABC):
         to restore."""
         return None
 
-    def hand_over(self, barrier_id: int) -> None:
-        """The task leaves (moved to another worker or removed) at reconfiguration barrier
-        ``barrier_id``: write its final results, as at :meth:`close`, but into the open
-        transaction, and prepare it (step 2) for the first checkpoint after the change to
-        commit, through :meth:`commit` of any writer of the sink. Called once; nothing
-        follows but :meth:`abort`. The default closes."""
+    def hand_over(self, barrier_id: int, moving: bool) -> Any:
+        """The task leaves at reconfiguration barrier ``barrier_id``: write its final
+        results (as at :meth:`close`) into the open transaction and prepare it (step 2)
+        for the first checkpoint after the change to commit. ``moving``: the same task
+        goes on on another worker, and the state returned (msgpack-able) is given to its
+        new writer's :meth:`adopt`, which then holds and commits what this one prepared.
+        Not ``moving`` (the task is removed), nobody adopts: what it prepared must reach
+        the commit of another writer of the sink (Collect: pending files of the shared
+        directory), or be written now. Called once; nothing follows but :meth:`abort`.
+        The default closes and returns None."""
         self.close()
+        return None
+
+    def adopt(self, state: Any) -> None:
+        """This writer continues a task that moved here: take over ``state`` (from the
+        leaving writer's :meth:`hand_over`) before any write: its prepared transactions
+        are now this writer's to commit, and to report in its next :meth:`prepare`."""
 
     def commit(self, checkpoint_id: int) -> None:
         """Step 3: checkpoint ``checkpoint_id`` is complete: make visible every

@@ -46,7 +46,10 @@ async def ship_out(
         )
         return
     if isinstance(task, StreamTask) and isinstance(task.processor, SinkProcessor) and everything:
-        task.processor.writer.hand_over(p.barrier_id)
+        moving = tid in new.placement
+        state = task.processor.writer.hand_over(p.barrier_id, moving)
+        if moving:  # its successor adopts what it prepared (always sent: it waits for it)
+            await send_part(job, p.rid, tid, new.placement[tid], "sink", state, raw=False)
         return
     if not (isinstance(task, StreamTask) and isinstance(task.processor, KeyedProcessor)):
         return
@@ -136,6 +139,12 @@ async def ship_in(job: JobRuntime, p: Change, task: BaseTask, old: Layout, new: 
         got = await job.worker.state.take(p.rid, job.mailbox(tid), set(names))
         positions.update({names[name]: position for name, position in got.items()})
         return positions
+    if isinstance(task, StreamTask) and isinstance(task.processor, SinkProcessor):
+        if old.placement.get(tid) not in (None, job.me):  # it moved here
+            got = await job.worker.state.take(p.rid, job.mailbox(tid), {"sink"})
+            if got["sink"] is not None:
+                task.processor.writer.adopt(got["sink"])
+        return None
     if isinstance(task, SourceTask):
         if old.placement.get(tid) not in (None, job.me):
             got = await job.worker.state.take(p.rid, job.mailbox(tid), {"source"})

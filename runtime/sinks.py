@@ -200,10 +200,11 @@ class CollectWriter(SinkWriter):
             state["latest"] = pickle.dumps(self._latest, protocol=5)
         return state
 
-    def hand_over(self, barrier_id: int) -> None:
+    def hand_over(self, barrier_id: int, moving: bool = False) -> None:
         """Leaving at reconfiguration barrier ``barrier_id``: its records (and, ``mode=
         "last"``, its latest ones) sync'd and renamed pending for the first checkpoint
-        after the change; without checkpoints, closed."""
+        after the change, which any writer of the directory commits (nothing for a
+        successor to adopt); without checkpoints, closed."""
         if not self._transactional:
             self.close()
             return

@@ -5,12 +5,16 @@ reader, and a word count job through the runtime with checkpoints."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 from stream_servers import (
+    JOB_WAIT_S,
     REDIS_URL,
     closed_port,
     lines,
@@ -22,12 +26,19 @@ from stream_servers import (
 )
 
 from connectors.redis import RedisStreamReader, RedisStreamSink, RedisStreamSource
+from controlplane.abstraction import AssignResource, Plan
+from controlplane.coordinator.checkpoint_report import CheckpointPolicy
 from controlplane.statuses import JobStatus
+from controlplane.testing import BackgroundCluster
+from runtime import Dataflow
+from runtime.sources import PartitionedGenerator
 from tests.connector_contract import (
     check_partitioned_source,
     check_two_phase_sink,
     drain,
 )
+from tests.faults_support import Events
+from tests.jobs_for_tests import count, counts_reference, identity
 
 
 @pytest.fixture
@@ -57,6 +68,13 @@ def stream(client: redis.Redis, records: list, field: str = "value") -> str:
     return key
 
 
+def opened(sink: RedisStreamSink) -> Any:
+    """Task 0's writer of ``sink``, in a job that takes checkpoints."""
+    writer = sink.open(0, 1)
+    writer.transactional()
+    return writer
+
+
 def read_stream(client: redis.Redis, key: str) -> list:
     return [json.loads(fields[b"value"]) for _, fields in client.xrange(key)]
 
@@ -82,8 +100,7 @@ def test_a_commit_after_the_restore_of_its_checkpoint_adds_nothing(client: redis
     key = unique("sp-test-")
     client.created.append(key)  # type: ignore[attr-defined]
     sink = RedisStreamSink(stream=key, name=key)
-    first = sink.open(0, 1)
-    first.transactional()
+    first = opened(sink)
     first.write(["a"])
     first.prepare(1)
     first.write(["b"])
@@ -91,19 +108,52 @@ def test_a_commit_after_the_restore_of_its_checkpoint_adds_nothing(client: redis
     assert [c for c, _ in state["epochs"]] == [1, 2]
     first.commit(2)
     first.abort()
-    again = sink.open(0, 1)
-    again.transactional()
+    again = opened(sink)
     again.restore(state)  # the commit of 2 was done: nothing again
     again.commit(2)
     again.close()
     assert read_stream(client, key) == ["a", "b"]
-    fresh = sink.open(0, 1)  # a new run of the job: its checkpoint ids start again
-    fresh.transactional()
+    fresh = opened(sink)  # a new run of the job: its checkpoint ids start again
     fresh.write(["c"])
     fresh.prepare(1)
     fresh.commit(1)
     fresh.close()
     assert read_stream(client, key) == ["a", "b", "c"]
+
+
+def test_a_moved_task_s_new_writer_adopts_its_epochs_under_its_identity(
+    client: redis.Redis,
+) -> None:
+    """A sink task moved live: the old writer writes nothing, its new writer holds its
+    epochs under the same identity (token, task index). A recovery to the checkpoint
+    before the move writes each record once, and so does one to a checkpoint after it."""
+    key = unique("sp-test-")
+    client.created.append(key)  # type: ignore[attr-defined]
+    sink = RedisStreamSink(stream=key, name=key)
+    old = opened(sink)
+    old.write(["a"])
+    at_1 = old.prepare(1)  # checkpoint 1 completes, but its commit is lost
+    old.write(["b"])
+    state = old.hand_over(5, moving=True)  # the reconfiguration's barrier is 5
+    old.abort()
+    assert read_stream(client, key) == []  # the leaving writer wrote nothing
+    new = opened(sink)
+    new.adopt(state)
+    new.write(["c"])
+    at_7 = new.prepare(7)
+    new.abort()  # a failure before checkpoint 7 completes: recovery to checkpoint 1
+    recovered = opened(sink)
+    recovered.restore(at_1)
+    recovered.write(["b", "c"])  # the replay after checkpoint 1
+    at_9 = recovered.prepare(9)
+    recovered.commit(9)
+    assert read_stream(client, key) == ["a", "b", "c"]
+    recovered.abort()  # and a failure after 9 completed: its restore writes nothing more
+    again = opened(sink)
+    again.restore(at_9)
+    again.close()
+    assert read_stream(client, key) == ["a", "b", "c"]
+    assert [c for c, _ in at_7["epochs"]] == [1, 5, 7]  # what the new writer held
 
 
 def test_records_are_decoded_as_configured(client: redis.Redis) -> None:
@@ -208,3 +258,34 @@ def test_a_word_count_from_redis_to_redis_is_exactly_the_reference(
     assert run_with_checkpoints(str(tmp_path / "checkpoints"), graph) == JobStatus.FINISHED
     got = sorted(tuple(r) for r in read_stream(client, out))
     assert got == running_counts(t for texts in inputs.values() for t in texts)
+
+
+def test_a_sink_task_moved_live_then_a_worker_killed_leaves_the_stream_exact(
+    client: redis.Redis, faults: BackgroundCluster, fault_events: Events, tmp_path: Path
+) -> None:
+    """The sink's task 1 moves to the spare worker (its new writer adopts what it held),
+    then a worker dies, likely before the next checkpoint: the recovery writes nothing
+    twice and loses nothing."""
+    out = unique("sp-test-counts-")
+    client.created.append(out)  # type: ignore[attr-defined]
+    source = PartitionedGenerator(records=30_000, rate=6_000, keys=150, seed=3, partitions_count=4)
+    flow = Dataflow("moved_sink")
+    counts = (
+        flow.source("src", source, parallelism=2)
+        .key_by(identity)
+        .process("count", count, parallelism=2)
+    )
+    counts.sink("out", RedisStreamSink(stream=out, name=out), parallelism=2)
+    co = faults.coordinator
+    policy = CheckpointPolicy(interval_s=0.2, timeout_s=60, retained=2)
+    job = faults.call(co.submit(flow.compile(), checkpoints=policy))
+    fault_events.wait("a checkpoint", lambda: fault_events.completed(job.id) >= 1)
+    spare = next(w.id for w in co.alive_workers() if w.id not in job.layout.workers_used())
+    plan = Plan(job.abstraction.version, (AssignResource("out", "out-1", spare),))
+    report = faults.call(co.apply_plan(job.id, plan))
+    assert report.status == "completed", report.error
+    os.kill(co.workers[job.layout.placement["count-0"]].pid, signal.SIGKILL)
+    fault_events.wait("a recovery", lambda: bool(fault_events.recoveries))
+    assert faults.wait(job, JOB_WAIT_S) == JobStatus.FINISHED, job.error
+    want = counts_reference(source.open_partition(p, 0.0) for p in source.partitions())
+    assert sorted(tuple(r) for r in read_stream(client, out)) == [tuple(r) for r in want]
