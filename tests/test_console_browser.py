@@ -551,3 +551,35 @@ def test_a_job_s_checkpoints_and_its_recovery_are_shown_after_a_worker_is_killed
         ).json()["items"]
         assert recovering["data"]["cause"] == why["reason"]
         watched.assert_clean()
+
+
+@on_sqlite
+def test_a_partitioned_source_s_tasks_show_the_partitions_they_read(
+    api: Api, open_page: Any, tmp_path: Path
+) -> None:
+    listing = tmp_path / "partitions"
+    listing.write_text("3")
+    body = {
+        "name": "partitioned",
+        "job": "tests.jobs_for_tests:build_growing",
+        "params": {"listing": str(listing), "partitions": 3},
+        "checkpoints": {"interval_s": None},
+    }
+    with api.client() as http:
+        r = http.post("/api/v1/jobs", json=body)
+        assert r.status_code == 201, r.text
+        job = r.json()["id"]
+    try:
+        watched = open_page()
+        sign_in(watched.page, api.base_url, ADMIN_TOKEN)
+        page = watched.page
+        page.locator(f'[data-testid="job-row"][data-job-id="{job}"]').get_by_test_id(
+            "job-link"
+        ).click()
+        for task, shown in (("src-0", "partitions p0, p2"), ("src-1", "partitions p1")):
+            row = page.locator(f'[data-testid="task-row"][data-task="{task}"]')
+            expect(row.get_by_test_id("task-workload")).to_have_text(shown)
+        assert not watched.errors and not watched.outside, (watched.errors, watched.outside)
+    finally:
+        with api.client() as http:
+            http.post(f"/api/v1/jobs/{job}/stop")

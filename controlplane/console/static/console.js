@@ -95,6 +95,9 @@ function workloadText(workload) {
     const n = workload.key_groups.length;
     return n ? `${keyGroupRanges(workload.key_groups)} (${n})` : "none";
   }
+  if (workload.partitions) {
+    return workload.partitions.length ? `partitions ${workload.partitions.join(", ")}` : "no partition";
+  }
   return `weight ${number(workload.weight, 3)}`;
 }
 
