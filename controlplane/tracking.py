@@ -18,6 +18,8 @@ abstraction versions and reconfigurations.
   checkpoint fails makes one event until one completes again), and ``job.recovering``
   with its cause as each recovery starts (the coordinator's ``on_recovering``), then
   ``job.recovered``.
+- A source partition that its task reports it cannot read (``stalled`` in its metrics)
+  makes a ``source.stalled`` event, and ``source.resumed`` once it reads again.
 - Partitions a source found that no task reads (the coordinator's
   ``on_partitions_found``) are given out by a plan submitted like any other, with origin
   ``discovery`` (:mod:`controlplane.coordinator.discovery`).
@@ -92,6 +94,7 @@ class Tracker:
         # a discarded checkpoint's id, a recovery begun or a recovery made).
         self._checkpoints: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._adding_partitions: set[str] = set()  # jobs whose found partitions are submitted
+        self._stalled: set[tuple[str, str, str]] = set()  # (job, source, partition) stalled
         self._checkpoint_writer: asyncio.Task[None] | None = None
         # Jobs of an earlier run to resume: job id -> (its newest manifest, the
         # checkpoints whose directories are in the store).
@@ -260,6 +263,27 @@ class Tracker:
             (job_id, ("recovery", report.reported(), report.plan, document))
         )
 
+    def _saw_stalls(self) -> None:
+        """Queue ``source.stalled`` for each partition that a source task now reports it
+        cannot read (with why), and ``source.resumed`` once it reads again (on the loop:
+        the coordinator's metrics are read where they are kept)."""
+        for job_id, job in list(self.engine.coordinator.jobs.items()):
+            if job.done:
+                continue
+            latest: dict[tuple[str, str], str | None] = {}
+            for _t, task, snap in list(job.metrics.samples):  # oldest first: the last wins
+                for partition, health in (snap.get("partitions") or {}).items():
+                    latest[(task.rpartition("-")[0], str(partition))] = health.get("stalled")
+            for (operator, partition), why in latest.items():
+                key = (job_id, operator, partition)
+                if bool(why) == (key in self._stalled):
+                    continue
+                if why:
+                    self._stalled.add(key)
+                else:
+                    self._stalled.discard(key)
+                self._checkpoints.put_nowait((job_id, ("stall", operator, partition, why)))
+
     def _checkpoint_reported(self, job_id: str, what: CheckpointReport | int) -> None:
         # Called by the coordinator, on the loop: only queue (a report changes later).
         self._checkpoints.put_nowait((job_id, what if isinstance(what, int) else what.reported()))
@@ -300,6 +324,8 @@ class Tracker:
                         base_version=int(document["job"]["version"]) - 1,
                         document=document,
                     )
+                case ("stall", operator, partition, why):
+                    _stall_event(session, int(job_id), operator, partition, why)
                 case int():
                     checkpoints.discard(session=session, job_db_id=int(job_id), checkpoint_id=what)
                 case _:
@@ -361,6 +387,7 @@ class Tracker:
             await asyncio.sleep(MIRROR_INTERVAL_S)
             await self._mirror_workers()
             states = self.engine.states()
+            self._saw_stalls()
             if states == self._mirrored:
                 continue
             try:
@@ -404,6 +431,21 @@ def _recovering_event(session: Session, job: JobRecord, cause: str | None) -> No
         job_id=job.id,
         message=f"job {job.id} ({job.name}) recovering{why}",
         data={"cause": cause},
+    )
+
+
+def _stall_event(
+    session: Session, job_id: int, operator: str, partition: str, why: str | None
+) -> None:
+    """Record that partition ``partition`` of source ``operator`` cannot be read now
+    (``why``), or (None) that it reads again."""
+    where = f"job {job_id}: partition {partition!r} of source {operator!r}"
+    events.record(
+        session=session,
+        kind="source.stalled" if why else "source.resumed",
+        job_id=job_id,
+        message=f"{where} cannot be read: {why}" if why else f"{where} is read again",
+        data={"operator": operator, "partition": partition, "stalled": why},
     )
 
 

@@ -7,6 +7,7 @@ state pickles values it does not know, and ``load_job`` imports jobs by referenc
 
 from __future__ import annotations
 
+import os
 from collections import namedtuple
 from dataclasses import dataclass, field
 from typing import Any
@@ -219,4 +220,44 @@ def build_from_redis(params: dict[str, Any]) -> Dataflow:
     flow.source("src", RedisStreamSource(url=str(params["url"]), streams=("in",))).sink(
         "out", Null()
     )
+    return flow
+
+
+@dataclass(frozen=True, kw_only=True)
+class GatedSource(PartitionedGenerator):
+    """A partitioned generator whose partition ``p1`` cannot be read while the file
+    ``gate`` exists: its reader says it is stalled and returns nothing, as a reader whose
+    broker is gone does."""
+
+    gate: str = ""
+    stall_timeout_s: float | None = None
+
+    def open_partition(self, partition: str, start_time: float) -> Any:
+        reader = super().open_partition(partition, start_time)
+        return _Gated(reader, self.gate) if partition == "p1" else reader
+
+
+class _Gated:
+    def __init__(self, reader: Any, gate: str) -> None:
+        self._reader, self._gate = reader, gate
+        self.stalled: str | None = None
+
+    def poll(self, now: float, max_records: int) -> Any:
+        if os.path.exists(self._gate):
+            self.stalled = f"cannot reach the broker while {self._gate} exists (retrying)"
+            return [], []
+        self.stalled = None
+        return self._reader.poll(now, max_records)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reader, name)
+
+
+def build_gated(params: dict[str, Any]) -> Dataflow:
+    """A :class:`GatedSource` (param ``gate``) -> keyed count -> Null, unbounded."""
+    source = GatedSource(records=None, rate=500, keys=20, seed=2, partitions_count=2,
+                         gate=str(params["gate"]))  # fmt: skip
+    flow = Dataflow("gated")
+    src = flow.source("src", source, parallelism=2)
+    src.key_by(identity).process("count", count, parallelism=2).sink("out", Null())
     return flow

@@ -306,3 +306,35 @@ def test_a_partition_stalled_past_its_timeout_fails_its_task_naming_it() -> None
     )
     for _ in range(1000):
         assert patient.poll(1e12, 10) == ([], [])  # never: it waits for the broker
+
+
+def test_over_rest_a_stalled_partition_makes_an_event_and_another_when_it_reads_again(
+    api: Any, tmp_path: Path
+) -> None:
+    gate = tmp_path / "broker-down"
+    gate.touch()
+    body = {
+        "name": "gated",
+        "job": "tests.jobs_for_tests:build_gated",
+        "params": {"gate": str(gate)},
+        "checkpoints": {"interval_s": None},
+    }
+    with api.client() as http:
+        r = http.post("/api/v1/jobs", json=body)
+        assert r.status_code == 201, r.text
+        job = r.json()["id"]
+
+        def event(kind: str) -> dict[str, Any] | None:
+            items = http.get("/api/v1/events", params={"job_id": job, "limit": 100}).json()
+            found = [e for e in items["items"] if e["kind"] == kind]
+            return found[0] if found else None
+
+        try:
+            stalled = wait_until(lambda: event("source.stalled"), WAIT_S, "source.stalled")
+            assert stalled["data"]["partition"] == "p1" and stalled["data"]["operator"] == "src"
+            assert "broker-down exists" in stalled["message"]
+            gate.unlink()
+            resumed = wait_until(lambda: event("source.resumed"), WAIT_S, "source.resumed")
+            assert resumed["data"] == {"operator": "src", "partition": "p1", "stalled": None}
+        finally:
+            http.post(f"/api/v1/jobs/{job}/stop")

@@ -22,6 +22,8 @@ EVENT_KINDS = (
     "job.recovered",
     "checkpoint.first_completed",
     "checkpoint.abandoned",
+    "source.stalled",
+    "source.resumed",
     "reconfiguration.completed",
     "reconfiguration.failed",
     "reconfiguration.aborted",
