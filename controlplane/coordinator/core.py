@@ -6,7 +6,9 @@ the protocol of :mod:`runtime.messages`. It satisfies :class:`.ports.JobHost`, w
 that the reconfiguration, restart and plan modules it forwards to know of it. Deployment of
 a job:
 
-1. Place the tasks (:meth:`runtime.layout.Layout.initial`).
+1. Have a worker list the partitions of its partitioned sources (:mod:`.listing`; a
+   source that cannot refuses the job: :class:`.errors.SourceError`), then place the
+   tasks (:meth:`runtime.layout.Layout.initial`: partitions and key groups given out).
 2. Send ``deploy`` to every worker hosting a task, numbered: the job's next attempt
    (its first deploy is attempt 1; a recovery, a resume or a restart deploys the next);
    each worker creates its tasks and channels, and refuses data connections of an
