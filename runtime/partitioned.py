@@ -42,6 +42,7 @@ class PartitionSetReader(SourceReader):
         self._readers: dict[str, SourceReader] = {}
         self._ended: dict[str, Any] = {}  # exhausted partition -> its last position
         self._stalled_since: dict[str, float] = {}  # partition -> when its reader stalled
+        self._over = False  # told that no partition will come (see end())
         self._turn = 0
         try:
             for p in partitions:
@@ -79,10 +80,18 @@ class PartitionSetReader(SourceReader):
         finally:
             reader.close()
 
+    def end(self) -> None:
+        """Nothing more will be given to it: once it reads no partition, it is done (a
+        bounded source's task left without partitions idles until told this)."""
+        self._over = True
+
     def poll(self, now: float, max_records: int) -> tuple[list, list[float]] | None:
         names = list(self._readers)
         if not names:
-            return None if self._source.bounded else ([], [])
+            # Bounded: done once the partitions it read have ended, or when told (it
+            # had none, or gave them away: other tasks still read the source's).
+            done = self._source.bounded and (bool(self._ended) or self._over)
+            return None if done else ([], [])
         values: list = []
         stamps: list[float] = []
         start = self._turn % len(names)
@@ -100,7 +109,7 @@ class PartitionSetReader(SourceReader):
             values += polled[0]
             stamps += polled[1]
         self._check_stalls(names)
-        if not values and not self._readers and self._source.bounded:
+        if not values and not self._readers and self._source.bounded and self._ended:
             return None
         return values, stamps
 

@@ -395,6 +395,13 @@ class SourceTask(BaseTask):
         if position is not None and self.reader is not None:
             self.reader.committed(position)
 
+    def end_input(self) -> None:
+        """A bounded partitioned source's task will be given no partition any more: once
+        it reads none, it ends (:meth:`PartitionSetReader.end`)."""
+        if isinstance(self.reader, PartitionSetReader):
+            self.reader.end()
+            self._wakeup.set()
+
     def abort_barrier(self, barrier_id: int) -> None:
         """Drop a barrier that was asked for but not emitted yet."""
         self._barriers = deque(b for b in self._barriers if b.id != barrier_id)

@@ -58,7 +58,7 @@ from .dataserver import DataServer
 from .handover import StateInbox
 from .jobruntime import JobRuntime
 from .records import Barrier, BarrierKind
-from .task import BaseTask, TaskStatus
+from .task import BaseTask, SourceTask, TaskStatus
 
 __all__ = ["WorkerProcess", "main"]
 
@@ -311,6 +311,10 @@ class WorkerProcess:
                     self._warm(msg)
                 case messages.ListPartitions():
                     self.background(self._list_partitions(msg))
+                case messages.EndInput(job_id=job_id, task=tid):
+                    task = self.jobs[job_id].tasks.get(tid) if job_id in self.jobs else None
+                    if isinstance(task, SourceTask):
+                        task.end_input()
                 case messages.Prepare():
                     await self._prepare(msg)
                 case messages.Update(job_id=job_id, rid=rid):

@@ -371,3 +371,54 @@ def worker_writing(cluster: BackgroundCluster, store: Path, job: Any) -> tuple[s
                 kill(pid, signal.SIGCONT)
         time.sleep(WRITE_POLL_S)
     raise AssertionError(f"no worker of {job.id} caught writing a checkpoint within {WAIT_S}s")
+
+
+def wait_for_progress(
+    cluster: BackgroundCluster,
+    events: Events,
+    job: Any,
+    what: str,
+    log: list[str],
+    victim: str | None = None,
+) -> None:
+    """Wait until a checkpoint of ``job`` started after now completes (after a kill: the
+    job runs again; a checkpoint cannot complete while a worker it needs is dead), and
+    ``victim``, if any, is lost and no longer used; ``log`` (a schedule's actions so far)
+    goes into the failure message."""
+    mark = max(events.ids(job.id), default=0)
+
+    def settled() -> bool:
+        assert not job.done, (job.status, job.error, log)
+        if victim is not None and not lost(cluster, victim):
+            return False
+        return events.completed_after(job.id, mark)
+
+    events.wait(f"progress after {what} ({log})", settled)
+    if victim is not None:
+        assert victim not in job.layout.workers_used(), log
+
+
+def apply_killing(
+    cluster: BackgroundCluster,
+    job: Any,
+    plan: Any,
+    victim: str | None,
+    phase: Any,
+    log: list[str],
+) -> bool:
+    """Apply ``plan`` to ``job``, SIGKILLing worker ``victim`` (None: nobody) as the
+    reconfiguration reaches ``phase``; its status goes at the end of ``log``'s last line.
+    True if the victim was killed (the plan failed, or completed just before the loss);
+    else the plan must have completed."""
+    killed: list[str] = []
+
+    def listener(rec: Any) -> None:
+        if victim is not None and rec.status == phase and not killed:
+            kill(cluster.coordinator.workers[victim].pid)
+            killed.append(victim)
+
+    rec = cluster.call(cluster.coordinator.apply_plan(job.id, plan, on_change=listener))
+    log[-1] += f": {rec.status}"
+    if not killed:
+        assert rec.status == "completed", (rec.error, log)
+    return bool(killed)

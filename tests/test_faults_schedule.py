@@ -25,18 +25,18 @@ import pytest
 
 from controlplane.abstraction import migrate, rebalance, scale, update_logic
 from controlplane.coordinator.checkpoint_report import RestartPolicy
-from controlplane.coordinator.report import RunReport
 from controlplane.statuses import JobStatus
 from controlplane.statuses import ReconfigurationStatus as Status
 from controlplane.testing import BackgroundCluster
 from runtime.sinks import read_parts
 from tests.faults_support import (
     Events,
+    apply_killing,
     assert_exact,
     finish_job,
     kill,
-    lost,
     start_job,
+    wait_for_progress,
     wordcount_job,
     wordcount_reference,
 )
@@ -90,21 +90,9 @@ class Schedule:
         self.log: list[str] = []
 
     def progressed(self, what: str, victim: str | None = None) -> None:
-        """Wait until a checkpoint started after now completes (the job runs again after a
-        kill: a checkpoint cannot complete while a worker it needs is dead), and the
-        victim, if any, is lost and no longer used."""
-        job, events = self.job, self.events
-        mark = max(events.ids(job.id), default=0)
-
-        def settled() -> bool:
-            assert not job.done, (job.status, job.error, self.log)
-            if victim is not None and not lost(self.cluster, victim):
-                return False
-            return events.completed_after(job.id, mark)
-
-        events.wait(f"progress after {what} ({self.log})", settled)
-        if victim is not None:
-            assert victim not in job.layout.workers_used(), self.log
+        """Wait for a checkpoint started after now to complete (see
+        :func:`tests.faults_support.wait_for_progress`)."""
+        wait_for_progress(self.cluster, self.events, self.job, what, self.log, victim)
 
     def kill(self) -> None:
         victim = self.rng.choice(self.job.layout.workers_used())
@@ -119,21 +107,11 @@ class Schedule:
             self.log.append(f"{kind}: nothing to do")
             return
         victim = self.rng.choice(self.job.layout.workers_used()) if phase else None
-        killed: list[str] = []
-
-        def listener(rec: RunReport) -> None:
-            if victim is not None and rec.status == phase and not killed:
-                kill(self.co.workers[victim].pid)
-                killed.append(victim)
-
         self.log.append(f"{kind}" + (f", killing {victim} as it is {phase}" if phase else ""))
-        rec = self.cluster.call(self.co.apply_plan(self.job.id, plan, on_change=listener))
-        self.log[-1] += f": {rec.status}"
-        if killed:  # it failed, or (killed as it updated) completed just before the loss
+        if apply_killing(self.cluster, self.job, plan, victim, phase, self.log):
             self.progressed(kind, victim)
-            return
-        assert rec.status == Status.COMPLETED, (rec.error, self.log)
-        self.progressed(kind)
+        else:
+            self.progressed(kind)
 
     def run(self, actions: int) -> None:
         for _ in range(actions):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jobs_for_tests import GrowingSource, counts_reference, running_counts
+from jobs_for_tests import GrowingSource, count, counts_reference, identity, running_counts
 
 from controlplane.abstraction import (
     AssignResource,
@@ -27,9 +27,10 @@ from controlplane.abstraction import (
 from controlplane.coordinator.checkpoint_report import CheckpointPolicy
 from controlplane.statuses import JobStatus
 from controlplane.testing import BackgroundCluster
+from runtime import Dataflow
 from runtime.dataflow import JobGraph
 from runtime.partitioned import PartitionSetReader, SourceStalled
-from runtime.sinks import read_parts
+from runtime.sinks import Collect, read_parts
 from runtime.sources import PartitionedGenerator
 from tests.api_support import free_port, wait_until
 from tests.faults_support import Events
@@ -338,3 +339,24 @@ def test_over_rest_a_stalled_partition_makes_an_event_and_another_when_it_reads_
             assert resumed["data"] == {"operator": "src", "partition": "p1", "stalled": None}
         finally:
             http.post(f"/api/v1/jobs/{job}/stop")
+
+
+def test_a_bounded_source_task_without_partitions_idles_until_the_others_end(
+    faults: BackgroundCluster, fault_events: Events, tmp_path: Path
+) -> None:
+    """Three source tasks for two partitions: the third reads nothing, yet checkpoints go
+    on (it has not finished) and, once the two others have, it ends and the job too."""
+    source = PartitionedGenerator(records=12_000, rate=4_000, keys=50, seed=6, partitions_count=2)
+    out = tmp_path / "out"
+    flow = Dataflow("idle_source_task")
+    src = flow.source("src", source, parallelism=3)
+    src.key_by(identity).process("count", count, parallelism=2).sink(
+        "out", Collect(str(out)), parallelism=2
+    )
+    policy = CheckpointPolicy(interval_s=0.2, timeout_s=60, retained=2)
+    job = faults.call(faults.coordinator.submit(flow.compile(), checkpoints=policy))
+    assert partitions_of(job)["src-2"] == []
+    fault_events.wait("2 checkpoints", lambda: fault_events.completed(job.id) >= 2)
+    assert faults.wait(job, WAIT_S) == JobStatus.FINISHED, job.error
+    want = counts_reference(source.open_partition(p, 0.0) for p in source.partitions())
+    assert sorted((k, n) for k, n in read_parts(out)) == want

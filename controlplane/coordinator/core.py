@@ -561,6 +561,7 @@ class Coordinator(Cluster):
             case messages.TaskFinished(task=task, metrics=metrics):
                 job.metrics.add(time.time(), task, metrics)
                 job.finished_tasks.add(task)
+                self._end_idle_sources(job, task)
                 if job.active is not None:
                     job.active.task_finished(task)
                 if job.checkpointer is not None:
@@ -610,6 +611,21 @@ class Coordinator(Cluster):
                 | messages.StageWithdrawn()
             ):
                 self._reconfiguration_reply(job, info, msg)
+
+    def _end_idle_sources(self, job: RunningJob, finished: str) -> None:
+        """Once every task of a partitioned source that reads a partition has finished
+        (a bounded source), its tasks left without partitions are told to end."""
+        operator = finished.rpartition("-")[0]
+        spec = next((op for op in job.graph.operators if op.name == operator), None)
+        if spec is None or spec.partitions is None:
+            return
+        tasks = job.layout.tasks_of(operator)
+        reading = [t for t in tasks if job.layout.partitions.get(t)]
+        if any(t not in job.finished_tasks for t in reading):
+            return
+        for t in tasks:
+            if t not in reading and t not in job.finished_tasks:
+                self.send(job.layout.placement[t], messages.EndInput(job.id, t))
 
     def _took_metrics(self, info: WorkerInfo, msg: messages.Metrics) -> None:
         info.cpu_percent = msg.cpu_percent

@@ -79,6 +79,8 @@ Coordinator -> worker (:class:`ToWorker`), type (class) {fields}:
 - ``abandon_checkpoint`` (:class:`AbandonCheckpoint`) {job_id, checkpoint_id}
 - ``commit_checkpoint`` (:class:`CommitCheckpoint`) {job_id, checkpoint_id}: the
   checkpoint is complete; sinks commit what they prepared at or before its barrier
+- ``end_input`` (:class:`EndInput`) {job_id, task}: a bounded partitioned source's task
+  without partitions ends (every task that read one has finished)
 - ``list_partitions`` (:class:`ListPartitions`) {request_id, graph, code, operators}: a
   job being submitted has partitioned sources; the worker lists their partitions
   (workers reach brokers; the control plane runs no job code)
@@ -186,6 +188,7 @@ from .to_worker import (
     CheckpointConfig,
     CommitCheckpoint,
     Deploy,
+    EndInput,
     InjectBarrier,
     ListPartitions,
     Prepare,
@@ -218,6 +221,7 @@ __all__ = [
     "Deploy",
     "DeployFailed",
     "Deployed",
+    "EndInput",
     "Heartbeat",
     "InjectBarrier",
     "ListPartitions",

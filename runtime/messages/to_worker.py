@@ -17,6 +17,7 @@ __all__ = [
     "CheckpointConfig",
     "CommitCheckpoint",
     "Deploy",
+    "EndInput",
     "InjectBarrier",
     "ListPartitions",
     "Prepare",
@@ -191,6 +192,15 @@ class CommitCheckpoint(ToWorker):
 
     job_id: str
     checkpoint_id: int
+
+
+@message("end_input")
+class EndInput(ToWorker):
+    """Source task ``task`` of a bounded partitioned source, left without partitions,
+    will be given none: every task that read one has finished, so it ends too."""
+
+    job_id: str
+    task: str
 
 
 @message("list_partitions")
