@@ -19,9 +19,10 @@ COPY pyproject.toml README.md alembic.ini ./
 COPY runtime ./runtime
 COPY controlplane ./controlplane
 COPY controllers ./controllers
+COPY connectors ./connectors
 COPY examples ./examples
 COPY migrations ./migrations
-ARG EXTRAS=spark
+ARG EXTRAS=all
 RUN pip install ".[${EXTRAS}]"
 
 RUN useradd --create-home --uid 1000 streampilot
