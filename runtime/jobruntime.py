@@ -353,14 +353,25 @@ class JobRuntime:
             processor.writer.restore(entry.sink)
 
     def start(self, start_time: float) -> None:
+        """Start every task here. A task that cannot (a source whose reader does not
+        open: a broker gone, a partition deleted) fails, as one whose code raises does:
+        the coordinator hears ``task_failed``; the worker and its other tasks go on."""
         self.start_time = start_time
         for tid, task in self.tasks.items():
             entry = self.restore.get(tid)
             position = None if entry is None else entry.position
-            if isinstance(task, SourceTask):
-                task.start(start_time, position, len(self.layout.tasks_of(task.op.name)))
-            else:
-                task.start(start_time)
+            try:
+                if isinstance(task, SourceTask):
+                    task.start(start_time, position, len(self.layout.tasks_of(task.op.name)))
+                else:
+                    task.start(start_time)
+            except Exception as exc:
+                logger.warning("task %s could not start", tid, exc_info=True)
+                task.status = TaskStatus.FAILED
+                task.close()
+                self.worker.task_failed(
+                    task, f"task {tid!r} could not start: {type(exc).__name__}: {exc}"
+                )
         self.restore = {}
 
     def savepoint(self, barrier_id: int) -> None:

@@ -207,7 +207,9 @@ def test_a_partition_found_while_the_job_runs_is_given_to_a_task_and_read_once(
     )
     job = cluster.call(cluster.coordinator.submit(running_counts("growing", source, str(out))))
     assert partitions_of(job) == {"src-0": ["p0", "p2"], "src-1": ["p1"]}
-    listing.write_text("4")  # the source's first task lists it at its next look
+    written = tmp_path / "partitions.new"
+    written.write_text("4")
+    written.replace(listing)  # at once: the source's first task lists it at its next look
     read = lambda: {p for ps in partitions_of(job).values() for p in ps}  # noqa: E731
     wait_until(lambda: "p3" in read(), WAIT_S, "p3 given to a task")
     assert partitions_of(job) == {"src-0": ["p0", "p2"], "src-1": ["p1", "p3"]}
@@ -239,7 +241,9 @@ def test_over_rest_a_found_partition_is_a_recorded_reconfiguration_with_origin_d
                 {"partitions": ["p0"]},
                 {"partitions": ["p1"]},
             ]
-            listing.write_text("3")
+            written = tmp_path / "partitions.new"
+            written.write_text("3")
+            written.replace(listing)  # at once: a reader never sees it half written
 
             def discovered() -> dict[str, Any] | None:
                 items = http.get(f"/api/v1/jobs/{job}/reconfigurations").json()["items"]
@@ -360,3 +364,26 @@ def test_a_bounded_source_task_without_partitions_idles_until_the_others_end(
     assert faults.wait(job, WAIT_S) == JobStatus.FINISHED, job.error
     want = counts_reference(source.open_partition(p, 0.0) for p in source.partitions())
     assert sorted((k, n) for k, n in read_parts(out)) == want
+
+
+@dataclass(frozen=True, kw_only=True)
+class Deleted(PartitionedGenerator):
+    """A partitioned generator whose partition p1 cannot be opened (deleted meanwhile)."""
+
+    def open_partition(self, partition: str, start_time: float) -> Any:
+        if partition == "p1":
+            raise LookupError("partition p1 was deleted")
+        return super().open_partition(partition, start_time)
+
+
+def test_a_source_task_that_cannot_open_a_partition_fails_the_job_not_its_worker(
+    faults: BackgroundCluster, tmp_path: Path
+) -> None:
+    source = Deleted(records=None, rate=500, keys=5, seed=1, partitions_count=2)
+    alive = {w.id for w in faults.coordinator.alive_workers()}
+    job = faults.call(faults.coordinator.submit(running_counts("deleted", source, str(tmp_path))))
+    assert faults.wait(job, WAIT_S) == JobStatus.FAILED
+    assert "task 'src-1' could not start: LookupError: partition p1 was deleted" in (
+        job.error or ""
+    )
+    assert {w.id for w in faults.coordinator.alive_workers()} == alive  # every worker lives on
