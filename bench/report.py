@@ -530,14 +530,12 @@ def recovery_section(d: dict) -> list[str]:
     out = [
         "## Checkpoints and recovery",
         "",
-        "The padded word count above (2 count tasks on 2 of 3 local workers, each holding "
-        "the state in the first column) at half the rate it sustained unthrottled, "
-        f"checkpointed to local disk. In each of {_rounds_of(d['rounds'])} the job runs once "
-        f"per checkpoint configuration, in turn: {d['warmup_s']:g} s of warm-up, "
-        f"{d['seconds']:g} s at half rate (p99), {d['seconds']:g} s unthrottled "
-        "(throughput). Ratios are to the run without checkpoints of the same round, "
-        "medians over the rounds. The VM's 1-minute load average (2 cores) as each size "
-        f"started: {load}. {_rerun(d['command'])}",
+        "The padded word count above (2 count tasks on 2 of 3 local workers, each with the "
+        "state of the first column), checkpointed to local disk; per configuration "
+        f"{d['warmup_s']:g} s warm-up, {d['seconds']:g} s at half its unthrottled rate (p99), "
+        f"{d['seconds']:g} s unthrottled (throughput). Ratios to the run without "
+        f"checkpoints of the same round; medians of {_rounds_of(d['rounds'])}. Load as each "
+        f"size started: {load}. {_rerun(d['command'])}",
         "",
         "**Targets:** every 10 s, throughput at least 95% and p99 at most 1.5x; every 1 s, "
         "at least 85% and 2x.",
@@ -556,10 +554,9 @@ def recovery_section(d: dict) -> list[str]:
         f"{s['state_bytes'] / 2**20:,.1f} MB at {_mb(s)}" for s in sizes if s["state_bytes"]
     )
     out += [
-        "Of each checkpoint started during the half-rate seconds: its duration from "
-        "barrier to manifest written, what its tasks wrote, and what a restore from it "
-        "reads (the key groups' chains of incremental parts, `full_every=8`; written "
-        f"whole, `full_every=1`, the state itself, both count tasks': {states} per task).",
+        "Checkpoints during the half-rate seconds: barrier to manifest, bytes written, and "
+        "bytes a restore reads (chains of incremental parts, `full_every=8`; written "
+        f"whole, `full_every=1`: the state, {states} per task).",
         "",
         "| state per task | checkpoints | completed (abandoned) | duration ms [range] | "
         "MB written [range] | MB a restore reads [range] | written / read |",
@@ -567,14 +564,11 @@ def recovery_section(d: dict) -> list[str]:
         *(row for size in sizes for row in _checkpoint_rows(size)),
         "",
         f"A worker hosting a count task is SIGKILLed {fmt(d['kill_after_s'])} s after the "
-        f"job's {d['kill_at_checkpoint']}th complete checkpoint (every {every:g} s); its "
-        "tasks go to a spare worker kept idle, or to a new worker process the recovery asks "
-        "the backend for. Times from the kill, at the sinks: **first output**, the first "
-        "batch a recovered sink writes (replaying what came after the checkpoint); "
-        "**caught up**, once they wrote as many records as the sources emitted from the "
-        "checkpoint to the kill (n/a: not while watched); **p99 back**, the end of the "
-        "first whole second whose p99 is within 2x that from the warm-up to the kill "
-        "(**p99 before**). Replayed: seconds of input from the checkpoint to the kill.",
+        f"{d['kill_at_checkpoint']}th checkpoint (every {every:g} s); its tasks go to an "
+        "idle spare or to a new worker process. From the kill, at the sinks: **first "
+        "output** of a recovered sink; **caught up** with what the sources emitted up to "
+        "the kill; **p99 back** within 2x of **p99 before** (warm-up to kill). Replayed: "
+        "seconds of input from the checkpoint to the kill.",
         "",
         "**Targets:** first output under 2 s at 10 MB per task (1 s onto a spare worker), "
         "under 5 s at 100 MB; 1 MB is held to the 10 MB ones.",

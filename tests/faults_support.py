@@ -39,9 +39,11 @@ from tests.e2e_jobs import held_until_released
 from tests.jobs_for_tests import count, identity
 
 __all__ = [
+    "HEARTBEAT_TIMEOUT_S",
     "SOURCE",
     "WAIT_S",
     "Events",
+    "apply_killing",
     "assert_exact",
     "checkpoint_id_gaps",
     "counting_job",
@@ -59,6 +61,7 @@ __all__ = [
     "stop_jobs",
     "submit",
     "top_up",
+    "wait_for_progress",
     "wordcount_job",
     "wordcount_reference",
     "worker_writing",
@@ -188,6 +191,9 @@ def submit(
     policy = policy or CheckpointPolicy(interval_s=0.2, timeout_s=60, retained=2)
     co = cluster.coordinator
     return cluster.call(co.submit(graph, workers, checkpoints=policy, restart=restart))
+
+
+HEARTBEAT_TIMEOUT_S = 4.0  # a SIGSTOPped worker is declared lost this long after its last word
 
 
 def fault_cluster(tmp_path_factory: Any, workers: int = 3) -> Iterator[BackgroundCluster]:

@@ -261,3 +261,15 @@ def build_gated(params: dict[str, Any]) -> Dataflow:
     src = flow.source("src", source, parallelism=2)
     src.key_by(identity).process("count", count, parallelism=2).sink("out", Null())
     return flow
+
+
+def growing_submission(listing: Any, count: int, partitions: int) -> dict[str, Any]:
+    """The REST body of a :func:`build_growing` job whose source lists ``count`` of its
+    ``partitions`` partitions now (written to ``listing``); no checkpoints."""
+    listing.write_text(str(count))
+    return {
+        "name": "growing",
+        "job": "tests.jobs_for_tests:build_growing",
+        "params": {"listing": str(listing), "partitions": partitions},
+        "checkpoints": {"interval_s": None},
+    }

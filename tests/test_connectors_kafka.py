@@ -30,7 +30,6 @@ from connectors.kafka import (
     KafkaSource,
     UndecodableRecordError,
 )
-from controlplane.coordinator import RuntimeConfig
 from controlplane.coordinator.checkpoint_report import CheckpointPolicy
 from controlplane.statuses import JobStatus
 from controlplane.testing import BackgroundCluster
@@ -39,6 +38,7 @@ from runtime.partitioned import PartitionSetReader
 from runtime.sinks import Collect, read_parts
 from tests.api_support import wait_until
 from tests.connector_contract import FAR, check_partitioned_source, check_two_phase_sink
+from tests.faults_support import fault_cluster
 from tests.jobs_for_tests import count, identity, split_words
 
 WAIT_S = 30.0  # data produced and acknowledged reaches a consumer well within this
@@ -352,12 +352,7 @@ LINES = [f"w{i % 7} w{i % 13} w{i % 5}" for i in range(3_000)]
 
 @pytest.fixture(scope="module")
 def checkpointing_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundCluster]:
-    store = tmp_path_factory.mktemp("checkpoints")
-    c = BackgroundCluster(workers=2, config=RuntimeConfig(checkpoint_store=str(store)))
-    try:
-        yield c
-    finally:
-        c.close()
+    yield from fault_cluster(tmp_path_factory, workers=2)
 
 
 def word_count(source: KafkaSource, out: Path, sink: KafkaSink) -> Any:

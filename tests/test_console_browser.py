@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from api_support import ADMIN_TOKEN, Api, running_server, wait_until
+from jobs_for_tests import growing_submission
 from playwright.sync_api import Browser, ConsoleMessage, Page, Request, expect, sync_playwright
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's; `make test` installs it (never `playwright install`)
@@ -557,19 +558,7 @@ def test_a_job_s_checkpoints_and_its_recovery_are_shown_after_a_worker_is_killed
 def test_a_partitioned_source_s_tasks_show_the_partitions_they_read(
     api: Api, open_page: Any, tmp_path: Path
 ) -> None:
-    listing = tmp_path / "partitions"
-    listing.write_text("3")
-    body = {
-        "name": "partitioned",
-        "job": "tests.jobs_for_tests:build_growing",
-        "params": {"listing": str(listing), "partitions": 3},
-        "checkpoints": {"interval_s": None},
-    }
-    with api.client() as http:
-        r = http.post("/api/v1/jobs", json=body)
-        assert r.status_code == 201, r.text
-        job = r.json()["id"]
-    try:
+    with api.running_job(growing_submission(tmp_path / "partitions", 3, 3)) as job:
         watched = open_page()
         sign_in(watched.page, api.base_url, ADMIN_TOKEN)
         page = watched.page
@@ -580,6 +569,3 @@ def test_a_partitioned_source_s_tasks_show_the_partitions_they_read(
             row = page.locator(f'[data-testid="task-row"][data-task="{task}"]')
             expect(row.get_by_test_id("task-workload")).to_have_text(shown)
         assert not watched.errors and not watched.outside, (watched.errors, watched.outside)
-    finally:
-        with api.client() as http:
-            http.post(f"/api/v1/jobs/{job}/stop")

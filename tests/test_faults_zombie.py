@@ -17,6 +17,7 @@ from controlplane.statuses import JobStatus, WorkerStatus
 from controlplane.testing import BackgroundCluster
 from runtime.sinks import read_parts
 from tests.faults_support import (
+    HEARTBEAT_TIMEOUT_S,
     Events,
     assert_exact,
     counting_job,
@@ -29,20 +30,17 @@ from tests.faults_support import (
 
 pytestmark = pytest.mark.slow
 
-HEARTBEAT_TIMEOUT_S = 4.0  # a SIGSTOPped worker is declared lost this long after its last word
-
 
 def test_a_stopped_worker_let_go_after_the_recovery_is_fenced_off(
     faults: BackgroundCluster, fault_events: Events, tmp_path: Path, held_end: Path
 ) -> None:
-    """SIGSTOP the worker of count-0 (it hosts src-0, count-0 and out-0, which holds
-    part-0.jsonl open with records buffered); past the heartbeat timeout it is lost and
-    the job recovers onto the spare, whose out-0 truncates part-0.jsonl back to the
-    checkpoint and appends to it. Once the recovered job has completed a checkpoint, the
-    zombie gets SIGCONT. It finds its coordinator gone and exits; the coordinator keeps
-    it lost (it does not come back as a worker); the job takes checkpoints on, never
-    recovers again, and its output is exact: the zombie's buffered records must not have
-    landed in part-0.jsonl."""
+    """SIGSTOP the worker of count-0 (it hosts src-0, count-0 and out-0, whose in-progress
+    file holds records buffered); past the heartbeat timeout it is lost and the job
+    recovers onto the spare, whose out-0 commits what the checkpoint prepared and deletes
+    what came after. Once the recovered job has completed a checkpoint, the zombie gets
+    SIGCONT. It finds its coordinator gone and exits; the coordinator keeps it lost (it
+    does not come back as a worker); the job takes checkpoints on, never recovers again,
+    and its output is exact: the zombie's buffered records must not be visible."""
     co = faults.coordinator
     out = tmp_path / "out"
     job, _, spare = start_job(faults, fault_events, counting_job(out, held_end))

@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jobs_for_tests import GrowingSource, count, counts_reference, identity, running_counts
+from jobs_for_tests import (
+    GrowingSource,
+    count,
+    counts_reference,
+    growing_submission,
+    identity,
+    running_counts,
+)
 
 from controlplane.abstraction import (
     AssignResource,
@@ -224,46 +231,31 @@ def test_over_rest_a_found_partition_is_a_recorded_reconfiguration_with_origin_d
     api: Any, tmp_path: Path
 ) -> None:
     listing = tmp_path / "partitions"
-    listing.write_text("2")
-    body = {
-        "name": "growing",
-        "job": "tests.jobs_for_tests:build_growing",
-        "params": {"listing": str(listing), "partitions": 3},
-        "checkpoints": {"interval_s": None},
-    }
-    with api.client() as http:
-        r = http.post("/api/v1/jobs", json=body)
-        assert r.status_code == 201, r.text
-        job = r.json()["id"]
-        try:
-            src = http.get(f"/api/v1/jobs/{job}/abstraction").json()["operators"][0]
-            assert [t["workload"] for t in src["tasks"]] == [
-                {"partitions": ["p0"]},
-                {"partitions": ["p1"]},
-            ]
-            written = tmp_path / "partitions.new"
-            written.write_text("3")
-            written.replace(listing)  # at once: a reader never sees it half written
+    with api.running_job(growing_submission(listing, 2, 3)) as job, api.client() as http:
+        src = http.get(f"/api/v1/jobs/{job}/abstraction").json()["operators"][0]
+        assert [t["workload"] for t in src["tasks"]] == [
+            {"partitions": ["p0"]},
+            {"partitions": ["p1"]},
+        ]
+        written = tmp_path / "partitions.new"
+        written.write_text("3")
+        written.replace(listing)  # at once: a reader never sees it half written
 
-            def discovered() -> dict[str, Any] | None:
-                items = http.get(f"/api/v1/jobs/{job}/reconfigurations").json()["items"]
-                done = [
-                    i for i in items if i["origin"] == "discovery" and i["status"] == "completed"
-                ]
-                return done[0] if done else None
+        def discovered() -> dict[str, Any] | None:
+            items = http.get(f"/api/v1/jobs/{job}/reconfigurations").json()["items"]
+            done = [i for i in items if i["origin"] == "discovery" and i["status"] == "completed"]
+            return done[0] if done else None
 
-            rec = wait_until(discovered, WAIT_S, "a completed discovery reconfiguration")
-            assert rec["discovered"] == {"src": ["p2"]}
-            assert rec["ops"] == [
-                {"op": "assignWorkload", "operator": "src", "workload": {"src-0": ["p0", "p2"]}}
-            ]
-            src = http.get(f"/api/v1/jobs/{job}/abstraction").json()["operators"][0]
-            assert [t["workload"] for t in src["tasks"]] == [
-                {"partitions": ["p0", "p2"]},
-                {"partitions": ["p1"]},
-            ]
-        finally:
-            http.post(f"/api/v1/jobs/{job}/stop")
+        rec = wait_until(discovered, WAIT_S, "a completed discovery reconfiguration")
+        assert rec["discovered"] == {"src": ["p2"]}
+        assert rec["ops"] == [
+            {"op": "assignWorkload", "operator": "src", "workload": {"src-0": ["p0", "p2"]}}
+        ]
+        src = http.get(f"/api/v1/jobs/{job}/abstraction").json()["operators"][0]
+        assert [t["workload"] for t in src["tasks"]] == [
+            {"partitions": ["p0", "p2"]},
+            {"partitions": ["p1"]},
+        ]
 
 
 def test_over_rest_a_source_that_cannot_list_its_partitions_refuses_the_job_naming_it(
@@ -324,25 +316,19 @@ def test_over_rest_a_stalled_partition_makes_an_event_and_another_when_it_reads_
         "params": {"gate": str(gate)},
         "checkpoints": {"interval_s": None},
     }
-    with api.client() as http:
-        r = http.post("/api/v1/jobs", json=body)
-        assert r.status_code == 201, r.text
-        job = r.json()["id"]
+    with api.running_job(body) as job, api.client() as http:
 
         def event(kind: str) -> dict[str, Any] | None:
             items = http.get("/api/v1/events", params={"job_id": job, "limit": 100}).json()
             found = [e for e in items["items"] if e["kind"] == kind]
             return found[0] if found else None
 
-        try:
-            stalled = wait_until(lambda: event("source.stalled"), WAIT_S, "source.stalled")
-            assert stalled["data"]["partition"] == "p1" and stalled["data"]["operator"] == "src"
-            assert "broker-down exists" in stalled["message"]
-            gate.unlink()
-            resumed = wait_until(lambda: event("source.resumed"), WAIT_S, "source.resumed")
-            assert resumed["data"] == {"operator": "src", "partition": "p1", "stalled": None}
-        finally:
-            http.post(f"/api/v1/jobs/{job}/stop")
+        stalled = wait_until(lambda: event("source.stalled"), WAIT_S, "source.stalled")
+        assert stalled["data"]["partition"] == "p1" and stalled["data"]["operator"] == "src"
+        assert "broker-down exists" in stalled["message"]
+        gate.unlink()
+        resumed = wait_until(lambda: event("source.resumed"), WAIT_S, "source.resumed")
+        assert resumed["data"] == {"operator": "src", "partition": "p1", "stalled": None}
 
 
 def test_a_bounded_source_task_without_partitions_idles_until_the_others_end(

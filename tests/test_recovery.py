@@ -27,6 +27,7 @@ from runtime import Dataflow
 from runtime.dataflow import JobGraph
 from runtime.sinks import Collect, read_parts
 from runtime.sources import Generator
+from tests import faults_support
 from tests.faults_support import Events
 
 WAIT_S = 120.0
@@ -36,12 +37,7 @@ KEYS = 300
 
 @pytest.fixture(scope="module")
 def fault_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundCluster]:
-    store = tmp_path_factory.mktemp("checkpoints")
-    c = BackgroundCluster(workers=2, config=RuntimeConfig(checkpoint_store=str(store)))
-    try:
-        yield c
-    finally:
-        c.close()
+    yield from faults_support.fault_cluster(tmp_path_factory, workers=2)
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from controlplane.coordinator.report import RunReport
 from controlplane.statuses import JobStatus, ReconfigurationStatus
 from controlplane.testing import BackgroundCluster
 from tests.faults_support import (
+    HEARTBEAT_TIMEOUT_S,
     WAIT_S,
     Events,
     checkpoint_id_gaps,
@@ -41,7 +42,6 @@ from tests.faults_support import (
 
 pytestmark = pytest.mark.slow
 
-HEARTBEAT_TIMEOUT_S = 4.0  # a SIGSTOPped worker is declared lost this long after its last word
 SPARK_TEST_TIMEOUT_S = 300  # a Spark worker's replacement is a Spark job: slower than a process
 
 
