@@ -275,7 +275,9 @@ class Costs:
 def read_to_end(source: PartitionedSource) -> int:
     """Read every partition of a bounded ``source`` in one reader, as a task would; how
     many records there were."""
-    reader, got = source.open(0, 1, 0.0), 0
+    from runtime.partitioned import PartitionSetReader
+
+    reader, got = PartitionSetReader(source, source.partitions(), 0.0), 0
     while (polled := reader.poll(time.time(), 512)) is not None:
         got += len(polled[0])
         if not polled[0]:

@@ -36,6 +36,8 @@ figures are also taken over the generator's of its round (the ratios).
 record, the wall time, the client's CPU and the broker's, of reading and decoding the
 input, of encoding the counts and of writing them as the sinks do.
 
+``--only jetstream``: the generator and the JetStream runs only (no tansu, no Kafka).
+
 The VM is shared: the load average is recorded as each round starts. Writes JSON to
 ``bench/results/connectors.json``. ``--quick``: 1 short round, a smaller input.
 """
@@ -266,7 +268,6 @@ async def one_round(
     co: Coordinator, broker: Any, i: int, args: argparse.Namespace, lines: list[str], inputs
 ) -> dict:
     topic, stream, subjects = inputs
-    kafka, nats_ = Run(co, broker.process.pid), Run(co, nats_server_pid())
     generator = Run(co, None)
     out: dict[str, Any] = {"load_average": os.getloadavg()}
 
@@ -282,7 +283,23 @@ async def one_round(
 
     out["generator"] = await generator.full_speed(wordcount(), args.seconds)
     say("generator", out["generator"])
+    if broker is not None:
+        await kafka_runs(Run(co, broker.process.pid), broker, i, args, lines, topic, out, say)
+    await jetstream_runs(Run(co, nats_server_pid()), i, args, lines, (stream, subjects), out, say)
+    gen = out["generator"]["words_per_s"]
+    out["ratios"] = {
+        name: _ratio(out[name]["words_per_s"], gen)
+        for name in ("kafka", "kafka_no_txn", "jetstream")
+        if name in out
+    }
+    return out
 
+
+async def kafka_runs(
+    kafka: Run, broker: Any, i: int, args: argparse.Namespace, lines: list[str], topic: str,
+    out: dict, say: Any,
+) -> None:  # fmt: skip
+    """Runs 2 and 3 of the module docstring into ``out``."""
     for txn in (True, False):
         name = "kafka" if txn else "kafka_no_txn"
         sink_topic = f"counts-{i}-{name}"
@@ -321,6 +338,13 @@ async def one_round(
     say("kafka at half, short fetch", out["kafka_half_short_fetch"])
     await asyncio.to_thread(delete_topics, broker.bootstrap, live, sink_topic)
 
+
+async def jetstream_runs(
+    nats_: Run, i: int, args: argparse.Namespace, lines: list[str], inputs: tuple, out: dict,
+    say: Any,
+) -> None:  # fmt: skip
+    """Run 4 of the module docstring into ``out``."""
+    stream, subjects = inputs
     sink_stream = await asyncio.to_thread(new_stream, "SPBENCHOUT")
     try:
         source = JetStreamSource(servers=NATS_URL, stream=stream, subjects=subjects, bounded=True)
@@ -347,13 +371,6 @@ async def one_round(
     finally:
         await asyncio.to_thread(delete_streams, live_stream, sink_stream)
 
-    gen = out["generator"]["words_per_s"]
-    out["ratios"] = {
-        name: _ratio(out[name]["words_per_s"], gen)
-        for name in ("kafka", "kafka_no_txn", "jetstream")
-    }
-    return out
-
 
 RUNS = (
     "generator",
@@ -371,7 +388,9 @@ def summary(rounds: list[dict]) -> dict:
     generator of the same round, and the verdicts."""
     out: dict[str, Any] = {}
     for name in RUNS:
-        runs = [r[name] for r in rounds]
+        runs = [r[name] for r in rounds if name in r]
+        if not runs:  # a leg --only left out
+            continue
         s: dict[str, Any] = {
             "workers_cpu": spread([r["workers_cpu"] for r in runs]),
             "broker_cpu": spread([r["broker_cpu"] for r in runs]),
@@ -397,6 +416,8 @@ def summary(rounds: list[dict]) -> dict:
             s["ratio"] = spread([r["ratios"][name] for r in rounds])
         out[name] = s
     for broker in ("kafka", "jetstream"):
+        if broker not in out:
+            continue
         ratio = out[broker]["ratio"]["median"]
         p99 = out[f"{broker}_half"]["p99_ms"]["median"]
         out[broker]["met"] = {
@@ -416,11 +437,12 @@ async def run(args: argparse.Namespace) -> dict:
     stream = await asyncio.to_thread(new_stream, "SPBENCHIN")
     subjects = tuple(f"{stream}.in.{p}" for p in range(args.partitions))
     try:
-        with running_tansu() as broker:
+        with running_tansu() if args.only != "jetstream" else contextlib.nullcontext() as broker:
             topic = "sentences"
-            broker.create_topic(topic, args.partitions)
             t = time.time()
-            await asyncio.to_thread(fill_topic, broker.bootstrap, topic, args.partitions, lines)
+            if broker is not None:
+                broker.create_topic(topic, args.partitions)
+                await asyncio.to_thread(fill_topic, broker.bootstrap, topic, args.partitions, lines)
             await asyncio.to_thread(fill_subjects, stream, list(subjects), lines)
             print(f"  {len(lines):,} sentences written to both in {time.time() - t:.1f} s")
             async with LocalCluster(2, config=config) as cluster:
@@ -434,13 +456,14 @@ async def run(args: argparse.Namespace) -> dict:
             if args.profile:
                 records = min(args.sentences * WORDS, PROFILE_RECORDS)
                 profile = {
-                    "kafka": await asyncio.to_thread(
-                        take_apart, broker, topic, args.partitions, records
-                    ),
                     "jetstream": await asyncio.to_thread(
                         take_apart_jetstream, stream, subjects, records
                     ),
                 }
+                if broker is not None:
+                    profile["kafka"] = await asyncio.to_thread(
+                        take_apart, broker, topic, args.partitions, records
+                    )
                 print(f"  the paths taken apart: {profile}", flush=True)
     finally:
         await asyncio.to_thread(delete_streams, stream)
@@ -456,7 +479,13 @@ async def main() -> None:
     )
     parser.add_argument("--sentences", type=int, default=400_000)
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--profile", action="store_true", help="take the Kafka path apart after")
+    parser.add_argument("--profile", action="store_true", help="take the paths apart after")
+    parser.add_argument(
+        "--only",
+        choices=("all", "jetstream"),
+        default="all",
+        help="jetstream: the generator and the JetStream runs only (no tansu, no Kafka runs)",
+    )
     parser.add_argument(
         "--quick", action="store_true", help="a try-out: 1 round, 4 s, 200,000 sentences"
     )

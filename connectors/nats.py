@@ -22,8 +22,15 @@ through a buffer; :meth:`JetStreamReader.poll` only takes from it.
     reaches the server; ``bounded=True`` stops each partition at that message.
 
     Records: the payload decoded by ``codec`` (JSON, UTF-8 or bytes). A message that
-    cannot be decoded makes :meth:`~JetStreamReader.poll` raise :class:`ValueError`
-    naming the stream, subject and sequence.
+    cannot be decoded makes :meth:`~JetStreamReader.poll` return the records before it,
+    then raise :class:`UndecodableMessageError` naming the stream, subject and sequence,
+    unless ``dead_letter_subject`` is set: the message then goes, payload and headers as
+    they are, to that subject (a JetStream publish, acknowledged before the reader's
+    position passes it, with ``Nats-Msg-Id: streampilot-dead/<stream>/<sequence>`` so
+    that a recovery sending it again within the duplicate window adds nothing), with
+    the headers ``Streampilot-Stream``, ``Streampilot-Subject``, ``Streampilot-Sequence``
+    and ``Streampilot-Error``; a stream must capture that subject (else the task fails
+    saying so). Discovery leaves the dead-letter subject out of the partitions.
 
     Losing the server or the consumer: nats-py reconnects by itself; meanwhile, and
     when the consumer is gone (deleted by an operator, or by the server after
@@ -33,21 +40,30 @@ through a buffer; :meth:`JetStreamReader.poll` only takes from it.
     (:data:`RETRY_MIN_S` to :data:`RETRY_MAX_S`).
 
 :class:`JetStreamSink`
-    Publishes each record to ``subject`` and waits for JetStream's acknowledgements.
-    With checkpoints it is exactly once through
+    Publishes each record to ``subject`` with the core client, up to
+    :data:`PUBLISH_WINDOW` publishes in flight, JetStream's acknowledgements (to one
+    reply inbox per batch) counted as they come; a batch fails when one is an error or
+    none comes for :data:`ACK_TIMEOUT_S`. With checkpoints it is exactly once through
     :class:`~connectors._writeahead.WriteAheadWriter`: a checkpoint's records are
     published when it completes, each with the header ``Nats-Msg-Id:
     <name>/<index>/<token>/<checkpoint>/<n>``, so that the stream's duplicate window
     drops a record published again by the same commit after a recovery. Limit: the
     window (the stream's ``duplicate_window``, 2 minutes by default) must be longer than
     the time from a commit to its repetition by a recovery's restore; a commit repeated
-    after the window has passed publishes its records twice. Readers see records once
-    their checkpoint is complete.
+    after the window has passed publishes its records twice.
+
+    A commit waits for its acknowledgements (the sink contract: its records are visible
+    when it returns), on the caller's thread; the publishing runs on the
+    :class:`IoLoop`. Readers see records once their checkpoint is complete.
 
 Connection settings, common to both: ``servers`` (a URL or several), ``tls_ca``,
 ``tls_cert``, ``tls_key`` (PEM file paths; a ``tls://`` URL or any of them turns TLS on),
 and ``options``, keyword arguments passed through to :func:`nats.connect` (``user``,
-``password``, ``token``, ``user_credentials``, ``nkeys_seed``, ``name``...).
+``password``, ``token``, ``user_credentials``, ``nkeys_seed``, ``name``...). A server
+that refuses the credentials or shows a certificate the client does not trust fails the
+submission (the source's ``partitions``) and a writer's first publish at once, naming
+the servers and why (:class:`ConnectionError`, :class:`OSError`); a reader retries, as
+for a lost server, saying why in ``stalled``.
 """
 
 from __future__ import annotations
@@ -78,6 +94,7 @@ __all__ = [
     "JetStreamSink",
     "JetStreamSource",
     "JetStreamWriter",
+    "UndecodableMessageError",
 ]
 
 logger = logging.getLogger(__name__)
@@ -87,7 +104,7 @@ T = TypeVar("T")
 CONNECT_TIMEOUT_S = 2.0  # an unreachable server fails a connection attempt this fast
 REQUEST_TIMEOUT_S = 5.0  # a JetStream API request (stream info, consumer creation)
 FETCH_WAIT_S = 0.5  # a fetch waits this long for messages; then the consumer is checked
-FETCH_BATCH = 512  # messages asked for by one fetch
+FETCH_BATCH = 2048  # messages asked for by one fetch (fewer round trips per message)
 BUFFERED_MAX = 4 * FETCH_BATCH  # records fetched ahead of polls before fetching pauses
 CONSUMER_INACTIVE_S = 300.0  # the server deletes a consumer no reader fetched from this long
 RETRY_MIN_S = 0.05  # first wait after a failure; doubles up to RETRY_MAX_S
@@ -95,8 +112,12 @@ RETRY_MAX_S = 5.0  # longest wait between two attempts to reach a lost server
 IDLE_S = 0.02  # a reader with nothing buffered is polled again after this long
 STOP_TIMEOUT_S = 5.0  # a reader's fetching must stop within this (close, seek)
 SETTLE_S = CONNECT_TIMEOUT_S + 1.0  # a connection being made when the loop stops ends by then
-COMMIT_TIMEOUT_S = 30.0  # a commit's publishes must all be acknowledged within this
+ACK_TIMEOUT_S = 10.0  # publishes fail when no acknowledgement came for this long
+PUBLISH_WINDOW = 8192  # publishes awaiting their acknowledgement; more wait for them
+COMMIT_TIMEOUT_S = 600.0  # hang guard only: a commit fails after ACK_TIMEOUT_S idle
 MSG_ID = "Nats-Msg-Id"
+EXPECTED_STREAM = "Nats-Expected-Stream"
+_SKIPPED = object()  # in a reader's buffer: a dead-lettered message (a position, no record)
 
 _LOST = (
     nats.errors.Error,  # connection closed, no servers, timeouts...
@@ -104,6 +125,10 @@ _LOST = (
     OSError,
     asyncio.TimeoutError,
 )
+
+
+class UndecodableMessageError(ValueError):
+    """A message the source cannot decode, and no ``dead_letter_subject`` is set."""
 
 
 class _Gap(Exception):
@@ -263,6 +288,7 @@ class JetStreamSource(_Connection, PartitionedSource):
     codec: Codec = "utf-8"
     bounded: bool = False
     discovery_interval_s: float | None = None
+    dead_letter_subject: str | None = None
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -270,9 +296,22 @@ class JetStreamSource(_Connection, PartitionedSource):
         if self.start not in ("first", "new"):
             raise ValueError(f"{owner}.start must be 'first' or 'new', got {self.start!r}")
         check_codec(owner, "codec", self.codec)
+        dead = self.dead_letter_subject
+        if dead is not None:
+            if not (isinstance(dead, str) and dead and not set(dead) & set(" *>\t\r\n")):
+                raise ValueError(
+                    f"{owner}.dead_letter_subject must be a subject without wildcards or "
+                    f"None, got {dead!r}"
+                )
+            if dead in self.subjects:
+                raise ValueError(
+                    f"{owner}.dead_letter_subject {dead!r} is one of the subjects it reads: "
+                    "its dead letters would be read again; choose another subject"
+                )
 
     def partitions(self) -> list[str]:
-        """The ``subjects``, or the subjects the stream holds messages of, sorted. Raises
+        """The ``subjects``, or the subjects the stream holds messages of (but the
+        dead-letter subject), sorted. Raises
         :class:`ConnectionError` naming the servers when none answers, and
         :class:`ValueError` when the stream does not exist."""
 
@@ -281,7 +320,8 @@ class JetStreamSource(_Connection, PartitionedSource):
                 info = await js.stream_info(self.stream, subjects_filter=">")
             except nats.js.errors.NotFoundError:
                 raise ValueError(f"NATS at {self.where} has no stream {self.stream!r}") from None
-            return sorted(self.subjects or (info.state.subjects or {}))
+            found = self.subjects or (info.state.subjects or {})
+            return sorted(set(found) - {self.dead_letter_subject})
 
         return self.ask(listed)
 
@@ -331,19 +371,20 @@ class JetStreamReader(SourceReader):
 
     def poll(self, now: float, max_records: int) -> tuple[list, list[float]] | None:
         with self._lock:
-            if self._failure is not None:
-                raise self._failure
+            if self._failure is not None and not self._buffer:
+                raise self._failure  # once the records before it are taken
             count = min(max_records, len(self._buffer))
             taken = [self._buffer.popleft() for _ in range(count)]
             ended = self._end and not self._buffer
-            if not self._buffer and not self._end:
+            if not self._buffer and not self._end and self._failure is None:
                 self._arrived.clear()
         if taken:
             self._position = taken[-1][0]
             self._io.loop.call_soon_threadsafe(self._room.set)
         elif ended:
             return None
-        return [record for _, record in taken], [now] * len(taken)
+        records = [record for _, record in taken if record is not _SKIPPED]
+        return records, [now] * len(records)
 
     def wait(self, timeout: float) -> bool:
         """Block until a poll would return something (records, the end or an error), at
@@ -449,7 +490,7 @@ class JetStreamReader(SourceReader):
                         await self._consume(js, bound)
                     self._push([], end=True)
                     return
-                except ValueError as exc:  # a message that cannot be decoded
+                except ValueError as exc:  # undecodable, or its dead letter refused
                     self._fail(exc)
                     return
                 except (*_LOST, _Gap) as exc:
@@ -490,14 +531,19 @@ class JetStreamReader(SourceReader):
                 records = []
                 try:
                     for message in messages:
-                        seqs = message.metadata.sequence
-                        if seqs.consumer != delivered + 1:
-                            raise _Gap(seqs.consumer - delivered - 1)
-                        delivered = seqs.consumer
-                        if bound is not None and seqs.stream > bound:
+                        sequence, consumer = _sequences(message.reply)
+                        if consumer != delivered + 1:
+                            raise _Gap(consumer - delivered - 1)
+                        delivered = consumer
+                        if bound is not None and sequence > bound:
                             break
-                        records.append((seqs.stream, self._record(message.data, seqs.stream)))
-                        self._fetched = seqs.stream
+                        try:
+                            record = self._decode(message.data)
+                        except ValueError as exc:
+                            await self._dead_letter(js, message, sequence, exc)
+                            record = _SKIPPED
+                        records.append((sequence, record))
+                        self._fetched = sequence
                 finally:
                     self._push(records)
                 self.stalled = None
@@ -506,14 +552,50 @@ class JetStreamReader(SourceReader):
                 await sub.unsubscribe()
                 await js.delete_consumer(stream, name)
 
-    def _record(self, data: bytes, seq: int) -> Any:
+    async def _dead_letter(self, js: Any, message: Any, seq: int, exc: ValueError) -> None:
+        """Publish ``message`` (at stream sequence ``seq``, undecodable) to the dead-letter
+        subject and wait for its acknowledgement (module docstring). Raises
+        :class:`UndecodableMessageError` without one, :class:`ValueError` when no stream
+        takes the subject or the stream refuses it, and what :data:`_LOST` lists when
+        the server is lost (a new consumer then reads the message again)."""
+        source = self._source
+        why = (
+            f"JetStream stream {source.stream!r}, subject {self._subject!r}, sequence {seq}: "
+            f"cannot decode as {source.codec} ({exc})"
+        )
+        subject = source.dead_letter_subject
+        if subject is None:
+            raise UndecodableMessageError(
+                f"{why}; fix its publisher, choose another codec, or set dead_letter_subject "
+                "to set such messages aside"
+            ) from None
+        headers = {
+            **(message.headers or {}),
+            MSG_ID: f"streampilot-dead/{source.stream}/{seq}",
+            "Streampilot-Stream": source.stream,
+            "Streampilot-Subject": self._subject,
+            "Streampilot-Sequence": str(seq),
+            "Streampilot-Error": " ".join(why.split()),  # a header is one line
+        }
         try:
-            return self._decode(data)
-        except ValueError as exc:
+            await js.publish(subject, message.data, headers=headers, timeout=REQUEST_TIMEOUT_S)
+        except (nats.js.errors.NoStreamResponseError, nats.js.errors.APIError) as refused:
             raise ValueError(
-                f"JetStream stream {self._source.stream!r}, subject {self._subject!r}, "
-                f"sequence {seq}: cannot decode as {self._source.codec} ({exc})"
-            ) from exc
+                f"cannot send the undecodable message at {why.partition(': ')[0]} to "
+                f"dead-letter subject {subject!r} at NATS {source.where}: {refused!r}; "
+                "make a stream capture that subject"
+            ) from None
+        logger.warning("%s: sent to dead-letter subject %r", why, subject)
+
+
+def _sequences(reply: str) -> tuple[int, int]:
+    """The stream and consumer sequences of a message a consumer delivered, from its
+    reply subject (what nats-py's ``Msg.metadata`` parses, without the objects):
+    ``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>``
+    or, with a domain and an account hash after ``$JS.ACK``, two tokens further on."""
+    tokens = reply.split(".")
+    at = 5 if len(tokens) == 9 else 7
+    return int(tokens[at]), int(tokens[at + 1])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -537,7 +619,8 @@ class JetStreamSink(_Connection, Sink):
 
 
 class JetStreamWriter(WriteAheadWriter):
-    """Sink task ``index``'s writer (module docstring). It connects at its first write."""
+    """Sink task ``index``'s writer (module docstring). It connects at its first write or
+    commit."""
 
     def __init__(self, sink: JetStreamSink, index: int) -> None:
         super().__init__()
@@ -545,7 +628,7 @@ class JetStreamWriter(WriteAheadWriter):
         self._index = index
         self._encode = encoder(sink.codec)
         self._io = IoLoop.acquire()
-        self._client: nats.NATS | None = None
+        self._client: nats.NATS | None = None  # on the IoLoop
 
     def encode(self, value: Any) -> bytes:
         return self._encode(value)
@@ -555,29 +638,6 @@ class JetStreamWriter(WriteAheadWriter):
         return (
             f"{self._sink.name or self._sink.subject}/{self._index}/{self.token}/{checkpoint}/{n}"
         )
-
-    async def _publish(self, batches: list[tuple[list[bytes], list[str] | None]]) -> None:
-        if self._client is None or self._client.is_closed:
-            self._client = await self._sink.connect(reconnect=True)
-        js = self._client.jetstream(timeout=REQUEST_TIMEOUT_S)
-        acks = []
-        for records, ids in batches:
-            for n, payload in enumerate(records):
-                headers = None if ids is None else {MSG_ID: ids[n]}
-                acks.append(
-                    await js.publish_async(
-                        self._sink.subject, payload, stream=self._sink.stream, headers=headers
-                    )
-                )
-        await asyncio.gather(*acks)
-
-    def _run(self, batches: list[tuple[list[bytes], list[str] | None]]) -> None:
-        try:
-            self._io.run(self._publish(batches), COMMIT_TIMEOUT_S)
-        except (TimeoutError, *_LOST) as exc:
-            raise OSError(
-                f"cannot publish to {self._sink.subject!r} at NATS {self._sink.where}: {exc!r}"
-            ) from exc
 
     def write_now(self, records: list) -> None:
         self._run([(records, None)])
@@ -589,12 +649,91 @@ class JetStreamWriter(WriteAheadWriter):
             [(records, [self.msg_id(c, n) for n in range(len(records))]) for c, records in epochs]
         )
 
-    def release(self) -> None:
-        client, self._client = self._client, None
+    def _run(self, batches: list[tuple[list[bytes], list[str] | None]]) -> None:
         try:
-            if client is not None:
-                self._io.run(client.close(), STOP_TIMEOUT_S)
+            self._io.run(self._publish(batches), COMMIT_TIMEOUT_S)
+        except (TimeoutError, *_LOST) as exc:
+            raise OSError(
+                f"cannot publish to {self._sink.subject!r} at NATS {self._sink.where}: {exc!r}"
+            ) from exc
+
+    def release(self) -> None:
+        try:
+            self._io.run(self._disconnect(), STOP_TIMEOUT_S)
         except (TimeoutError, *_LOST) as exc:
             logger.warning("closing the connection to %s failed: %r", self._sink.where, exc)
         finally:
             IoLoop.release()
+
+    # -- on the IoLoop -------------------------------------------------------------------
+
+    async def _disconnect(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    async def _connection(self) -> nats.NATS:
+        """The writer's client, connected again after a loss; connecting fails at once
+        (wrong credentials, an untrusted certificate, no server), as does a publish on
+        a connection lost meanwhile: the commit fails and the next one connects."""
+        if self._client is None or self._client.is_closed:
+            self._client = await self._sink.connect(reconnect=False)
+        return self._client
+
+    async def _publish(self, batches: list[tuple[list[bytes], list[str] | None]]) -> None:
+        """Publish ``batches`` (payloads, their message ids or None) with the core
+        client, up to PUBLISH_WINDOW unacknowledged, and wait until every one is
+        acknowledged. Raises :class:`nats.errors.Error` (an acknowledgement that is an
+        error, none for ACK_TIMEOUT_S) or what :data:`_LOST` lists."""
+        client = await self._connection()
+        acks = _Acks()
+        inbox = client.new_inbox()
+        sub = await client.subscribe(inbox, cb=acks.take, pending_msgs_limit=4 * PUBLISH_WINDOW)
+        subject, stream = self._sink.subject, self._sink.stream
+        expected = {EXPECTED_STREAM: stream} if stream is not None else {}
+        try:
+            for records, ids in batches:
+                for n, payload in enumerate(records):
+                    headers = expected if ids is None else {**expected, MSG_ID: ids[n]}
+                    await client.publish(subject, payload, reply=inbox, headers=headers or None)
+                    acks.sent += 1
+                    if acks.sent - acks.received >= PUBLISH_WINDOW:
+                        await acks.wait(acks.sent - PUBLISH_WINDOW // 2)
+            await acks.wait(acks.sent)
+        finally:
+            with contextlib.suppress(*_LOST):
+                await sub.unsubscribe()
+
+
+class _Acks:
+    """JetStream's acknowledgements of one batch of publishes, counted on the IoLoop."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.received = 0
+        self.error: str | None = None
+        self._progress = asyncio.Event()
+
+    async def take(self, msg: Any) -> None:
+        self.received += 1
+        if (not msg.data or b'"error"' in msg.data) and self.error is None:
+            status = (msg.headers or {}).get("Status")
+            self.error = msg.data.decode(errors="replace") if msg.data else (
+                "no stream captures the subject" if status == "503" else f"status {status}"
+            )  # fmt: skip
+        self._progress.set()
+
+    async def wait(self, received: int) -> None:
+        """Until ``received`` acknowledgements came; raises for an error or when none
+        comes for ACK_TIMEOUT_S."""
+        while self.received < received and self.error is None:
+            self._progress.clear()
+            try:
+                await asyncio.wait_for(self._progress.wait(), ACK_TIMEOUT_S)
+            except TimeoutError:
+                raise nats.errors.TimeoutError(
+                    f"{received - self.received} publishes unacknowledged after "
+                    f"{ACK_TIMEOUT_S:.0f}s without one"
+                ) from None
+        if self.error is not None:
+            raise nats.errors.Error(f"JetStream refused a publish: {self.error}")

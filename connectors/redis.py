@@ -13,7 +13,14 @@
 
     Records: the entry's field map as a ``dict`` of ``str`` (``field=None``), or the
     value of one field decoded by ``codec`` (JSON, UTF-8 or bytes). An entry that cannot
-    be decoded raises :class:`ValueError` naming the stream and the entry id.
+    be decoded (or lacks ``field``) makes :meth:`~RedisStreamReader.poll` return the
+    entries before it, then raise :class:`UndecodableEntryError` naming the stream and
+    the entry id, unless ``dead_letter_stream`` is set: the entry then goes, its fields
+    as they are, to that stream (``XADD``, before the reader's position passes it), with
+    the fields ``streampilot-source`` (the URL, without its password),
+    ``streampilot-stream``, ``streampilot-id`` and ``streampilot-error`` added, and the
+    reader goes on. A recovery to a checkpoint taken before an entry was dead-lettered
+    adds it again (at-least-once).
 
     Losing Redis: a read that fails with a connection error or a timeout returns an
     empty batch; the reader retries with exponential backoff (:data:`RETRY_MIN_S` to
@@ -43,6 +50,7 @@ its password.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import logging
 import re
 import time
@@ -62,6 +70,7 @@ __all__ = [
     "RedisStreamSink",
     "RedisStreamSource",
     "RedisStreamWriter",
+    "UndecodableEntryError",
     "redacted",
 ]
 
@@ -74,8 +83,14 @@ RETRY_MAX_S = 5.0  # longest wait between two attempts to reach a lost Redis
 IDLE_S = 0.02  # a reader that found nothing new reads again after this long
 WATCH_RETRIES = 10  # commits that lose a race on their marker before the commit fails
 MARKER_PREFIX = "streampilot:commit"
+DEAD_LETTER_FIELDS = ("streampilot-source", "streampilot-stream", "streampilot-id",
+                      "streampilot-error")  # fmt: skip
 
 _ID = re.compile(r"(\d+)-(\d+)")
+
+
+class UndecodableEntryError(ValueError):
+    """An entry the source cannot decode, and no ``dead_letter_stream`` is set."""
 
 
 def redacted(url: str) -> str:
@@ -112,6 +127,7 @@ class RedisStreamSource(PartitionedSource):
     codec: Codec = "utf-8"
     bounded: bool = False
     discovery_interval_s: float | None = None
+    dead_letter_stream: str | None = None
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -122,6 +138,19 @@ class RedisStreamSource(PartitionedSource):
         if self.start not in ("0", "$"):
             raise ValueError(f"{owner}.start must be '0' (oldest) or '$' (new), got {self.start!r}")
         check_codec(owner, "codec", self.codec)
+        dead = self.dead_letter_stream
+        if dead is not None:
+            if not (isinstance(dead, str) and dead):
+                raise ValueError(
+                    f"{owner}.dead_letter_stream must be a stream key or None, got {dead!r}"
+                )
+            if dead in self.streams or (
+                self.pattern is not None and fnmatch.fnmatchcase(dead, self.pattern)
+            ):
+                raise ValueError(
+                    f"{owner}.dead_letter_stream {dead!r} is one of the streams it reads: "
+                    "its dead letters would be read again; choose a key outside them"
+                )
 
     def partitions(self) -> list[str]:
         """The ``streams`` and the stream keys ``pattern`` matches now, sorted. Raises
@@ -194,7 +223,8 @@ class RedisStreamReader(SourceReader):
                 self._start()
             if self._bound is not None and _parse_id(self._last) >= self._bound:
                 return None
-            reply = self._client.xread({self._key: self._last}, count=max_records)
+            last = self._last
+            reply = self._client.xread({self._key: last}, count=max_records)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             self._lost(exc)
             return [], []
@@ -204,23 +234,66 @@ class RedisStreamReader(SourceReader):
         entries = _entries(reply)
         if self._bound is not None:
             entries = [(i, f) for i, f in entries if _parse_id(i.decode()) <= self._bound]
-        values = [self._record(entry_id, fields) for entry_id, fields in entries]
-        if entries:
-            self._last = entries[-1][0].decode()
+        values: list = []
+        dead: list[tuple[bytes, Mapping[bytes, bytes], str]] = []
+        for entry_id, fields in entries:
+            try:
+                values.append(self._record(fields))
+            except (KeyError, ValueError) as exc:
+                if self._source.dead_letter_stream is None and values:
+                    break  # the entries before it first; the next poll raises
+                dead.append((entry_id, fields, self._undecodable(entry_id, exc)))
+            self._last = entry_id.decode()
+        if dead:
+            try:
+                self._dead_letter(dead)
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                self._last = last  # read the batch again once Redis is back
+                self._lost(exc)
+                return [], []
         self._idle = not values
         return values, [now] * len(values)
 
-    def _record(self, entry_id: bytes, fields: Mapping[bytes, bytes]) -> Any:
-        try:
-            if self._source.field is None:
-                return {k.decode(): v.decode() for k, v in fields.items()}
-            return self._decode(fields[self._source.field.encode()])
-        except (KeyError, ValueError) as exc:
-            what = "no field" if isinstance(exc, KeyError) else "cannot decode"
-            raise ValueError(
-                f"Redis stream {self._key!r}, entry {entry_id.decode()}: {what} "
-                f"{self._source.field or 'map'!r} ({exc})"
+    def _record(self, fields: Mapping[bytes, bytes]) -> Any:
+        """The record of an entry's ``fields``; KeyError, ValueError."""
+        if self._source.field is None:
+            return {k.decode(): v.decode() for k, v in fields.items()}
+        return self._decode(fields[self._source.field.encode()])
+
+    def _undecodable(self, entry_id: bytes, exc: Exception) -> str:
+        """Why the entry ``entry_id`` is not a record; raises
+        :class:`UndecodableEntryError` saying what to fix without a dead-letter stream."""
+        field = self._source.field
+        if field is None:
+            what = f"cannot decode its field map as UTF-8 text ({exc})"
+        elif isinstance(exc, KeyError):
+            what = f"no field {field!r}"
+        else:
+            what = f"cannot decode field {field!r} as {self._source.codec} ({exc})"
+        why = f"Redis stream {self._key!r}, entry {entry_id.decode()}: {what}"
+        if self._source.dead_letter_stream is None:
+            raise UndecodableEntryError(
+                f"{why}; fix its producer, choose another field or codec, or set "
+                "dead_letter_stream to set such entries aside"
             ) from exc
+        return why
+
+    def _dead_letter(self, dead: list[tuple[bytes, Mapping[bytes, bytes], str]]) -> None:
+        """Add the entries ``dead`` (id, fields, why) to the dead-letter stream, in one
+        pipeline; raises :class:`redis.ConnectionError` or :class:`redis.TimeoutError`
+        (then some may have been added: they are added again)."""
+        source = redacted(self._source.url)
+        with self._client.pipeline(transaction=False) as pipe:
+            for entry_id, fields, why in dead:
+                named = dict(
+                    zip(DEAD_LETTER_FIELDS, (source, self._key, entry_id, why), strict=True)
+                )
+                pipe.xadd(self._source.dead_letter_stream, {**fields, **named})
+            pipe.execute()
+        logger.warning(
+            "stream %s of %s: %d entries sent to dead-letter stream %r (first: %s)",
+            self._key, source, len(dead), self._source.dead_letter_stream, dead[0][2],
+        )  # fmt: skip
 
     def _lost(self, exc: Exception) -> None:
         delay = min(RETRY_MIN_S * 2**self._failures, RETRY_MAX_S)

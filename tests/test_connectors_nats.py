@@ -1,12 +1,15 @@
 """The NATS JetStream connectors against the machine's NATS server: the connector
-contract suites, decoding, an unreachable server, discovery, a consumer deleted and a
-connection dropped under a reader, and a word count job through the runtime with
-checkpoints."""
+contract suites, decoding, dead letters, an unreachable server, discovery, a consumer
+deleted and a connection dropped under a reader, and a word count job through the
+runtime with checkpoints; and against a nats-server of the test session's own with TLS
+and a user and password (tests/tls_servers.py): the options passed through, and a wrong
+password or an untrusted certificate named."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,8 +27,15 @@ from stream_servers import (
     unique,
     word_count,
 )
+from tls_servers import Pki, TlsServer, make_pki, running_nats
 
-from connectors.nats import IoLoop, JetStreamReader, JetStreamSink, JetStreamSource
+from connectors.nats import (
+    IoLoop,
+    JetStreamReader,
+    JetStreamSink,
+    JetStreamSource,
+    UndecodableMessageError,
+)
 from controlplane.statuses import JobStatus
 from tests.connector_contract import check_partitioned_source, check_two_phase_sink, drain
 
@@ -186,6 +196,92 @@ def test_records_are_decoded_as_configured(streams: Callable[..., Stream]) -> No
         read("utf-8", 10)
 
 
+def raw_messages(s: Stream, subject: str) -> list[Any]:
+    """The messages of ``subject`` in ``s`` as stored (payload and headers)."""
+
+    async def read(j: Any) -> list[Any]:
+        info = await j.stream_info(s.name)
+        found = []
+        for seq in range(info.state.first_seq, info.state.last_seq + 1):
+            msg = await j.get_msg(s.name, seq)
+            if msg.subject == subject:
+                found.append(msg)
+        return found
+
+    return js(read)
+
+
+def test_an_undecodable_message_fails_the_read_naming_it_and_what_to_do(
+    streams: Callable[..., Stream],
+) -> None:
+    s = streams()
+    subject = s.subject("x")
+    s.publish(subject, [b"a", b"\xff", b"c"])
+    reader = JetStreamSource(servers=NATS_URL, stream=s.name, bounded=True).open_partition(
+        subject, 0
+    )
+    try:
+        assert drain(reader, 1, wait_poll) == ["a"]  # the records before it first
+        with pytest.raises(UndecodableMessageError) as failed:
+            drain(reader, 10, wait_poll)
+        assert reader.position() == 1  # not passed: a recovery reads it again
+    finally:
+        reader.close()
+    message = str(failed.value)
+    assert f"subject '{subject}', sequence 2: cannot decode as utf-8" in message
+    assert "set dead_letter_subject" in message
+
+
+def test_undecodable_messages_go_to_the_dead_letter_subject_naming_where_they_were(
+    streams: Callable[..., Stream],
+) -> None:
+    s = streams()
+    subject, dead = s.subject("x"), s.subject("dead")
+    s.publish(subject, [b"1", b"{no", b"3", b"\xff"])
+    source = JetStreamSource(
+        servers=NATS_URL, stream=s.name, codec="json", bounded=True, dead_letter_subject=dead
+    )
+    assert source.partitions() == [subject]  # the dead letters are not a partition
+    reader = source.open_partition(subject, 0)
+    try:
+        assert drain(reader, 10, wait_poll) == [1, 3]
+        assert reader.position() == 4  # past the dead letters
+    finally:
+        reader.close()
+    letters = raw_messages(s, dead)
+    assert [m.data for m in letters] == [b"{no", b"\xff"]
+    assert [m.headers["Streampilot-Sequence"] for m in letters] == ["2", "4"]
+    for m in letters:
+        assert m.headers["Streampilot-Stream"] == s.name
+        assert m.headers["Streampilot-Subject"] == subject
+    assert "cannot decode as json" in letters[0].headers["Streampilot-Error"]
+    again = source.open_partition(subject, 0)  # a recovery to before them, within the window
+    try:
+        assert drain(again, 10, wait_poll) == [1, 3]
+    finally:
+        again.close()
+    assert len(raw_messages(s, dead)) == 2, "a dead letter sent again was not dropped"
+
+
+def test_a_dead_letter_subject_no_stream_captures_fails_the_read_saying_so(
+    streams: Callable[..., Stream],
+) -> None:
+    s = streams()
+    subject = s.subject("x")
+    s.publish(subject, [b"\xff"])
+    source = JetStreamSource(
+        servers=NATS_URL, stream=s.name, bounded=True, dead_letter_subject="SP_TEST_NOWHERE.dead"
+    )
+    reader = source.open_partition(subject, 0)
+    try:
+        with pytest.raises(ValueError, match=r"'SP_TEST_NOWHERE.dead'.*make a stream capture"):
+            drain(reader, 10, wait_poll)
+    finally:
+        reader.close()
+    with pytest.raises(ValueError, match=r"dead_letter_subject 'a.x' is one of the subjects"):
+        JetStreamSource(stream="A", subjects=("a.x",), dead_letter_subject="a.x")
+
+
 def test_an_unreachable_server_is_named_and_a_reader_of_it_retries() -> None:
     servers = f"nats://127.0.0.1:{closed_port()}"
     with pytest.raises(ConnectionError, match=rf"cannot reach NATS at {servers}"):
@@ -288,3 +384,102 @@ def test_a_word_count_from_jetstream_to_jetstream_is_exactly_the_reference(
     assert run_with_checkpoints(str(tmp_path / "checkpoints"), graph) == JobStatus.FINISHED
     got = sorted(tuple(r) for r in s.read(s.subject("counts")))
     assert got == running_counts(t for lines_ in texts.values() for t in lines_)
+
+
+# -- TLS and a user with a password -------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tls_nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TlsServer, Pki]]:
+    """A nats-server of the session's own: JetStream, TLS, a user and password."""
+    directory = tmp_path_factory.mktemp("tls-nats")
+    pki = make_pki(directory)
+    with running_nats(directory, pki) as server:
+        yield server, pki
+
+
+def tls_settings(server: TlsServer, ca: str, password: str | None = None) -> dict[str, Any]:
+    """A connector's connection settings for ``server``, trusting ``ca``."""
+    return {
+        "servers": f"nats://{server.address}",
+        "tls_ca": ca,
+        "options": {"user": server.user, "password": password or server.password},
+    }
+
+
+def on_tls_server(server: TlsServer, pki: Pki, question: Callable[[Any], Any]) -> Any:
+    async def ask() -> Any:
+        tls = ssl.create_default_context(cafile=pki.ca)
+        nc = await nats.connect(
+            f"nats://{server.address}", tls=tls, user=server.user, password=server.password
+        )
+        try:
+            return await question(nc.jetstream())
+        finally:
+            await nc.close()
+
+    return asyncio.run(ask())
+
+
+def test_the_source_and_sink_work_through_tls_and_a_password(
+    tls_nats: tuple[TlsServer, Pki],
+) -> None:
+    server, pki = tls_nats
+    name = unique("SP_TLS_")
+
+    async def fill(j: Any) -> None:
+        await j.add_stream(name=name, subjects=[f"{name}.>"])
+        for r in range(30):
+            await j.publish(f"{name}.in", json.dumps(r).encode())
+
+    on_tls_server(server, pki, fill)
+    try:
+        settings = tls_settings(server, pki.ca)
+        source = JetStreamSource(**settings, stream=name, codec="json", bounded=True)
+        assert source.partitions() == [f"{name}.in"]
+        reader = source.open_partition(f"{name}.in", 0)
+        try:
+            assert drain(reader, 100, wait_poll) == list(range(30))
+        finally:
+            reader.close()
+        writer = JetStreamSink(**settings, subject=f"{name}.out", stream=name).open(0, 1)
+        writer.transactional()
+        writer.write(["a", "b"])
+        writer.prepare(1)
+        writer.commit(1)
+        writer.close()
+
+        async def out(j: Any) -> list[Any]:
+            info = await j.stream_info(name, subjects_filter=">")
+            return [(await j.get_last_msg(name, f"{name}.out")).data, info.state.subjects]
+
+        last, subjects = on_tls_server(server, pki, out)
+        assert last == b'"b"' and subjects == {f"{name}.in": 30, f"{name}.out": 2}
+    finally:
+        on_tls_server(server, pki, lambda j: j.delete_stream(name))
+    assert not any(t.name == "nats-io" for t in threading.enumerate()), "IoLoop left running"
+
+
+@pytest.mark.parametrize("fault", ["wrong password", "untrusted certificate"])
+def test_a_wrong_password_or_an_untrusted_certificate_is_named_at_once(
+    tls_nats: tuple[TlsServer, Pki], fault: str
+) -> None:
+    """The submission (``partitions``) and the sink's first write fail at once, naming
+    the server and why."""
+    server, pki = tls_nats
+    if fault == "wrong password":
+        settings = tls_settings(server, pki.ca, password="not-the-password")
+        why = r"[Aa]uthorization"
+    else:
+        settings = tls_settings(server, pki.other_ca)
+        why = r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"
+    where = f"nats://{server.address}"
+    with pytest.raises(ConnectionError, match=rf"NATS at {where}.*({why})"):
+        JetStreamSource(**settings, stream="S").partitions()
+    writer = JetStreamSink(**settings, subject="S.out").open(0, 1)
+    try:
+        with pytest.raises(OSError, match=rf"at NATS {where}.*({why})"):
+            writer.write(["x"])
+    finally:
+        writer.abort()
+    assert not any(t.name == "nats-io" for t in threading.enumerate()), "IoLoop left running"

@@ -1,6 +1,8 @@
 """The Redis Streams connectors against the machine's Redis: the connector contract
-suites, decoding, an unreachable server, discovery, a connection dropped under a
-reader, and a word count job through the runtime with checkpoints."""
+suites, decoding, dead letters, an unreachable server, discovery, a connection dropped
+under a reader, and a word count job through the runtime with checkpoints; and against a
+Redis of the test session's own with TLS and a password (tests/tls_servers.py): the
+options passed through, and a wrong password or an untrusted certificate named."""
 
 from __future__ import annotations
 
@@ -24,8 +26,14 @@ from stream_servers import (
     unique,
     word_count,
 )
+from tls_servers import Pki, TlsServer, make_pki, running_redis
 
-from connectors.redis import RedisStreamReader, RedisStreamSink, RedisStreamSource
+from connectors.redis import (
+    RedisStreamReader,
+    RedisStreamSink,
+    RedisStreamSource,
+    UndecodableEntryError,
+)
 from controlplane.abstraction import AssignResource, Plan
 from controlplane.coordinator.checkpoint_report import CheckpointPolicy
 from controlplane.statuses import JobStatus
@@ -179,6 +187,72 @@ def test_records_are_decoded_as_configured(client: redis.Redis) -> None:
         read(10, field="other")
 
 
+def test_an_undecodable_entry_fails_the_read_naming_it_and_what_to_do(
+    client: redis.Redis,
+) -> None:
+    key = unique("sp-test-")
+    client.created.append(key)  # type: ignore[attr-defined]
+    client.xadd(key, {"value": "1"})
+    bad = client.xadd(key, {"value": b"{not json"}).decode()
+    client.xadd(key, {"value": "3"})
+    reader = RedisStreamSource(
+        streams=(key,), field="value", codec="json", bounded=True
+    ).open_partition(key, 0)
+    try:
+        assert reader.poll(0.0, 10) == ([1], [0.0])  # the entries before it first
+        with pytest.raises(UndecodableEntryError) as failed:
+            reader.poll(0.0, 10)
+        assert reader.position() != bad  # not passed: a recovery reads it again
+    finally:
+        reader.close()
+    message = str(failed.value)
+    assert f"stream '{key}', entry {bad}: cannot decode field 'value' as json" in message
+    assert "set dead_letter_stream" in message
+
+
+def test_undecodable_entries_go_to_the_dead_letter_stream_naming_where_they_were(
+    client: redis.Redis,
+) -> None:
+    key, dead = unique("sp-test-"), unique("sp-test-dead-")
+    client.created += [key, dead]  # type: ignore[attr-defined]
+    ids = [
+        client.xadd(key, fields).decode()
+        for fields in (
+            {"value": "1"}, {"value": b"\xff"}, {"other": "2"}, {"value": "3"}, {"value": "["},
+        )
+    ]  # fmt: skip
+    source = RedisStreamSource(
+        streams=(key,),
+        field="value",
+        codec="json",
+        bounded=True,
+        dead_letter_stream=dead,
+    )
+    reader = source.open_partition(key, 0)
+    try:
+        assert drain(reader, 10) == [1, 3]
+        assert reader.position() == ids[-1]  # past the dead letters
+    finally:
+        reader.close()
+    letters = client.xrange(dead)
+    assert [fields[b"streampilot-id"].decode() for _, fields in letters] == [ids[1], ids[2], ids[4]]
+    raw = [{k: v for k, v in f.items() if not k.startswith(b"streampilot-")} for _, f in letters]
+    assert raw == [{b"value": b"\xff"}, {b"other": b"2"}, {b"value": b"["}]
+    for _, fields in letters:
+        assert fields[b"streampilot-stream"] == key.encode()
+        assert fields[b"streampilot-source"] == REDIS_URL.encode()
+    errors = [fields[b"streampilot-error"].decode() for _, fields in letters]
+    assert "cannot decode field 'value' as json" in errors[0]
+    assert f"entry {ids[2]}: no field 'value'" in errors[1]
+
+
+def test_a_dead_letter_stream_among_the_streams_read_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"dead_letter_stream 'in:dead' is one of the streams"):
+        RedisStreamSource(pattern="in:*", dead_letter_stream="in:dead")
+    with pytest.raises(ValueError, match=r"dead_letter_stream 'a' is one of the streams"):
+        RedisStreamSource(streams=("a", "b"), dead_letter_stream="a")
+
+
 def test_an_unreachable_redis_is_named_and_a_reader_of_it_retries() -> None:
     url = f"redis://user:secret@127.0.0.1:{closed_port()}/0"
     with pytest.raises(ConnectionError, match=r"cannot reach Redis at redis://user:\*\*\*@127"):
@@ -289,3 +363,87 @@ def test_a_sink_task_moved_live_then_a_worker_killed_leaves_the_stream_exact(
     assert faults.wait(job, JOB_WAIT_S) == JobStatus.FINISHED, job.error
     want = counts_reference(source.open_partition(p, 0.0) for p in source.partitions())
     assert sorted(tuple(r) for r in read_stream(client, out)) == [tuple(r) for r in want]
+
+
+# -- TLS and a password -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TlsServer, Pki]]:
+    """A redis-server of the session's own: TLS only, a password (tests/tls_servers.py)."""
+    directory = tmp_path_factory.mktemp("tls-redis")
+    pki = make_pki(directory)
+    with running_redis(directory, pki) as server:
+        yield server, pki
+
+
+def test_the_source_and_sink_work_through_tls_and_a_password(
+    tls_redis: tuple[TlsServer, Pki],
+) -> None:
+    """The password in the URL (the sink) or in ``options`` (the source), the CA in
+    ``options``: both go to redis-py as they are."""
+    server, pki = tls_redis
+    url = f"rediss://{server.address}"
+    options = {"password": server.password, "ssl_ca_certs": pki.ca}
+    key, out = unique("sp-test-"), unique("sp-test-out-")
+    admin = redis.Redis.from_url(url, **options)
+    try:
+        for r in range(50):
+            admin.xadd(key, {"value": json.dumps(r)})
+        source = RedisStreamSource(
+            url=url,
+            pattern="sp-test-*",
+            field="value",
+            codec="json",
+            bounded=True,
+            options=options,
+        )
+        assert source.partitions() == [key]
+        reader = source.open_partition(key, 0)
+        try:
+            assert drain(reader, 100) == list(range(50))
+        finally:
+            reader.close()
+        sink = RedisStreamSink(
+            url=f"rediss://default:{server.password}@{server.address}",
+            stream=out,
+            options={"ssl_ca_certs": pki.ca},
+        )
+        writer = opened(sink)
+        writer.write(["a", "b"])
+        writer.prepare(1)
+        writer.commit(1)
+        writer.close()
+        assert read_stream(admin, out) == ["a", "b"]
+    finally:
+        admin.flushall()
+        admin.close()
+
+
+@pytest.mark.parametrize("fault", ["wrong password", "untrusted certificate"])
+def test_a_wrong_password_or_an_untrusted_certificate_is_named_at_once(
+    tls_redis: tuple[TlsServer, Pki], fault: str
+) -> None:
+    """The submission (``partitions``) and the sink's first write fail at once, naming
+    the server and why; the password is not shown."""
+    server, pki = tls_redis
+    if fault == "wrong password":
+        options = {"password": "not-the-password", "ssl_ca_certs": pki.ca}
+        why = r"invalid username-password pair|WRONGPASS"
+    else:
+        options = {"password": server.password, "ssl_ca_certs": pki.other_ca}
+        why = r"certificate verify failed"
+    url = f"rediss://{server.address}"
+    for source in (
+        RedisStreamSource(url=url, streams=("s",), options=options),
+        RedisStreamSource(url=url, pattern="s*", options=options),
+    ):
+        with pytest.raises(ConnectionError, match=rf"Redis at {url}.*({why})") as failed:
+            source.partitions()
+        assert "not-the-password" not in str(failed.value)
+    writer = RedisStreamSink(url=url, stream="s", options=options).open(0, 1)
+    try:
+        with pytest.raises(OSError, match=rf"stream 's' at {url}.*({why})"):
+            writer.write(["x"])
+    finally:
+        writer.abort()
