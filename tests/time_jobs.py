@@ -10,6 +10,7 @@ event ``n`` happens at ``BASE_MS + n * step_ms`` less a seeded delay below
 from __future__ import annotations
 
 import math
+import os
 import random
 from collections import defaultdict
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ class Events(PartitionedSource):
     disorder_ms: int = 300
     seed: int = 1
     partitions_count: int = 4
+    held: str | None = None  # while this file exists, an exhausted partition waits (empty)
 
     @property
     def bounded(self) -> bool:  # type: ignore[override]
@@ -71,7 +73,8 @@ class EventsReader(SourceReader):
 
     def poll(self, now: float, max_records: int) -> tuple[list, list[float]] | None:
         if self.next >= self.source.events:
-            return None
+            held = self.source.held
+            return ([], []) if held is not None and os.path.exists(held) else None
         values, stamps = [], []
         while self.next < self.source.events and len(values) < max_records:
             due = self.due(self.next)
@@ -83,6 +86,8 @@ class EventsReader(SourceReader):
         return values, stamps
 
     def next_due(self, now: float) -> float:
+        if self.next >= self.source.events:
+            return now + 0.05  # held: looks again for the file soon
         return self.due(self.next)
 
     def position(self) -> int:
@@ -123,6 +128,7 @@ def source_of(params: dict[str, Any]) -> Events:
         step_ms=int(params.get("step_ms", 10)),
         disorder_ms=int(params.get("disorder_ms", 300)),
         partitions_count=int(params.get("partitions", 4)),
+        held=params.get("held"),
     )
 
 
