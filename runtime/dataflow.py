@@ -495,6 +495,72 @@ class KeyedStream(Stream):
             raise DataflowError(f"operator {name!r}: {exc}") from None
         return self._then(name, "keyed", logic, parallelism, max_parallelism=max_parallelism)
 
+    def connect(self, other: KeyedStream) -> ConnectedStreams:
+        """This stream (the left side) and ``other`` (the right), into one keyed operator:
+        records of the same key meet in the same task and state (:mod:`runtime.joins`)."""
+        if not isinstance(other, KeyedStream):
+            raise DataflowError("connect(...) takes a keyed stream: call key_by(...) on it first")
+        mine = {p.upstream for p in self._inputs}
+        shared = sorted(mine & {p.upstream for p in other._inputs})
+        if shared:
+            raise DataflowError(
+                f"connect: operator(s) {', '.join(map(repr, shared))} feed both sides; "
+                "split the stream with a map per side first"
+            )
+        from .joins import LEFT, RIGHT, Sided
+
+        def sided(stream: KeyedStream, side: int) -> tuple[_Pending, ...]:
+            return tuple(
+                _Pending(p.upstream, p.partitioning, Sided(p.key, side)) for p in stream._inputs
+            )
+
+        return ConnectedStreams(self._flow, sided(self, LEFT) + sided(other, RIGHT))
+
+
+class ConnectedStreams(KeyedStream):
+    """Two keyed streams into one keyed operator (see :meth:`KeyedStream.connect`):
+    :meth:`process` with a :class:`runtime.joins.CoProcessFunction`, or a join."""
+
+    def interval_join(
+        self,
+        name: str,
+        lower_s: float,
+        upper_s: float,
+        join: Callable[[Any, Any], Any],
+        *,
+        parallelism: int | None = None,
+        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+    ) -> Stream:
+        """``join(l, r)`` for each left ``l`` and right ``r`` of a key with ``l.t +
+        lower_s <= r.t <= l.t + upper_s`` (event time; :class:`runtime.joins.IntervalJoin`)."""
+        from .joins import IntervalJoin
+
+        try:
+            logic = IntervalJoin(lower_s, upper_s, join)
+        except ValueError as exc:
+            raise DataflowError(f"operator {name!r}: {exc}") from None
+        return self.process(name, logic, parallelism=parallelism, max_parallelism=max_parallelism)
+
+    def window_join(
+        self,
+        name: str,
+        assigner: Any,
+        join: Callable[[Any, Any], Any],
+        *,
+        parallelism: int | None = None,
+        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+    ) -> Stream:
+        """``join(l, r)`` for each left ``l`` and right ``r`` of a key in the same window
+        (a ``Tumbling`` or ``Sliding`` one, event time), when it closes
+        (:class:`runtime.joins.WindowJoin`)."""
+        from .joins import WindowJoin
+
+        try:
+            logic = WindowJoin(assigner, join)
+        except ValueError as exc:
+            raise DataflowError(f"operator {name!r}: {exc}") from None
+        return self.process(name, logic, parallelism=parallelism, max_parallelism=max_parallelism)
+
 
 def load_job(ref: str, params: Mapping[str, Any] | None = None) -> JobGraph:
     """Resolve ``package.module:callable``, call it with ``params`` and compile the result.

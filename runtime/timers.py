@@ -95,12 +95,14 @@ class KeyContext(ValueState):
     (``get`` / ``set`` / ``clear``), ``timestamp`` (the record's, or the timer's time in
     ``on_timer``), ``watermark`` (the task's event-time watermark), ``processing_time``
     (the wall clock when the call began), ``in_processing_time`` (in ``on_timer``: the
-    timer is a processing-time one) and ``timers``."""
+    timer is a processing-time one), ``side`` (of a connected stream: which input the
+    record came from, see :mod:`runtime.joins`) and ``timers``."""
 
     __slots__ = (
         "in_processing_time",
         "late",
         "processing_time",
+        "side",
         "timers",
         "timestamp",
         "watermark",
@@ -114,6 +116,7 @@ class KeyContext(ValueState):
         self.processing_time = 0.0
         self.in_processing_time = False
         self.late = 0  # records the logic took as late (windows): counted in the metrics
+        self.side = 0  # the input of a connected stream the record came from (runtime.joins)
 
 
 class KeyedProcessFunction:

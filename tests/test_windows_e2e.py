@@ -21,7 +21,7 @@ from runtime.dataflow import load_job
 from runtime.sinks import read_parts
 from tests import faults_support
 from tests.api_support import wait_until
-from tests.time_jobs import read_windows, timers_reference, window_reference
+from tests.time_jobs import join_reference, read_windows, timers_reference, window_reference
 
 pytestmark = pytest.mark.slow
 
@@ -100,31 +100,33 @@ def test_windows_close_while_the_job_runs_and_tasks_report_their_watermarks(
     assert read_windows(str(tmp_path)) == window_reference(params)
 
 
-def partitions_of(a: Any) -> dict[str, list[str]]:
-    return {t.id: list(t.workload.partitions) for t in a.operator("events").tasks}
+def partitions_of(a: Any, source: str) -> dict[str, list[str]]:
+    return {t.id: list(t.workload.partitions) for t in a.operator(source).tasks}
 
 
-def random_window_plan(rng: random.Random, a: Any) -> tuple[str, Plan]:
-    """A plan on the window operator (rebalance, rescale, migration; half of them fluid)
-    or one moving a partition between the source's two tasks."""
+def random_plan(
+    rng: random.Random, a: Any, op: str = "window", source: str = "events"
+) -> tuple[str, Plan]:
+    """A plan on keyed operator ``op`` (rebalance, rescale, migration; half of them
+    fluid) or one moving a partition between the two tasks of ``source``."""
     kind = rng.choice(["rebalance", "scale", "migrate", "partition"])
-    window = a.operator("window")
+    window = a.operator(op)
     if kind == "rebalance":
         loads = {g: rng.random() for t in window.tasks for g in t.workload.key_groups}
-        plan = rebalance(a, "window", loads)
+        plan = rebalance(a, op, loads)
     elif kind == "scale":
-        plan = scale(a, "window", rng.choice([n for n in (1, 2, 3) if n != len(window.tasks)]))
+        plan = scale(a, op, rng.choice([n for n in (1, 2, 3) if n != len(window.tasks)]))
     elif kind == "migrate":
         task = rng.choice(window.tasks)
         workers = [w.id for w in a.workers if w.status == "alive"]
         plan = migrate(a, task.id, rng.choice([w for w in workers if w != task.resources.worker]))
     else:
-        before = partitions_of(a)
+        before = partitions_of(a, source)
         owner = rng.choice([t for t, p in before.items() if len(p) > 1])
         other = next(t for t in before if t != owner)
         moved = before[owner][rng.randrange(len(before[owner]))]
         after = {owner: [p for p in before[owner] if p != moved], other: [*before[other], moved]}
-        return kind, Plan(a.version, (AssignWorkload("events", after),))
+        return kind, Plan(a.version, (AssignWorkload(source, after),))
     if rng.random() < 0.5:
         return f"{kind} (fluid)", replace(plan, mode="fluid", batch_size=rng.choice([8, None]))
     return kind, plan
@@ -145,14 +147,28 @@ def test_windows_stay_exact_through_random_live_plans(
         "held": str(held_end),
     }
     job = cluster.submit(load_job(WINDOWED, params))
-    rng = random.Random(seed)
-    applied = []
+    applied = run_random_plans(cluster, job, held_end, random.Random(seed))
+    del params["held"]
+    assert read_windows(str(tmp_path)) == window_reference(params), applied
+
+
+def run_random_plans(
+    cluster: BackgroundCluster,
+    job: Any,
+    held_end: Path,
+    rng: random.Random,
+    op: str = "window",
+    source: str = "events",
+) -> list[str]:
+    """Five random plans (:func:`random_plan`) on ``job`` once its ``op`` has a watermark,
+    each completed; then its end is released and it finishes. Returns what was applied."""
+    applied: list[str] = []
     try:
-        wait_until(lambda: job.done or event_time_of(job, "window-0"), WAIT_S, "a watermark")
+        wait_until(lambda: job.done or event_time_of(job, f"{op}-0"), WAIT_S, "a watermark")
         for _ in range(12):
             if len(applied) == 5:
                 break
-            kind, plan = random_window_plan(rng, job.abstraction)
+            kind, plan = random_plan(rng, job.abstraction, op, source)
             if not plan.ops:
                 continue
             rec = cluster.call(cluster.coordinator.apply_plan(job.id, plan))
@@ -162,8 +178,27 @@ def test_windows_stay_exact_through_random_live_plans(
         held_end.unlink()
     assert cluster.wait(job, WAIT_S) == "finished", job.error
     assert len(applied) == 5, applied
+    return applied
+
+
+@pytest.mark.parametrize("join", ["interval", "window"])
+def test_joins_equal_their_reference_through_random_live_plans(
+    cluster: BackgroundCluster, tmp_path: Path, held_end: Path, join: str
+) -> None:
+    """Two event-time streams joined per key (interval join, tumbling window join): each
+    pair once, also while the join operator is rebalanced, rescaled and migrated and the
+    left source's partitions move (the buffered records and their timers go along)."""
+    params = {
+        "events": 24_000,
+        "rate": 8_000,
+        "join": join,
+        "output": str(tmp_path),
+        "held": str(held_end),
+    }
+    job = cluster.submit(load_job("tests.time_jobs:join_job", params))
+    applied = run_random_plans(cluster, job, held_end, random.Random(7), "join", "left")
     del params["held"]
-    assert read_windows(str(tmp_path)) == window_reference(params), applied
+    assert read_windows(str(tmp_path)) == join_reference(params), applied
 
 
 def test_a_worker_killed_under_checkpoints_leaves_the_windows_exact(

@@ -228,3 +228,70 @@ def timers_reference(params: dict[str, Any]) -> list[tuple]:
     for key, ms, value in source_of(params).all():
         sums[(key, math.floor(ms / 1000) + 1.0)] += value
     return sorted((k, end, total) for (k, end), total in sums.items())
+
+
+# -- joins -------------------------------------------------------------------------------
+
+
+INTERVAL = (-0.2, 0.3)  # a right event pairs with a left one from 200 ms before to 300 after
+
+
+def pair(left: tuple, right: tuple) -> tuple:
+    return (left[0], left[1], right[1], left[2] + right[2])
+
+
+def sides_of(params: dict[str, Any]) -> tuple[Events, Events]:
+    left = source_of(params)
+    right = Events(
+        events=left.events // 2,
+        rate=None if left.rate is None else left.rate / 2,
+        keys=left.keys,
+        step_ms=left.step_ms * 2,
+        disorder_ms=left.disorder_ms,
+        seed=2,
+        partitions_count=2,
+        held=left.held,
+    )
+    return left, right
+
+
+def join_job(params: dict[str, Any]) -> Dataflow:
+    """left, right -> join per key (params["join"]: "interval" within INTERVAL, or
+    "window": tumbling 1 s) -> out."""
+    from runtime.windows import Tumbling
+
+    flow = Dataflow("joined")
+    left_src, right_src = sides_of(params)
+    left = flow.source("left", left_src, parallelism=2, event_time=event_time(params))
+    right = flow.source("right", right_src, parallelism=1, event_time=event_time(params))
+    both = left.key_by(key_of).connect(right.key_by(key_of))
+    parallelism = int(params.get("parallelism", 2))
+    if params.get("join", "interval") == "interval":
+        joined = both.interval_join("join", *INTERVAL, pair, parallelism=parallelism)
+    else:
+        joined = both.window_join("join", Tumbling(1.0), pair, parallelism=parallelism)
+    joined.sink("out", Collect(params["output"]))
+    return flow
+
+
+def join_reference(params: dict[str, Any]) -> list[tuple]:
+    from runtime.joins import IntervalJoin
+    from runtime.windows import Tumbling
+
+    left_src, right_src = sides_of(params)
+    rights: dict[str, list] = defaultdict(list)
+    for r in right_src.all():
+        rights[r[0]].append(r)
+    out = []
+    interval = IntervalJoin(*INTERVAL, pair)
+    window = Tumbling(1.0)
+    for left in left_src.all():
+        for right in rights[left[0]]:
+            lt, rt = left[1] / 1000, right[1] / 1000
+            if params.get("join", "interval") == "interval":
+                matched = interval.pairs(lt, rt)
+            else:
+                matched = window.assign(lt) == window.assign(rt)
+            if matched:
+                out.append(pair(left, right))
+    return sorted(out)

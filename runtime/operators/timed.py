@@ -108,6 +108,7 @@ class TimedKeyedProcessor(KeyedProcessor):
         ctx.watermark = self.watermark
         ctx.processing_time = time.time()
         ctx.in_processing_time = False
+        side = ctx.side = getattr(key_fn, "side", 0)
         out_v: list = []
         out_t: list = []
         v = k = None
@@ -125,7 +126,7 @@ class TimedKeyedProcessor(KeyedProcessor):
                     waiting = awaiting.get(g)
                     if waiting is None:
                         raise KeyGroupNotOwnedError(self.task_id, g)
-                    waiting.append((k, v, t))  # its state is on its way
+                    waiting.append((k, v, t, side))  # its state is on its way
                     continue
                 counts[g] += 1
                 self._call(g, store, k, v, t, out_v, out_t)
@@ -166,7 +167,7 @@ class TimedKeyedProcessor(KeyedProcessor):
             out_t: list = []
             v = k = None
             try:
-                for k, v, t in waiting:
+                for k, v, t, self.ctx.side in waiting:
                     self._call(group, store, k, v, t, out_v, out_t)
             except Exception as exc:
                 raise self._fail(exc, v, k, keyed=True) from exc
