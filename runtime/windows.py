@@ -12,7 +12,8 @@ Time. On event time (the default; the source needs an
 reaches ``end - RESOLUTION_S`` (every record before ``end`` has come), and its result is
 stamped ``end - RESOLUTION_S``, so that a window of the same size downstream puts it in
 the window it closes. On processing time (``time="processing"``) records fall in windows
-by the wall clock when they are processed, and windows close by it.
+by the wall clock when they are processed, and windows close by it. When a bounded job's
+input ends, every window still open closes.
 
 Lateness. A record is *late* when every window it falls in has closed more than
 ``allowed_lateness_s`` ago (by the watermark). Late records are dropped, counted in the

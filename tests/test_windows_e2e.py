@@ -21,7 +21,13 @@ from runtime.dataflow import load_job
 from runtime.sinks import read_parts
 from tests import faults_support
 from tests.api_support import wait_until
-from tests.time_jobs import join_reference, read_windows, timers_reference, window_reference
+from tests.time_jobs import (
+    BASE_MS,
+    join_reference,
+    read_windows,
+    timers_reference,
+    window_reference,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -224,3 +230,72 @@ def test_a_worker_killed_under_checkpoints_leaves_the_windows_exact(
     assert faults.wait(job, WAIT_S) == JobStatus.FINISHED, job.error
     del params["held"]
     assert read_windows(str(tmp_path)) == window_reference(params)
+
+
+@pytest.mark.parametrize("idle_timeout_s", [None, 0.5])
+def test_a_quiet_partition_holds_time_back_unless_it_turns_idle(
+    cluster: BackgroundCluster, tmp_path: Path, held_end: Path, idle_timeout_s: float | None
+) -> None:
+    """Partition p3 has no event after the 4,000th (its time: BASE + 40 s). Without an
+    idle timeout the job's watermark waits for it however far the other partitions go;
+    with one, p3 turns idle and windows close on the others' time. Either way the windows
+    are exact in the end."""
+    quiet = 4_000
+    params = {
+        "events": 40_000,
+        "rate": 10_000,
+        "window": "tumbling",
+        "output": str(tmp_path),
+        "held": str(held_end),
+        "quiet_from": quiet,
+        "idle_timeout_s": idle_timeout_s,
+    }
+    quiet_time = (BASE_MS + quiet * 10) / 1000
+    job = cluster.submit(load_job(WINDOWED, params))
+    try:
+        reader_of_p3 = next(
+            t.id for t in job.abstraction.operator("events").tasks if "p3" in t.workload.partitions
+        )
+        other = next(t for t in job.graph.operator("events").task_ids() if t != reader_of_p3)
+
+        def beyond(task: str) -> bool:
+            report = event_time_of(job, task)
+            return bool(report and report["watermark"] and report["watermark"] > quiet_time + 5)
+
+        watched = "window-0" if idle_timeout_s else other
+        wait_until(lambda: job.done or beyond(watched), WAIT_S, f"{watched}'s watermark to pass")
+        assert not job.done, job.error
+        windows = [
+            s["event_time"]["watermark"]
+            for _, t, s in job.metrics.samples
+            if t.startswith("window-") and s.get("event_time", {}).get("watermark")
+        ]
+        if idle_timeout_s is None:
+            assert windows and max(windows) <= quiet_time, (max(windows), quiet_time)
+        else:
+            assert max(windows) > quiet_time + 5
+    finally:
+        held_end.unlink()
+    assert cluster.wait(job, WAIT_S) == "finished", job.error
+    del params["held"]
+    assert read_windows(str(tmp_path)) == window_reference(params)
+
+
+def test_processing_time_windows_count_every_record_once(
+    cluster: BackgroundCluster, tmp_path: Path
+) -> None:
+    """Windows on the wall clock (processing-time timers): which window a record falls in
+    depends on when it is processed, but each record is counted once, each window emitted
+    once."""
+    params = {"events": 20_000, "rate": 10_000, "window": "tumbling", "time": "processing"}
+    job = cluster.run(load_job(WINDOWED, {**params, "output": str(tmp_path)}), timeout=WAIT_S)
+    assert job.status == "finished", job.error
+    got = read_windows(str(tmp_path))
+    assert len({(k, s, e) for k, s, e, _ in got}) == len(got)
+    per_key: dict[str, int] = {}
+    for key, _start, _end, n in got:
+        per_key[key] = per_key.get(key, 0) + n
+    expected: dict[str, int] = {}
+    for key, _s, _e, n in window_reference(params):
+        expected[key] = expected.get(key, 0) + n
+    assert per_key == expected

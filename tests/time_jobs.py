@@ -36,6 +36,14 @@ class Events(PartitionedSource):
     seed: int = 1
     partitions_count: int = 4
     held: str | None = None  # while this file exists, an exhausted partition waits (empty)
+    quiet_from: int | None = None  # the last partition has no event from this one on
+
+    def has(self, n: int) -> bool:
+        """Whether event ``n`` is in the stream."""
+        quiet = (
+            self.quiet_from is not None and n % self.partitions_count == self.partitions_count - 1
+        )
+        return n < self.events and not (quiet and n >= self.quiet_from)
 
     @property
     def bounded(self) -> bool:  # type: ignore[override]
@@ -57,7 +65,7 @@ class Events(PartitionedSource):
         raise NotImplementedError("Events is read by partition")
 
     def all(self) -> list[tuple[str, int, int]]:
-        return [self.event(n) for n in range(self.events)]
+        return [self.event(n) for n in range(self.events) if self.has(n)]
 
 
 class EventsReader(SourceReader):
@@ -72,11 +80,11 @@ class EventsReader(SourceReader):
         return self.start if not rate else self.start + n / rate
 
     def poll(self, now: float, max_records: int) -> tuple[list, list[float]] | None:
-        if self.next >= self.source.events:
+        if not self.source.has(self.next):
             held = self.source.held
             return ([], []) if held is not None and os.path.exists(held) else None
         values, stamps = [], []
-        while self.next < self.source.events and len(values) < max_records:
+        while self.source.has(self.next) and len(values) < max_records:
             due = self.due(self.next)
             if due > now:
                 break
@@ -86,7 +94,7 @@ class EventsReader(SourceReader):
         return values, stamps
 
     def next_due(self, now: float) -> float:
-        if self.next >= self.source.events:
+        if not self.source.has(self.next):
             return now + 0.05  # held: looks again for the file soon
         return self.due(self.next)
 
@@ -129,12 +137,16 @@ def source_of(params: dict[str, Any]) -> Events:
         disorder_ms=int(params.get("disorder_ms", 300)),
         partitions_count=int(params.get("partitions", 4)),
         held=params.get("held"),
+        quiet_from=params.get("quiet_from"),
     )
 
 
 def event_time(params: dict[str, Any]) -> EventTime:
     return EventTime(
-        event_ms, max_out_of_orderness_s=params.get("disorder_ms", 300) / 1000, per_second=1000
+        event_ms,
+        max_out_of_orderness_s=params.get("disorder_ms", 300) / 1000,
+        idle_timeout_s=params.get("idle_timeout_s"),
+        per_second=1000,
     )
 
 
@@ -154,6 +166,7 @@ def windowed_job(params: dict[str, Any]) -> Dataflow:
         "window",
         SOURCE_KINDS[kind],
         aggregate=aggregate,
+        time=params.get("time", "event"),
         parallelism=int(params.get("parallelism", 2)),
     )
     windows.sink("out", Collect(params["output"]))

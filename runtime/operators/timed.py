@@ -14,8 +14,7 @@ change tracking for checkpoints and copies made ahead) and also:
    the processing-time ones;
 4. a key group whose state arrives in fluid mode has its waiting records processed first,
    then its timers due by then fired;
-5. at the end of its input, fires every event-time timer left when the watermark is
-   final (``inf``).
+5. at the end of its input, fires every timer left, event time first.
 
 A heap entry whose group left, or whose time no longer holds a timer, is skipped.
 """
@@ -246,5 +245,8 @@ class TimedKeyedProcessor(KeyedProcessor):
         self.outputs.emit(out_v, out_t)
 
     def close(self) -> None:
-        if self.watermark == math.inf:
-            self._fire(False, math.inf)
+        """Every input has ended: nothing more can come, so every timer left fires (event
+        time as at the final watermark, then processing time)."""
+        self.watermark = math.inf
+        self._fire(False, math.inf)
+        self._fire(True, math.inf)
