@@ -37,7 +37,7 @@ from typing import Any
 
 from .codec import packb
 from .errors import StreamRuntimeError
-from .records import Barrier, Batch, EndOfStream
+from .records import Barrier, Batch, EndOfStream, Watermark
 
 __all__ = [
     "ChannelError",
@@ -260,7 +260,7 @@ class OutputChannel:
             self._deliver_batch(values[i : i + batch_size], stamps[i : i + batch_size])
         self.records_sent += end
 
-    async def send_control(self, item: Barrier | EndOfStream, batch_size: int) -> None:
+    async def send_control(self, item: Barrier | Watermark | EndOfStream, batch_size: int) -> None:
         """Flush pending records, then send ``item`` (in order after them)."""
         await self.flush(batch_size)
         await self._acquire()
@@ -273,7 +273,7 @@ class OutputChannel:
     def _deliver_batch(self, values: list, stamps: list) -> None:
         raise NotImplementedError
 
-    def _deliver_control(self, item: Barrier | EndOfStream) -> None:
+    def _deliver_control(self, item: Barrier | Watermark | EndOfStream) -> None:
         raise NotImplementedError
 
 
@@ -298,5 +298,5 @@ class LocalOutputChannel(OutputChannel):
         self.bytes_sent += self._bytes_per_record * len(values)
         self.receiver.push(Batch(values, stamps), self.grant)
 
-    def _deliver_control(self, item: Barrier | EndOfStream) -> None:
+    def _deliver_control(self, item: Barrier | Watermark | EndOfStream) -> None:
         self.receiver.push(item, self.grant)

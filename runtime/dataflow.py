@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from . import codeload
 from .errors import StreamRuntimeError
+from .eventtime import EventTime
 from .io import PartitionedSource, Sink, Source
 from .keygroups import DEFAULT_MAX_PARALLELISM
 
@@ -129,7 +130,8 @@ class InputSpec:
 class OperatorSpec:
     """One operator: its kind, logic, parallelism and inputs; ``partitions`` the names a
     partitioned source listed when the job was submitted (``()`` until then: a worker
-    lists them; None for any other operator)."""
+    lists them; None for any other operator); ``event_time`` how a source's records carry
+    event time (:mod:`runtime.eventtime`; None: ingestion time)."""
 
     name: str
     kind: Kind
@@ -138,6 +140,7 @@ class OperatorSpec:
     inputs: tuple[InputSpec, ...] = ()
     max_parallelism: int = DEFAULT_MAX_PARALLELISM
     partitions: tuple[str, ...] | None = None
+    event_time: EventTime | None = None
 
     @property
     def keyed(self) -> bool:
@@ -263,6 +266,15 @@ def _validate_operator(op: OperatorSpec, ops: Mapping[str, OperatorSpec]) -> Non
             raise DataflowError(f"{where}: only a source has partitions")
         if op.partitions:  # () until a worker lists them, when the job is submitted
             checked_partitions(op, op.partitions)
+    if op.event_time is not None:
+        if op.kind != "source":
+            raise DataflowError(f"{where}: only a source assigns event time")
+        if not isinstance(op.event_time, EventTime | Pickled):
+            raise DataflowError(
+                f"{where}: event_time must be a runtime.eventtime.EventTime, got {op.event_time!r}"
+            )
+        if isinstance(op.event_time, EventTime) and not isinstance(op.event_time.timestamp, str):
+            _check_picklable(op.name, "event-time timestamp", op.event_time.timestamp)
     if op.kind == "source":
         if op.inputs:
             raise DataflowError(f"{where}: a source has no inputs")
@@ -343,9 +355,18 @@ class Dataflow:
         self.name = name
         self._ops: list[OperatorSpec] = []
 
-    def source(self, name: str, source: Source, *, parallelism: int = 1) -> Stream:
-        """Add a source operator; returns its output stream."""
-        return self._add(OperatorSpec(name, "source", source, parallelism))
+    def source(
+        self,
+        name: str,
+        source: Source,
+        *,
+        parallelism: int = 1,
+        event_time: EventTime | None = None,
+    ) -> Stream:
+        """Add a source operator; returns its output stream. With ``event_time`` its
+        records are stamped with their event time and its tasks send watermarks (see
+        :mod:`runtime.eventtime`): what windows and event-time timers run on."""
+        return self._add(OperatorSpec(name, "source", source, parallelism, event_time=event_time))
 
     def union(self, *streams: Stream) -> Stream:
         """One stream reading from all of ``streams`` (the next operator gets several inputs)."""
@@ -440,8 +461,105 @@ class KeyedStream(Stream):
         parallelism: int | None = None,
         max_parallelism: int = DEFAULT_MAX_PARALLELISM,
     ) -> Stream:
-        """``fn(key, record, state)`` per record; returns an iterable of outputs or None."""
+        """``fn(key, record, state)`` per record; returns an iterable of outputs or None.
+        A ``fn`` with an ``on_timer`` method (a :class:`runtime.timers.KeyedProcessFunction`)
+        gets a :class:`runtime.timers.KeyContext` as ``state``: timers, the record's
+        timestamp and the watermark."""
         return self._then(name, "keyed", fn, parallelism, max_parallelism=max_parallelism)
+
+    def window(
+        self,
+        name: str,
+        assigner: Any,
+        *,
+        aggregate: Any = None,
+        apply: Callable[[Any, float, float, list], Any] | None = None,
+        allowed_lateness_s: float = 0.0,
+        late: Literal["drop", "emit"] = "drop",
+        emit: Literal["close", "update"] = "close",
+        time: Literal["event", "processing"] = "event",
+        parallelism: int | None = None,
+        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+    ) -> Stream:
+        """Windows per key (:mod:`runtime.windows`): ``assigner`` is a ``Tumbling``,
+        ``Sliding``, ``Session`` or ``CountWindow``; give ``aggregate`` (an incremental
+        ``Aggregate``: ``Count()``, ``Sum(of)``, ``Mean(of)``, ``Reduce(fn)``...) or
+        ``apply(key, start, end, records)``. Emits a ``WindowResult(key, start, end,
+        value)`` per window (or what ``apply`` returns). Bad options raise
+        :class:`DataflowError` naming the operator."""
+        from .windows import WindowLogic
+
+        try:
+            logic = WindowLogic(assigner, aggregate, apply, allowed_lateness_s, late, emit, time)
+        except ValueError as exc:
+            raise DataflowError(f"operator {name!r}: {exc}") from None
+        return self._then(name, "keyed", logic, parallelism, max_parallelism=max_parallelism)
+
+    def connect(self, other: KeyedStream) -> ConnectedStreams:
+        """This stream (the left side) and ``other`` (the right), into one keyed operator:
+        records of the same key meet in the same task and state (:mod:`runtime.joins`)."""
+        if not isinstance(other, KeyedStream):
+            raise DataflowError("connect(...) takes a keyed stream: call key_by(...) on it first")
+        mine = {p.upstream for p in self._inputs}
+        shared = sorted(mine & {p.upstream for p in other._inputs})
+        if shared:
+            raise DataflowError(
+                f"connect: operator(s) {', '.join(map(repr, shared))} feed both sides; "
+                "split the stream with a map per side first"
+            )
+        from .joins import LEFT, RIGHT, Sided
+
+        def sided(stream: KeyedStream, side: int) -> tuple[_Pending, ...]:
+            return tuple(
+                _Pending(p.upstream, p.partitioning, Sided(p.key, side)) for p in stream._inputs
+            )
+
+        return ConnectedStreams(self._flow, sided(self, LEFT) + sided(other, RIGHT))
+
+
+class ConnectedStreams(KeyedStream):
+    """Two keyed streams into one keyed operator (see :meth:`KeyedStream.connect`):
+    :meth:`process` with a :class:`runtime.joins.CoProcessFunction`, or a join."""
+
+    def interval_join(
+        self,
+        name: str,
+        lower_s: float,
+        upper_s: float,
+        join: Callable[[Any, Any], Any],
+        *,
+        parallelism: int | None = None,
+        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+    ) -> Stream:
+        """``join(l, r)`` for each left ``l`` and right ``r`` of a key with ``l.t +
+        lower_s <= r.t <= l.t + upper_s`` (event time; :class:`runtime.joins.IntervalJoin`)."""
+        from .joins import IntervalJoin
+
+        try:
+            logic = IntervalJoin(lower_s, upper_s, join)
+        except ValueError as exc:
+            raise DataflowError(f"operator {name!r}: {exc}") from None
+        return self.process(name, logic, parallelism=parallelism, max_parallelism=max_parallelism)
+
+    def window_join(
+        self,
+        name: str,
+        assigner: Any,
+        join: Callable[[Any, Any], Any],
+        *,
+        parallelism: int | None = None,
+        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+    ) -> Stream:
+        """``join(l, r)`` for each left ``l`` and right ``r`` of a key in the same window
+        (a ``Tumbling`` or ``Sliding`` one, event time), when it closes
+        (:class:`runtime.joins.WindowJoin`)."""
+        from .joins import WindowJoin
+
+        try:
+            logic = WindowJoin(assigner, join)
+        except ValueError as exc:
+            raise DataflowError(f"operator {name!r}: {exc}") from None
+        return self.process(name, logic, parallelism=parallelism, max_parallelism=max_parallelism)
 
 
 def load_job(ref: str, params: Mapping[str, Any] | None = None) -> JobGraph:

@@ -13,7 +13,7 @@ from typing import Any
 
 from . import handshake, protocol
 from .channels import ChannelError, InputChannel
-from .records import Barrier, BarrierKind, Batch, EndOfStream
+from .records import Barrier, BarrierKind, Batch, EndOfStream, Watermark
 
 __all__ = ["DataServer"]
 
@@ -383,6 +383,8 @@ class _DataConnection(asyncio.BufferedProtocol):
             ch.push(Batch(frame[2], frame[3]), give)
         elif tag == protocol.BARRIER:
             ch.push(Barrier(BarrierKind(frame[2]), frame[3]), give)
+        elif tag == protocol.WATERMARK:
+            ch.push(Watermark(float(frame[2]), bool(frame[3])), give)
         elif tag == protocol.END:
             ch.closed = True
             ch.push(EndOfStream(), give)

@@ -135,6 +135,7 @@ def encode(graph: JobGraph, sinks: list[SinkPath]) -> dict[str, Any]:
                     "parallelism": op.parallelism,
                     "max_parallelism": op.max_parallelism,
                     "partitions": None if op.partitions is None else list(op.partitions),
+                    "event_time": None if op.event_time is None else _held(op.event_time),
                     "logic": _held(op.logic),
                     "inputs": [
                         {
@@ -179,6 +180,7 @@ def decode(answer: Mapping[str, Any]) -> tuple[JobGraph, list[SinkPath]]:
                 ),
                 _integer(op["max_parallelism"]),
                 _partitions(op.get("partitions")),
+                None if op.get("event_time") is None else _pickled(op["event_time"]),
             )
             for op in graph["operators"]
         ]

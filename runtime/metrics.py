@@ -17,6 +17,8 @@ traffic matrix is comparable whatever the placement.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Mapping, Sequence
 from itertools import chain
 from typing import Any
@@ -162,9 +164,11 @@ class TaskMetrics:
         "channel_records",
         "idle_s",
         "key_group_counts",
+        "late_records",
         "latency",
         "records_in",
         "records_out",
+        "watermark",
     )
 
     def __init__(self, max_parallelism: int = 0, sink: bool = False) -> None:
@@ -177,6 +181,8 @@ class TaskMetrics:
         self.channel_records: dict[str, int] = {}
         self.channel_bytes: dict[str, float] = {}
         self.latency = LatencyHistogram() if sink else None
+        self.watermark: float | None = None  # the task's event-time watermark, once it has one
+        self.late_records = 0  # records a window took as late (dropped or sent apart)
 
     def snapshot(self, queued: Mapping[str, int]) -> dict[str, Any]:
         """What happened since the last snapshot; resets the counters."""
@@ -203,4 +209,20 @@ class TaskMetrics:
         if self.latency is not None:
             out["latency"] = self.latency.to_dict()
             self.latency.clear()
+        if self.watermark is not None:
+            out["event_time"] = event_time_report(self.watermark, self.late_records)
+            self.late_records = 0
         return out
+
+
+def event_time_report(watermark: float, late: int) -> dict[str, Any]:
+    """A task's event-time progress for its metrics: its watermark (None before the first
+    and after the last, ``inf``), how far it trails the wall clock, and the late records
+    since the last report."""
+    finite = math.isfinite(watermark)
+    return {
+        "watermark": watermark if finite else None,
+        "lag_s": round(max(time.time() - watermark, 0.0), 3) if finite else None,
+        "late": late,
+        "ended": watermark == math.inf,
+    }

@@ -6,6 +6,8 @@ so that a busy partition cannot starve the others. Its position is a dict partit
 that partition's position (exhausted partitions keep their last one, so that a
 checkpoint taken after a partition ended does not replay it); :meth:`give` and
 :meth:`take` move one partition out of and into the set during a live reconfiguration.
+With a :class:`~runtime.eventtime.SourceClock`, each partition's records are stamped with
+their event time and the clock watches each partition apart (its watermark).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .errors import StreamRuntimeError
+from .eventtime import SourceClock
 from .io import PartitionedSource, SourceReader
 
 __all__ = ["IDLE_POLL_S", "PartitionSetReader", "SourceStalled"]
@@ -36,8 +39,10 @@ class PartitionSetReader(SourceReader):
         partitions: Iterable[str],
         start_time: float,
         positions: Mapping[str, Any] | None = None,
+        clock: SourceClock | None = None,
     ) -> None:
         self._source = source
+        self.clock = clock  # event time: each partition's records stamped and watched
         self._start = start_time
         self._readers: dict[str, SourceReader] = {}
         self._ended: dict[str, Any] = {}  # exhausted partition -> its last position
@@ -69,9 +74,13 @@ class PartitionSetReader(SourceReader):
                 reader.close()
                 raise
         self._readers[partition] = reader
+        if self.clock is not None:
+            self.clock.add(partition, time.time())
 
     def give(self, partition: str) -> Any:
         """Stop reading ``partition``; its position, for the task that reads it next."""
+        if self.clock is not None:
+            self.clock.remove(partition)
         if partition in self._ended:
             return self._ended.pop(partition)
         reader = self._readers.pop(partition)
@@ -105,7 +114,13 @@ class PartitionSetReader(SourceReader):
                 reader = self._readers.pop(name)
                 self._ended[name] = reader.position()
                 reader.close()
+                if self.clock is not None:
+                    self.clock.end(name)
                 continue
+            if self.clock is not None and polled[0]:
+                times = self.clock.spec.stamps(polled[0])
+                self.clock.observe(name, times, now)
+                polled = polled[0], times
             values += polled[0]
             stamps += polled[1]
         self._check_stalls(names)

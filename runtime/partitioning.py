@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 from .channels import OutputChannel
 from .keygroups import KeyGroupHasher
-from .records import Barrier, EndOfStream
+from .records import Barrier, EndOfStream, Watermark
 
 __all__ = ["BroadcastEdge", "Edge", "ForwardEdge", "KeyGroupEdge", "Outputs", "RebalanceEdge"]
 
@@ -137,6 +137,8 @@ class Outputs:
     """The output edges of one task and its batching policy."""
 
     def __init__(self, edges: Sequence[Edge], batch_size: int, linger_s: float) -> None:
+        self.watermark: Watermark | None = None  # the last watermark (or idle mark) sent
+        self.resend = False  # channels were added since: send it again
         self.set_edges(edges)
         self.batch_size = batch_size
         self.linger_s = linger_s
@@ -144,11 +146,16 @@ class Outputs:
         self.records_out = 0
 
     def set_edges(self, edges: Sequence[Edge]) -> None:
-        """Swap the routing (between batches: nothing may be pending)."""
+        """Swap the routing (between batches: nothing may be pending). Once a watermark
+        was sent, the task sends it again (:meth:`resend_watermark`): new channels start
+        without one."""
+        before = set(getattr(self, "channels", ()))
         self.edges = list(edges)
         self.channels: list[OutputChannel] = list(
             {id(ch): ch for e in self.edges for ch in e.channels}.values()
         )
+        if not set(self.channels) <= before:
+            self.resend = self.watermark is not None
 
     def channel_map(self) -> dict[str, OutputChannel]:
         """Current channels by target task (reused when edges are rebuilt)."""
@@ -184,11 +191,21 @@ class Outputs:
         """When (``time.monotonic``) pending records must be sent, or None if none pend."""
         return None if self._since is None else self._since + self.linger_s
 
-    async def broadcast(self, item: Barrier | EndOfStream) -> None:
+    async def broadcast(self, item: Barrier | Watermark | EndOfStream) -> None:
         """Flush all pending records, then send ``item`` on every channel, in order."""
         self._since = None
+        if type(item) is Watermark:
+            self.watermark = item
+            self.resend = False
         for ch in self.channels:
             await ch.send_control(item, self.batch_size)
+
+    async def resend_watermark(self) -> None:
+        """Send the last watermark again on every channel (see :meth:`set_edges`); a
+        receiver ignores what does not raise its own."""
+        if self.resend and self.watermark is not None:
+            await self.broadcast(self.watermark)
+        self.resend = False
 
     def backpressure_s(self) -> float:
         return sum(ch.backpressure_s for ch in self.channels)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from . import handshake, protocol
 from .channels import ChannelError, OutputChannel, wait_while
-from .records import Barrier, EndOfStream
+from .records import Barrier, EndOfStream, Watermark
 
 __all__ = ["PeerLink", "RemoteOutputChannel"]
 
@@ -54,9 +54,11 @@ class RemoteOutputChannel(OutputChannel):
         if not self.link.writer.transport.is_closing():
             self.link.send([protocol.DETACH, self.key])
 
-    def _deliver_control(self, item: Barrier | EndOfStream) -> None:
+    def _deliver_control(self, item: Barrier | Watermark | EndOfStream) -> None:
         if type(item) is Barrier:
             self.link.send([protocol.BARRIER, self.key, item.kind.value, item.id])
+        elif type(item) is Watermark:
+            self.link.send([protocol.WATERMARK, self.key, item.time, item.idle])
         else:
             self.link.send([protocol.END, self.key])
             if self.link.channels.get(self.key) is self:  # it needs no credits after its end

@@ -23,7 +23,8 @@ only (a frame on
 a channel of another job, or state for another job's reconfiguration, closes it and
 fails its own job). The first frame is ``[HELLO, worker_id]`` (who the peer is, for
 messages); then ``[DATA, channel, values, timestamps]``,
-``[BARRIER, channel, kind, id]``, ``[END, channel]`` and ``[DETACH, channel]`` (the
+``[BARRIER, channel, kind, id]``, ``[WATERMARK, channel, time, idle]``, ``[END, channel]``
+and ``[DETACH, channel]`` (the
 sending task left that worker in a reconfiguration: the channel goes on, fed from its new
 worker, and this connection carries nothing more of it) flow to the receiver and
 ``[CREDIT, [[channel, n], ...]]`` flows back on the same connection (credits returned
@@ -56,6 +57,7 @@ __all__ = [
     "HELLO",
     "MAX_FRAME",
     "STATE",
+    "WATERMARK",
     "FrameError",
     "FrameReader",
     "PayloadPool",
@@ -67,7 +69,7 @@ __all__ = [
 ]
 
 # Data-plane frame tags.
-DATA, BARRIER, END, CREDIT, STATE, DETACH, HELLO = 0, 1, 2, 3, 4, 5, 9
+DATA, BARRIER, END, CREDIT, STATE, DETACH, WATERMARK, HELLO = 0, 1, 2, 3, 4, 5, 6, 9
 
 MAX_FRAME = 256 * 1024 * 1024  # refuse absurd lengths from a corrupt or hostile peer
 _LEN = struct.Struct(">I")

@@ -420,11 +420,13 @@ async def _rewire(job: JobRuntime, task: BaseTask, new: Layout) -> None:
             if key not in wanted:
                 task.gate.remove(key)
                 task.aligner.remove_input(key)
+                task.watermarks.remove_input(key)  # the task acts on it when it resumes
                 job.unregister_input(key)
         for key in wanted:
             if key not in task.gate.channels:
                 task.gate.add(job.inputs[key])
                 task.aligner.add_input(key)
+                task.watermarks.add_input(key)
 
 
 _Handler = Callable[[JobRuntime, Change, Layout, Layout, str, float], Awaitable[None]]

@@ -4,6 +4,9 @@ Records travel in columnar batches: ``values[i]`` was emitted by a source at wal
 time ``timestamps[i]`` (seconds since the epoch, float), which every operator carries over
 to what it derives from the record, so sinks can measure end-to-end latency per record.
 
+A source with event time (:mod:`runtime.eventtime`) stamps records with their event time
+instead, and its tasks send :class:`Watermark` s in band.
+
 Barriers carry a kind (``checkpoint`` or ``reconfig``) and an id from the start, so the
 checkpoint and reconfiguration protocols share one in-band mechanism.
 """
@@ -13,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["Barrier", "BarrierKind", "Batch", "EndOfStream"]
+__all__ = ["Barrier", "BarrierKind", "Batch", "EndOfStream", "Watermark"]
 
 
 class Batch:
@@ -48,3 +51,13 @@ class Barrier:
 @dataclass(frozen=True, slots=True)
 class EndOfStream:
     """The upstream task has emitted its last record on this channel."""
+
+
+@dataclass(frozen=True, slots=True)
+class Watermark:
+    """No record stamped at or before ``time`` follows on this channel (event time,
+    seconds since the epoch; ``inf`` at the end). ``idle``: the sender has nothing to
+    send for now and does not hold the receiver's watermark back until its next mark."""
+
+    time: float
+    idle: bool = False

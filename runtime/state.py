@@ -15,13 +15,35 @@ from typing import Any
 
 from .errors import StreamRuntimeError
 
-__all__ = ["KeyGroupNotOwnedError", "KeyedState", "ValueState"]
+__all__ = ["TIMERS", "KeyGroupNotOwnedError", "KeyedState", "ValueState"]
 
 _MISSING = object()
 
 SIZE_SAMPLE = 4  # keys of a key group pickled to estimate its bytes per key
 SIZE_REFRESH = 8  # key groups whose bytes per key a size report re-estimates (in turn)
 _EMPTY_DICT = len(pickle.dumps({}, protocol=5))
+
+
+class _TimersKey:
+    """The type of :data:`TIMERS`: one instance, which unpickles as itself."""
+
+    _instance: _TimersKey | None = None
+
+    def __new__(cls) -> _TimersKey:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __reduce__(self) -> str:
+        return "TIMERS"
+
+    def __repr__(self) -> str:
+        return "TIMERS"
+
+
+TIMERS = _TimersKey()
+"""The key of a key group's :class:`runtime.timers.TimerTable` in its key -> value dict (no user key
+equals it)."""
 
 
 class KeyGroupNotOwnedError(StreamRuntimeError, KeyError):
@@ -180,10 +202,12 @@ class KeyedState:
         return {g: n for g, n in self._sizes.items() if g in self._groups}
 
     def items(self) -> Iterator[tuple[int, Any, Any]]:
-        """Every (group, key, value), groups in order."""
+        """Every (group, key, value), groups in order (timers, under :data:`TIMERS`, left
+        out)."""
         for g in sorted(self._groups):
             for k, v in self._groups[g].items():
-                yield g, k, v
+                if k is not TIMERS:
+                    yield g, k, v
 
     def __len__(self) -> int:
-        return sum(len(s) for s in self._groups.values())
+        return sum(len(s) - (TIMERS in s) for s in self._groups.values())

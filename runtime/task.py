@@ -20,8 +20,19 @@ A task runs until its inputs end, it fails, or it is cancelled:
    barrier starts at the tasks whose routing it swaps), emitted after the records it
    has sent so far.
 
+6. Processing-time timers (:mod:`runtime.timers`) fire once the wall clock passes the
+   processor's ``wakeup``, checked before each item and waited for when the input is dry.
+7. A :class:`~runtime.records.Watermark` goes to the task's
+   :class:`~runtime.eventtime.WatermarkTracker`; when the task's watermark rises, the
+   processor fires its event-time timers up to it, then the watermark is forwarded after
+   what they emitted. After a reconfiguration touched the task, its watermark is
+   re-evaluated (inputs gone), sent again on new output channels, and timers of key
+   groups that came are fired up to it.
+
 A source task instead polls its :class:`~runtime.io.SourceReader` and emits barriers that
-the coordinator asked to inject, in order with its records.
+the coordinator asked to inject, in order with its records; with event time
+(:mod:`runtime.eventtime`) it stamps records with their event time and sends its
+watermark at most every ``WATERMARK_INTERVAL_S``, and the final one at its end.
 
 Exceptions from user code end the task as failed, with the message the processor built.
 """
@@ -31,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -40,11 +52,12 @@ from typing import Any, Protocol
 from .alignment import Aligner, Finished, Forward
 from .channels import InputGate
 from .dataflow import OperatorSpec
+from .eventtime import SourceClock, WatermarkTracker
 from .metrics import TaskMetrics
 from .operators import KeyedProcessor, Processor
 from .partitioned import PartitionSetReader
 from .partitioning import Outputs
-from .records import Barrier, Batch, EndOfStream
+from .records import Barrier, Batch, EndOfStream, Watermark
 
 __all__ = ["SourceTask", "StreamTask", "TaskHost", "TaskStatus"]
 
@@ -52,6 +65,7 @@ logger = logging.getLogger(__name__)
 
 SOURCE_IDLE_WAIT_S = 0.05  # longest a source sleeps before re-checking for barriers
 SOURCE_MIN_WAIT_S = 0.001  # a throttled source emits what is due at most this often
+WHOLE = ""  # the one split of an unpartitioned source task, for its event-time clock
 
 
 class TaskHost(Protocol):
@@ -199,6 +213,7 @@ class StreamTask(BaseTask):
         self.gate = gate
         self.processor = processor
         self.aligner = Aligner(gate.channels)
+        self.watermarks = WatermarkTracker(gate.channels)
         self._injected: deque[Barrier] = deque()
         self._emitted: set[int] = set()  # ids of barriers injected here and emitted
         self._withdrawn: set[int] = set()
@@ -265,6 +280,28 @@ class StreamTask(BaseTask):
         self.gate.post(run)
         return done
 
+    async def _advance(self, mark: Watermark | None) -> None:
+        """Fire the event-time timers up to a risen watermark, then forward it (or an idle
+        or active mark) after what they emitted."""
+        if mark is None:
+            return
+        if not mark.idle:
+            self.metrics.watermark = mark.time
+            t0 = time.perf_counter()
+            self.processor.on_watermark(mark.time)
+            self.metrics.busy_s += time.perf_counter() - t0
+        await self.outputs.broadcast(mark)
+
+    async def _after_change(self) -> None:
+        """After a reconfiguration touched the task: inputs gone may raise its watermark,
+        new output channels need it, and key groups that came may have timers due."""
+        await self._advance(self.watermarks.refresh())
+        if self.outputs.resend:
+            await self.outputs.resend_watermark()
+        if self.watermarks.current > -math.inf:
+            self.processor.on_watermark(self.watermarks.current)
+            await self.outputs.flush()
+
     async def _run(self) -> None:
         gate, outputs, processor, metrics = self.gate, self.outputs, self.processor, self.metrics
         aligner = self.aligner
@@ -283,13 +320,22 @@ class StreamTask(BaseTask):
                     got = await gate.next(loop.time() + max(deadline - time.monotonic(), 0.0))
                 if got is None:
                     await outputs.flush(force=True)
-                    got = await gate.next()
-                ch, item = got
+                    wake = processor.wakeup
+                    at = None if wake == math.inf else loop.time() + max(wake - wall(), 0.0)
+                    got = await gate.next(at)
                 metrics.idle_s += clock() - t0
+                if got is None:  # Step 6. A processing-time timer is due.
+                    processor.on_processing_time(wall())
+                    await outputs.flush()
+                    continue
+                ch, item = got
             else:
                 ch, item = await gate.next()
                 await asyncio.sleep(0)  # let the worker's other tasks and I/O run
             t0 = clock()
+            if processor.wakeup <= wall():
+                # Step 6. Processing-time timers due.
+                processor.on_processing_time(wall())
             if ch is None:
                 # Step 5. A call from the worker.
                 item()
@@ -300,6 +346,7 @@ class StreamTask(BaseTask):
                     self._emitted.add(barrier.id)
                     await self._emit_barrier(barrier)
                     outputs, processor = self.outputs, self.processor
+                await self._after_change()
                 continue
             if type(item) is Batch:
                 # Step 2. Process the batch.
@@ -311,6 +358,10 @@ class StreamTask(BaseTask):
                 metrics.busy_s += clock() - t0
                 await outputs.flush()
                 continue
+            if type(item) is Watermark:
+                # Step 7. Event time: forward the task's watermark when it rises.
+                await self._advance(self.watermarks.on_watermark(ch.key, item))
+                continue
             if type(item) is Barrier:
                 # Step 3. Align; forward when every open input has delivered it.
                 decision = aligner.on_barrier(ch.key, item)
@@ -319,6 +370,7 @@ class StreamTask(BaseTask):
             elif type(item) is EndOfStream:
                 # Step 4. An input ended.
                 decision = aligner.on_end(ch.key)
+                await self._advance(self.watermarks.remove_input(ch.key))
             else:
                 raise TypeError(f"task {self.task_id!r}: unexpected item {item!r} on {ch.key}")
             if isinstance(decision, Forward):
@@ -328,6 +380,7 @@ class StreamTask(BaseTask):
                     # Affected by a reconfiguration: wait for this task's update.
                     await self._pause()
                     outputs, processor = self.outputs, self.processor
+                    await self._after_change()
             elif isinstance(decision, Finished):
                 while getattr(processor, "awaiting", None):  # key groups still on their way
                     call = (await gate.next())[1]
@@ -358,6 +411,7 @@ class SourceTask(BaseTask):
         self._injected: set[int] = set()  # ids of every barrier injected here
         self._wakeup = asyncio.Event()
         self._closed = False
+        self.clock: SourceClock | None = None  # event time: the watermark of what it read
 
     def start(
         self, start_time: float, position: object = None, parallelism: int | None = None
@@ -365,11 +419,18 @@ class SourceTask(BaseTask):
         """Open the reader (seeking to ``position`` if given, for a moved task) and run. A
         partitioned source's task reads its :attr:`partitions`, each from its entry in
         ``position`` (a dict partition -> position) if it has one."""
+        spec = self.op.event_time
+        if spec is not None:
+            self.clock = SourceClock(spec)
         if self.partitions is not None:
             positions = position if isinstance(position, dict) else None
-            self.reader = PartitionSetReader(self.op.logic, self.partitions, start_time, positions)
+            self.reader = PartitionSetReader(
+                self.op.logic, self.partitions, start_time, positions, self.clock
+            )
             super().start(start_time)
             return
+        if self.clock is not None:
+            self.clock.add(WHOLE, time.time())
         self.reader = self.op.logic.open(self.index, parallelism or self.op.parallelism, start_time)
         if position is not None:
             self.reader.seek(position)
@@ -426,32 +487,55 @@ class SourceTask(BaseTask):
         while self._barriers:
             await self._emit_barrier(self._barriers.popleft())
 
+    async def _send_watermark(self, mark: Watermark | None) -> None:
+        if mark is not None:
+            if not mark.idle:
+                self.metrics.watermark = mark.time
+            await self.outputs.broadcast(mark)
+
     async def _run(self) -> None:
         reader, outputs, metrics = self.reader, self.outputs, self.metrics
         loop = asyncio.get_running_loop()
         batch_size = outputs.batch_size
         clock = time.perf_counter
         wall = time.time
+        timed = self.clock
+        whole = timed is not None and not isinstance(reader, PartitionSetReader)
         while True:
             if self._barriers:
                 await self._emit_barriers()
                 outputs = self.outputs
+            if outputs.resend:
+                await outputs.resend_watermark()
             t0 = clock()
             now = wall()
             polled = reader.poll(now, batch_size)
             if polled is None:
                 await self._emit_barriers()
+                if timed is not None:
+                    await self._send_watermark(timed.final())
                 await outputs.broadcast(EndOfStream())
                 self.close()
                 return
             values, stamps = polled
             if values:
                 metrics.records_in += len(values)
+                if timed is not None:
+                    if whole:
+                        stamps = timed.spec.stamps(values)
+                        timed.observe(WHOLE, stamps, now)
+                    mark = timed.before_records()
+                    if mark is not None:
+                        await self._send_watermark(mark)
                 outputs.emit(values, stamps)
                 metrics.busy_s += clock() - t0
                 await outputs.flush()
+                if timed is not None:
+                    await self._send_watermark(timed.due(now))
                 await asyncio.sleep(0)
                 continue
+            if timed is not None:
+                await self._send_watermark(timed.due(now))
             # Nothing due yet: sleep until a record is due (at least SOURCE_MIN_WAIT_S, so
             # records come in batches), flushing pending output when it has lingered enough.
             await outputs.flush()

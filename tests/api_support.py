@@ -159,7 +159,7 @@ class Api:
 
 
 # The tests' own job modules, registered code of the servers they start.
-TEST_JOB_MODULES = ["tests.e2e_jobs", "tests.jobs_for_tests"]
+TEST_JOB_MODULES = ["tests.e2e_jobs", "tests.jobs_for_tests", "tests.time_jobs"]
 
 
 @contextlib.contextmanager

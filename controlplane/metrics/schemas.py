@@ -49,6 +49,15 @@ class TaskMetrics(BaseModel):
     partitions: dict[str, PartitionHealth] | None = Field(
         None, description="each partition it reads (a partitioned source's tasks; latest)"
     )
+    watermark: float | None = Field(
+        None,
+        description="its event-time watermark, seconds since the epoch (jobs on event time; "
+        "latest; None before the first and after the last)",
+    )
+    watermark_lag_s: float | None = Field(
+        None, description="how far its watermark trails the wall clock (latest)"
+    )
+    late_records: int = Field(0, description="records its windows or joins took as late")
 
 
 class OperatorMetrics(BaseModel):
@@ -63,6 +72,11 @@ class OperatorMetrics(BaseModel):
     state_bytes: int | None = Field(
         None, description="estimated size of its tasks' keyed state (keyed operators; latest)"
     )
+    watermark: float | None = Field(None, description="the lowest of its tasks' watermarks")
+    watermark_lag_s: float | None = Field(
+        None, description="how far that watermark trails the wall clock (the most of its tasks)"
+    )
+    late_records: int = Field(0, description="records its tasks took as late")
 
 
 class ChannelMetrics(BaseModel):

@@ -59,6 +59,8 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
     state_groups: dict[str, dict[int, int]] = {}
     partitions: dict[str, dict[str, PartitionHealth]] = {}
     groups: dict[str, Counter[int]] = {}
+    event_time: dict[str, dict] = {}  # task -> its latest event-time report
+    late: Counter[str] = Counter()
     traffic: dict[tuple[str, str], Counter[str]] = {}
     latency = LatencyHistogram()
     for _t, task, snap in view.samples:  # oldest first: the last queue level wins
@@ -77,6 +79,9 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
                 str(p): PartitionHealth(lag=h.get("lag"), stalled=h.get("stalled"))
                 for p, h in dict(snap["partitions"]).items()
             }
+        if snap.get("event_time"):
+            event_time[task] = dict(snap["event_time"])
+            late[task] += int(event_time[task].get("late") or 0)
         for g, n in dict(snap.get("key_groups") or {}).items():
             groups.setdefault(task, Counter())[int(g)] += int(n)
         for target, ch in dict(snap.get("channels") or {}).items():
@@ -101,6 +106,9 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
             state_bytes=state_bytes.get(task),
             state_key_groups=state_groups.get(task),
             partitions=partitions.get(task),
+            watermark=event_time.get(task, {}).get("watermark"),
+            watermark_lag_s=event_time.get(task, {}).get("lag_s"),
+            late_records=late[task],
         )
         for task, agg in sorted(sums.items())
     ]
@@ -120,6 +128,11 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
             state_bytes=None
             if all(t.state_bytes is None for t in ts)
             else sum(t.state_bytes or 0 for t in ts),
+            watermark=min((t.watermark for t in ts if t.watermark is not None), default=None),
+            watermark_lag_s=max(
+                (t.watermark_lag_s for t in ts if t.watermark_lag_s is not None), default=None
+            ),
+            late_records=sum(t.late_records for t in ts),
         )
         for op, ts in by_op.items()
     ]
@@ -166,8 +179,8 @@ def prometheus_text(*, session: Session, engine: Engine) -> bytes:
     """The Prometheus exposition: jobs (``recovering`` among them) and reconfigurations by
     status (from the database), records per second and sink latency p99 of each live job
     over ``PROMETHEUS_WINDOW_S``, the size of its keyed state and each source partition's
-    lag and whether it is stalled, each live job's
-    checkpoints and recoveries (:mod:`.checkpoints`, from the database), and the number
+    lag and whether it is stalled, each event-time operator's watermark lag and late
+    records, each live job's checkpoints and recoveries (:mod:`.checkpoints`, from the database), and the number
     of live workers."""
     registry = CollectorRegistry(auto_describe=True)
     jobs_g = Gauge("streampilot_jobs", "Jobs by status", ["status"], registry=registry)
@@ -224,6 +237,19 @@ def prometheus_text(*, session: Session, engine: Engine) -> bytes:
         labels,
         registry=registry,
     )
+    watermark_lag = Gauge(
+        "streampilot_watermark_lag_seconds",
+        "How far an operator's event-time watermark trails the wall clock (its slowest task)",
+        ["job", "operator"],
+        registry=registry,
+    )
+    late = Gauge(
+        "streampilot_late_records",
+        f"Records an operator's windows or joins took as late over the last "
+        f"{PROMETHEUS_WINDOW_S:g}s",
+        ["job", "operator"],
+        registry=registry,
+    )
     for job_id in live:
         view = views.get(job_key(job_id))
         if view is None:
@@ -233,6 +259,10 @@ def prometheus_text(*, session: Session, engine: Engine) -> bytes:
         rate.labels(str(job_id)).set(sum(o.in_per_s for o in sinks))
         p99.labels(str(job_id)).set(summary.latency.p99_ms / 1000.0)
         state.labels(str(job_id)).set(sum(o.state_bytes or 0 for o in summary.operators))
+        for o in summary.operators:
+            if o.watermark_lag_s is not None:
+                watermark_lag.labels(str(job_id), o.operator).set(o.watermark_lag_s)
+                late.labels(str(job_id), o.operator).set(o.late_records)
         for task in summary.tasks:
             for name, health in (task.partitions or {}).items():
                 where = (str(job_id), task.operator, name)

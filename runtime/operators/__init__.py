@@ -9,6 +9,7 @@ for keyed operators, the key.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,7 @@ from ..keygroups import key_group_fn
 from ..metrics import TaskMetrics
 from ..partitioning import Outputs
 from ..state import KeyedState, KeyGroupNotOwnedError, ValueState
+from ..timers import has_timers
 
 if TYPE_CHECKING:
     from ..checkpoints.taking import GroupChains
@@ -56,6 +58,14 @@ class Processor:
 
     def process(self, key_fn: Any, values: Sequence, stamps: Sequence[float]) -> None:
         raise NotImplementedError
+
+    wakeup = math.inf  # when (wall clock) on_processing_time is due; inf: never
+
+    def on_watermark(self, watermark: float) -> None:
+        """The task's event-time watermark rose to ``watermark`` (see :mod:`runtime.eventtime`)."""
+
+    def on_processing_time(self, now: float) -> None:
+        """The wall clock passed :attr:`wakeup`."""
 
     def close(self) -> None:
         """End of all inputs (called once, before end of stream goes downstream)."""
@@ -306,6 +316,10 @@ def make_processor(
         return FilterProcessor(task_id, op, outputs, metrics)
     if op.kind == "keyed":
         assert state is not None
+        if has_timers(op.logic):
+            from .timed import TimedKeyedProcessor
+
+            return TimedKeyedProcessor(task_id, op, outputs, metrics, state)
         return KeyedProcessor(task_id, op, outputs, metrics, state)
     if op.kind == "sink":
         return SinkProcessor(task_id, op, outputs, metrics, index)
