@@ -7,6 +7,7 @@ Operators::
       -> key_by(symbol) -> match (keyed: limit order book)  -> trades sink
       -> key_by(symbol) -> stats (keyed: count, volume, VWAP, moving average) -> stats sink
       -> alerts (flat_map: price far from the moving average) -> alerts sink
+      -> key_by(symbol) -> bars (window: ``bar_s`` of event time, when set) -> bars sink
 
 Records (tuples, so that they survive msgpack unchanged):
 
@@ -15,6 +16,8 @@ Records (tuples, so that they survive msgpack unchanged):
 - trade ``(symbol, buy_order_id, sell_order_id, price, qty)``, at the resting order's price.
 - stats ``(symbol, trades, volume, vwap, moving_avg, last_price)``, one per trade.
 - alert ``(symbol, trades, last_price, moving_avg, deviation_pct)``.
+- bar ``(symbol, start, end, (open, high, low, close, volume, trades))``: a stock's trades
+  in ``[start, end)`` of event time (a :class:`~runtime.windows.WindowResult`).
 
 ``build(params)`` parameters (all optional; ``streampilot run examples.stock_exchange:build
 --param records=100000``):
@@ -39,8 +42,14 @@ Records (tuples, so that they survive msgpack unchanged):
 - ``window`` (int, 20): trades in the moving average of each stock's price.
 - ``alert_pct`` (float, 2.0): alert when a trade's price is more than this many percent
   away from the moving average (which includes that trade).
+- ``bar_s`` (float, 0): when above 0, the job runs on event time (order ``n`` happens at
+  ``EPOCH + n / event_rate``; a trade at its incoming order's time) and emits each
+  stock's OHLC bars over tumbling windows of ``bar_s`` seconds of that time. Its sink
+  latency is then measured from the event time (see docs/dataflow.md), which is why it is
+  off by default: the controllers' benchmark scales this job on latency.
+- ``event_rate`` (float, 1000): orders per second of event time.
 - ``output`` (str, ""): directory for results, in ``trades/``, ``stats/`` (the latest per
-  stock) and ``alerts/`` part files; empty = discard.
+  stock), ``alerts/`` and ``bars/`` part files; empty = discard.
 
 Determinism: matching depends on the order in which a stock's orders arrive. Records of
 one source task reach the task owning their key group in order (channels are FIFO), so with
@@ -61,13 +70,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime import Dataflow
+from runtime.eventtime import EventTime
 from runtime.params import parse_params
 from runtime.sinks import Collect, Null, read_parts
 from runtime.sources import Generator
+from runtime.windows import Aggregate, Tumbling
 
 __all__ = [
     "Alerts",
+    "Bar",
     "Match",
+    "OrderTime",
     "Orders",
     "Params",
     "Stats",
@@ -102,6 +115,8 @@ class Params:
     work_us: float = 0.0
     window: int = 20
     alert_pct: float = 2.0
+    bar_s: float = 0.0
+    event_rate: float = 1000.0
     output: str = ""
 
     def __post_init__(self) -> None:
@@ -114,6 +129,10 @@ class Params:
             raise ValueError(f"param 'work_us' must be a number >= 0, got {self.work_us}")
         if not (math.isfinite(self.alert_pct) and self.alert_pct >= 0):
             raise ValueError(f"param 'alert_pct' must be a number >= 0, got {self.alert_pct}")
+        if not (math.isfinite(self.bar_s) and self.bar_s >= 0):
+            raise ValueError(f"param 'bar_s' must be a number >= 0 (0 = no bars), got {self.bar_s}")
+        if not (math.isfinite(self.event_rate) and self.event_rate > 0):
+            raise ValueError(f"param 'event_rate' must be a number > 0, got {self.event_rate}")
 
 
 # --- Source -------------------------------------------------------------------------------
@@ -151,6 +170,43 @@ class Orders(Generator):
             price = round(base * (1.0 + spread * (2.0 * rand() - 1.0)), 2)
             records.append((start_index + i, symbol, side, price, 1 + int(100 * rand())))
         return records
+
+
+EPOCH = 1_700_000_000.0  # event time of order 0 (seconds since the epoch)
+
+
+@dataclass(frozen=True)
+class OrderTime:
+    """The event time of an order: ``EPOCH + order_id / event_rate``."""
+
+    event_rate: float
+
+    def __call__(self, order: Order) -> float:
+        return self.of(order[0])
+
+    def of(self, order_id: int) -> float:
+        return EPOCH + order_id / self.event_rate
+
+
+@dataclass(frozen=True)
+class Bar(Aggregate):
+    """A stock's OHLC bar: ``(open, high, low, close, volume, trades)`` of the trades in a
+    window, open and close in the order they were matched."""
+
+    def create(self) -> tuple | None:
+        return None
+
+    def add(self, acc: tuple | None, trade: Trade) -> tuple:
+        price, qty = trade[3], trade[4]
+        if acc is None:
+            return (price, price, price, price, qty, 1)
+        o, h, low, _c, volume, n = acc
+        return (o, max(h, price), min(low, price), price, volume + qty, n + 1)
+
+    def merge(self, a: tuple | None, b: tuple | None) -> tuple | None:
+        if a is None or b is None:
+            return a or b
+        return (a[0], max(a[1], b[1]), min(a[2], b[2]), b[3], a[4] + b[4], a[5] + b[5])
 
 
 def order_symbol(order: Order) -> str:
@@ -327,7 +383,8 @@ def _sink(p: Params, name: str, **kw: Any) -> Collect | Null:
 def build(params: dict[str, Any] | None = None) -> Dataflow:
     p = parse_params(Params, params)
     flow = Dataflow("stock_exchange")
-    orders = flow.source("orders", source_of(p), parallelism=p.sources)
+    timed = EventTime(OrderTime(p.event_rate)) if p.bar_s else None
+    orders = flow.source("orders", source_of(p), parallelism=p.sources, event_time=timed)
     trades = orders.key_by(order_symbol).process(
         "match",
         Match(p.depth, p.work_us),
@@ -341,6 +398,15 @@ def build(params: dict[str, Any] | None = None) -> Dataflow:
     trades.sink("trades_sink", _sink(p, "trades"))
     stats.sink("stats_sink", _sink(p, "stats", mode="last", key=symbol_of))
     alerts.sink("alerts_sink", _sink(p, "alerts"))
+    if p.bar_s:
+        bars = trades.key_by(symbol_of).window(
+            "bars",
+            Tumbling(p.bar_s),
+            aggregate=Bar(),
+            parallelism=p.parallelism,
+            max_parallelism=p.max_parallelism,
+        )
+        bars.sink("bars_sink", _sink(p, "bars"))
     return flow
 
 
@@ -359,11 +425,19 @@ def read_results(output: str | os.PathLike[str]) -> dict[str, Any]:
     ``trades`` and ``alerts``: every record, sorted. ``stats``: symbol -> the stock's final
     stats record (the one with the most trades, whichever part file holds it).
     """
-    return {
+    results = {
         "trades": sorted(tuple(t) for t in read_parts(os.path.join(output, "trades"))),
         "stats": _final_stats(read_parts(os.path.join(output, "stats"))),
         "alerts": sorted(tuple(a) for a in read_parts(os.path.join(output, "alerts"))),
     }
+    if os.path.isdir(os.path.join(output, "bars")):
+        results["bars"] = sorted(_bar(b) for b in read_parts(os.path.join(output, "bars")))
+    return results
+
+
+def _bar(record: Any) -> tuple:
+    symbol, start, end, value = record
+    return (symbol, start, end, tuple(value))
 
 
 class _LocalState:
@@ -404,8 +478,24 @@ def reference(params: dict[str, Any] | None = None) -> dict[str, Any]:
                 for record in stats(stocks.key, trade, stocks):
                     stats_records.append(record)
                     alert_records.extend(alerts(record))
-    return {
+    results = {
         "trades": sorted(trades),
         "stats": _final_stats(stats_records),
         "alerts": sorted(alert_records),
     }
+    if p.bar_s:
+        results["bars"] = _reference_bars(trades, p)
+    return results
+
+
+def _reference_bars(trades: list[Trade], p: Params) -> list[tuple]:
+    """The bars of ``trades`` (in the order they were matched): each at its incoming
+    order's time, the later of its two orders."""
+    bar, tumbling, order_time = Bar(), Tumbling(p.bar_s), OrderTime(p.event_rate)
+    bars: dict[tuple, Any] = {}
+    for trade in trades:
+        at = order_time.of(max(trade[1], trade[2]))
+        ((start, end),) = tumbling.assign(at)
+        key = (trade[0], start, end)
+        bars[key] = bar.add(bars.get(key), trade)
+    return sorted((*key, value) for key, value in bars.items())

@@ -224,6 +224,22 @@ def test_run_on_local_workers_equals_reference(tmp_path, parallelism):
     assert read_results(tmp_path) == expected
 
 
+@pytest.mark.slow
+def test_bars_on_event_time_equal_reference(tmp_path):
+    """With ``bar_s``, the job runs on event time and each stock's OHLC bars (tumbling
+    windows of trades) equal the reference's, as do the trades, stats and alerts."""
+    params = {"records": 20_000, "parallelism": 2, "bar_s": 1.0, "output": str(tmp_path)}
+    graph = load_job("examples.stock_exchange:build", params)
+    assert graph.operator("orders").event_time is not None
+    result = asyncio.run(run_local(graph, workers=2, timeout=60))
+    assert result.status == "finished", result.error
+    expected = reference(params)
+    assert len(expected["bars"]) > 500
+    assert read_results(tmp_path) == expected
+    with pytest.raises(ParamError, match="bar_s"):
+        build({"bar_s": -1.0})
+
+
 def test_work_us_costs_time_but_changes_no_trade():
     orders = [(0, "S1", "S", 100.0, 10), (1, "S1", "B", 101.0, 4), (2, "S1", "B", 99.0, 8)]
     plain, plain_state = Match(), FakeState()

@@ -111,11 +111,11 @@ def partitions_of(a: Any, source: str) -> dict[str, list[str]]:
 
 
 def random_plan(
-    rng: random.Random, a: Any, op: str = "window", source: str = "events"
+    rng: random.Random, a: Any, op: str = "window", source: str | None = "events"
 ) -> tuple[str, Plan]:
     """A plan on keyed operator ``op`` (rebalance, rescale, migration; half of them
-    fluid) or one moving a partition between the two tasks of ``source``."""
-    kind = rng.choice(["rebalance", "scale", "migrate", "partition"])
+    fluid) or one moving a partition between the two tasks of ``source`` (if given)."""
+    kind = rng.choice(["rebalance", "scale", "migrate"] + (["partition"] if source else []))
     window = a.operator(op)
     if kind == "rebalance":
         loads = {g: rng.random() for t in window.tasks for g in t.workload.key_groups}
@@ -164,17 +164,21 @@ def run_random_plans(
     held_end: Path,
     rng: random.Random,
     op: str = "window",
-    source: str = "events",
+    source: str | None = "events",
+    ops: tuple[str, ...] = (),
 ) -> list[str]:
     """Five random plans (:func:`random_plan`) on ``job`` once its ``op`` has a watermark,
-    each completed; then its end is released and it finishes. Returns what was applied."""
+    each on ``op`` or one of ``ops``, each completed; then its end is released and it
+    finishes. Returns what was applied."""
     applied: list[str] = []
     try:
         wait_until(lambda: job.done or event_time_of(job, f"{op}-0"), WAIT_S, "a watermark")
         for _ in range(12):
             if len(applied) == 5:
                 break
-            kind, plan = random_plan(rng, job.abstraction, op, source)
+            on = rng.choice(ops) if ops else op
+            kind, plan = random_plan(rng, job.abstraction, on, source)
+            kind = f"{kind} of {on}"
             if not plan.ops:
                 continue
             rec = cluster.call(cluster.coordinator.apply_plan(job.id, plan))
@@ -299,3 +303,24 @@ def test_processing_time_windows_count_every_record_once(
     for key, _s, _e, n in window_reference(params):
         expected[key] = expected.get(key, 0) + n
     assert per_key == expected
+
+
+def test_stock_exchange_bars_stay_exact_through_random_live_plans(
+    cluster: BackgroundCluster, tmp_path: Path, held_end: Path
+) -> None:
+    """The stock exchange on event time: its OHLC bars (a window downstream of the
+    matching) and its trades, stats and alerts stay exact while match, stats and bars are
+    rebalanced, rescaled and migrated live."""
+    from examples import stock_exchange
+    from tests.e2e_jobs import held_until_released
+
+    params = {"records": 60_000, "rate": 16_000, "parallelism": 2, "bar_s": 1.0}
+    params["output"] = str(tmp_path)
+    graph = held_until_released(load_job("examples.stock_exchange:build", params), held_end)
+    job = cluster.submit(graph)
+    applied = run_random_plans(
+        cluster, job, held_end, random.Random(5), "bars", None, ("match", "stats", "bars")
+    )
+    got, want = stock_exchange.read_results(tmp_path), stock_exchange.reference(params)
+    assert got == want, applied
+    assert len(want["bars"]) > 500
