@@ -48,6 +48,7 @@ from .channels import InputGate
 from .jobruntime import JobRuntime
 from .layout import Layout, affected_tasks, in_place_owners, sync_only_tasks
 from .messages import Paused
+from .operators import swap_logic
 from .partitioned import PartitionSetReader
 from .records import Barrier, BarrierKind
 from .stages import aligned as stage_aligned
@@ -401,7 +402,8 @@ async def _stays(job: JobRuntime, p: Change, old: Layout, new: Layout, tid: str,
     elif isinstance(task, SourceTask) and task.partitions is not None:
         task.partitions = tuple(new.partitions.get(tid, ()))
     if new.logic.get(tid) != old.logic.get(tid) and isinstance(task, StreamTask):
-        task.processor.fn = new.logic_of(job.graph.operator(task.op.name), tid)
+        logic = new.logic_of(job.graph.operator(task.op.name), tid)
+        task.processor = swap_logic(task.processor, logic, task.index)
     pause = task.resume()
     report(job, p, tid, pause, t0)
 

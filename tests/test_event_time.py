@@ -282,3 +282,31 @@ def test_timers_of_a_group_that_arrives_are_indexed_and_fire_when_due() -> None:
     assert b.take() == []
     b.p.on_watermark(2.0)
     assert b.take() == [(("k", 2.0, 3), 2.0)]
+
+
+def test_a_logic_swap_to_timers_and_back_rebuilds_the_processor_over_the_same_state() -> None:
+    """A keyed operator's logic swapped live from a plain function to one with timers gets
+    a processor that fires them (over the same key groups); swapped back, the timers are
+    forgotten, marked changed for the next checkpoint."""
+    from runtime.operators import swap_logic
+    from tests.time_jobs import PerSecond
+
+    h = Harness(PerSecond())
+    plain = h.p
+    h.p.note_changes()
+    h.p = swap_logic(h.p, plain_sum, 0)
+    assert type(h.p).__name__ == "KeyedProcessor" and h.p.state is plain.state
+    h.feed(("a", 1_500, 3))
+    h.p = swap_logic(h.p, PerSecond(), 0)
+    assert h.p.changed is plain.changed
+    h.feed(("k", 1_600, 4))
+    h.p.on_watermark(2.0)
+    assert h.take() == [(("k", 2.0, 4), 2.0)]
+    h.feed(("k", 2_500, 1))
+    h.p = swap_logic(h.p, plain_sum, 0)
+    assert all(TIMERS not in h.state.group(g) for g in h.state.owned())
+    assert any(TIMERS in keys for keys in h.p.take_changes().values())
+
+
+def plain_sum(key: str, event: tuple, state) -> None:
+    state.set((state.get() or 0) + event[2])

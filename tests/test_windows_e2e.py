@@ -324,3 +324,23 @@ def test_stock_exchange_bars_stay_exact_through_random_live_plans(
     got, want = stock_exchange.read_results(tmp_path), stock_exchange.reference(params)
     assert got == want, applied
     assert len(want["bars"]) > 500
+
+
+def test_a_live_logic_swap_keeps_the_timers_of_a_keyed_process_function(
+    cluster: BackgroundCluster, tmp_path: Path, held_end: Path
+) -> None:
+    """Timers registered by one version of the logic fire in the next, swapped live."""
+    from controlplane.abstraction import update_logic
+
+    params = {"events": 20_000, "rate": 10_000, "output": str(tmp_path), "held": str(held_end)}
+    job = cluster.submit(load_job("tests.time_jobs:timers_job", params))
+    try:
+        wait_until(lambda: job.done or event_time_of(job, "per_second-0"), WAIT_S, "a watermark")
+        plan = update_logic(job.abstraction, "per_second", "tests.time_jobs:per_second_again")
+        rec = cluster.call(cluster.coordinator.apply_plan(job.id, plan))
+        assert rec.status == "completed", rec.error
+    finally:
+        held_end.unlink()
+    assert cluster.wait(job, WAIT_S) == "finished", job.error
+    del params["held"]
+    assert sorted(tuple(r) for r in read_parts(str(tmp_path))) == timers_reference(params)

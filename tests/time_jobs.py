@@ -308,3 +308,10 @@ def join_reference(params: dict[str, Any]) -> list[tuple]:
             if matched:
                 out.append(pair(left, right))
     return sorted(out)
+
+
+class PerSecondAgain(PerSecond):
+    """:class:`PerSecond` as a logic swap brings it (the same results)."""
+
+
+per_second_again = PerSecondAgain()  # what the swap's ref names

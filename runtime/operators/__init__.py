@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..dataflow import OperatorSpec, logic_ref
@@ -19,13 +20,13 @@ from ..errors import StreamRuntimeError
 from ..keygroups import key_group_fn
 from ..metrics import TaskMetrics
 from ..partitioning import Outputs
-from ..state import KeyedState, KeyGroupNotOwnedError, ValueState
+from ..state import TIMERS, KeyedState, KeyGroupNotOwnedError, ValueState
 from ..timers import has_timers
 
 if TYPE_CHECKING:
     from ..checkpoints.taking import GroupChains
 
-__all__ = ["Processor", "UserCodeError", "make_processor"]
+__all__ = ["Processor", "UserCodeError", "make_processor", "swap_logic"]
 
 
 class UserCodeError(StreamRuntimeError, RuntimeError):
@@ -298,6 +299,28 @@ class SinkProcessor(Processor):
     def abort(self) -> None:
         """The task stops before its end: the writer releases its resources now."""
         self.writer.abort()
+
+
+def swap_logic(processor: Processor, logic: Any, index: int) -> Processor:
+    """``processor`` running ``logic`` from now on (a logic swap, between batches): the
+    same processor, or, for a keyed operator whose new logic has timers and the old none
+    (or the other way round), a new one over the same state, outputs and metrics, going
+    on with the old one's change tracking. A swap to logic without timers forgets the
+    key groups' timers (nothing would call them)."""
+    if not isinstance(processor, KeyedProcessor) or has_timers(logic) == has_timers(processor.fn):
+        processor.fn = logic
+        return processor
+    op = replace(processor.op, logic=logic)
+    new = make_processor(
+        processor.task_id, op, index, processor.outputs, processor.metrics, processor.state
+    )
+    assert isinstance(new, KeyedProcessor)
+    new.changed, new.chains, new.touched = processor.changed, processor.chains, processor.touched
+    if not has_timers(logic):
+        for g, store in processor.state.groups().items():
+            if store.pop(TIMERS, None) is not None and new.changed is not None:
+                new.changed[g].add(TIMERS)
+    return new
 
 
 def make_processor(
