@@ -72,7 +72,7 @@ async def receive(port_file: str, pooled: bool) -> dict:
     first: list[float] = []
     cpu0 = _cpu()
 
-    def on_state(frame: tuple, chunk: bytearray, read) -> None:
+    def on_state(_job: str, frame: tuple, chunk: bytearray, read) -> None:
         if not first:
             first.append(time.perf_counter())
         inbox.put_frame(frame, chunk, read)
@@ -103,7 +103,12 @@ async def send(port: int, mb: float) -> dict:
         {f"word{g}-{i}": (i, os.urandom(pad)) for i in range(WORDS // GROUPS)}
         for g in range(GROUPS)
     ]
-    link = await PeerLink.connect("receiver", "127.0.0.1", port, "sender", SECRET)
+    from runtime.handshake import data_key
+
+    job = "bench"  # the state of one job's reconfiguration, over that job's data link
+    link = await PeerLink.connect(
+        "receiver", "127.0.0.1", port, "sender", job_id=job, key=data_key(SECRET, job)
+    )
     cpu0, t0 = _cpu(), time.perf_counter()
     sent = 0
     for g, store in enumerate(groups):

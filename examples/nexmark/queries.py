@@ -1,28 +1,36 @@
-"""The Nexmark queries as streampilot jobs: ``examples.nexmark.queries:q0`` (q1, q2).
+"""The Nexmark queries as streampilot jobs: ``examples.nexmark.queries:q0`` (q1, q2, q3,
+q4, q5, q7, q8, q11).
 
-Each job is ``events`` (a :class:`~examples.nexmark.source.Nexmark` source) -> the
-query (one ``flat_map``) -> a sink. Parameters (all optional; ``streampilot run
-examples.nexmark.queries:q1 --param events=100000``):
+q0, q1, q2 are ``events`` (a :class:`~examples.nexmark.source.Nexmark` source) -> the
+query (one ``flat_map``) -> a sink. The others run on event time, with windows, joins and
+timers: see :mod:`examples.nexmark.windowed` for their operators. Parameters (all
+optional; ``streampilot run examples.nexmark.queries:q1 --param events=100000``):
 
 - ``events`` (int, 100000): events to generate; 0 = unbounded.
 - ``rate`` (float, 0): events per second over all partitions; 0 = as fast as possible.
 - ``seed`` (int, 42): the stream's seed.
 - ``partitions`` (int, 4): partitions of the source (what a plan moves between tasks).
 - ``parallelism`` (int, 2): tasks per operator.
-- ``out_of_order_group_size`` (int, 1): the standard's out-of-order groups (1: in order).
+- ``out_of_order_group_size`` (int, 1): the standard's out-of-order groups (1: in order);
+  the event-time jobs' watermarks trail by the bound they give.
+- ``event_rate`` (int, 10000): events per second of event time (the standard's
+  ``firstEventRate``), whatever the pacing: it sets how many events a window holds.
+- ``time_from_start`` (bool, false): event 0 happens at the job's start instead of a
+  fixed time (:class:`~examples.nexmark.clock.StartedNexmark`): with ``event_rate`` equal
+  to ``rate``, event time follows the wall clock (latency benchmarks).
 - ``shuffle`` (bool, false): rebalance the events between the source and the query
   (records cross workers; the query can then be scaled live without the source).
 - ``output`` (str, ""): directory for the rows (``part-N.jsonl``); empty = discard.
 
-The rows are those of :mod:`examples.nexmark.reference` for the same events: ``sorted(
-tuple(r) for r in read_parts(output)) == reference(params)``, whatever the parallelism, the
-partitioning or the moves. The windowed queries (q5, q7, q8, q11) and the joins (q3,
-q4, q8) need event time, watermarks and windows in the runtime; :data:`JOBS` is the
-table benchmarks and tests read, to which they will be added.
+The rows are those of :mod:`examples.nexmark.reference` for the same events:
+``output_rows(query, output) == reference(query, params)``, whatever the parallelism, the
+partitioning or the moves (q4's job writes a running average per category, of which
+:func:`output_rows` keeps the last). :data:`JOBS` is the table benchmarks and tests read.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,14 +38,32 @@ from typing import Any
 from runtime import Dataflow
 from runtime.io import Sink
 from runtime.params import parse_params
-from runtime.sinks import Collect, Null
+from runtime.sinks import Collect, Null, read_parts
 
 from . import reference as ref
+from . import windowed
+from .clock import StartedNexmark
 from .generator import OUT_OF_ORDER_STRIDE
 from .model import Bid, Event
 from .source import Nexmark
 
-__all__ = ["JOBS", "Params", "build", "q0", "q1", "q2", "reference", "source_of"]
+__all__ = [
+    "JOBS",
+    "Params",
+    "build",
+    "output_rows",
+    "q0",
+    "q1",
+    "q2",
+    "q3",
+    "q4",
+    "q5",
+    "q7",
+    "q8",
+    "q11",
+    "reference",
+    "source_of",
+]
 
 
 @dataclass(frozen=True)
@@ -48,6 +74,8 @@ class Params:
     partitions: int = 4
     parallelism: int = 2
     out_of_order_group_size: int = 1
+    event_rate: int = 10_000
+    time_from_start: bool = False
     shuffle: bool = False
     output: str = ""
 
@@ -58,7 +86,7 @@ class Params:
             raise ValueError(
                 f"param 'rate' must be >= 0 (events/s; 0 = as fast as possible), got {self.rate}"
             )
-        for name in ("partitions", "parallelism", "out_of_order_group_size"):
+        for name in ("partitions", "parallelism", "out_of_order_group_size", "event_rate"):
             if getattr(self, name) < 1:
                 raise ValueError(f"param {name!r} must be >= 1, got {getattr(self, name)}")
         if self.out_of_order_group_size % OUT_OF_ORDER_STRIDE == 0:
@@ -71,12 +99,13 @@ class Params:
 
 
 def source_of(p: Params) -> Nexmark:
-    return Nexmark(
+    return (StartedNexmark if p.time_from_start else Nexmark)(
         events=p.events or None,
         rate=p.rate or None,
         seed=p.seed,
         partitions_count=p.partitions,
         out_of_order_group_size=p.out_of_order_group_size,
+        event_rate=p.event_rate,
     )
 
 
@@ -110,10 +139,15 @@ LOGIC: dict[str, Callable[[Event], tuple]] = {
 
 
 def build(query: str, source: Nexmark, parallelism: int, sink: Sink, shuffle: bool = False):
-    """The job of ``query`` (a key of :data:`LOGIC`) over ``source``: operators
-    ``events`` -> ``query`` -> ``sink``, each with ``parallelism`` tasks."""
+    """The job of ``query`` over ``source``, each operator with ``parallelism`` tasks: for
+    a key of :data:`LOGIC`, ``events`` -> ``query`` -> ``sink``; for an event-time query,
+    :func:`examples.nexmark.windowed.build` (``shuffle`` does not apply: its records
+    cross workers on its keyed edges)."""
+    if query in windowed.BUILDERS:
+        return windowed.build(query, source, parallelism, sink)
     if query not in LOGIC:
-        raise ValueError(f"no streampilot job for query {query!r}; have {sorted(LOGIC)}")
+        have = sorted([*LOGIC, *windowed.BUILDERS])
+        raise ValueError(f"no streampilot job for query {query!r}; have {have}")
     flow = Dataflow(f"nexmark-{query}")
     events = flow.source("events", source, parallelism=parallelism)
     if shuffle:
@@ -144,8 +178,56 @@ def q2(params: dict[str, Any] | None = None) -> Dataflow:
     return _job("q2", params)
 
 
-JOBS: dict[str, Callable[[dict[str, Any] | None], Dataflow]] = {"q0": q0, "q1": q1, "q2": q2}
+def q3(params: dict[str, Any] | None = None) -> Dataflow:
+    """Local item suggestion: ``(name, city, state, auction)`` of the category-10
+    auctions of sellers in OR, ID or CA (an incremental join)."""
+    return _job("q3", params)
+
+
+def q4(params: dict[str, Any] | None = None) -> Dataflow:
+    """Average closing price per category, as a running ``(category, mean, auctions)``."""
+    return _job("q4", params)
+
+
+def q5(params: dict[str, Any] | None = None) -> Dataflow:
+    """Hot items: per sliding window (10 s every 2 s), the auctions with the most bids."""
+    return _job("q5", params)
+
+
+def q7(params: dict[str, Any] | None = None) -> Dataflow:
+    """Highest bid: per tumbling window (10 s), the bids at its highest price."""
+    return _job("q7", params)
+
+
+def q8(params: dict[str, Any] | None = None) -> Dataflow:
+    """New users: people who opened an auction in the 10 s window they registered in."""
+    return _job("q8", params)
+
+
+def q11(params: dict[str, Any] | None = None) -> Dataflow:
+    """User sessions: bids per bidder per session (10 s of inactivity closes one)."""
+    return _job("q11", params)
+
+
+JOBS: dict[str, Callable[[dict[str, Any] | None], Dataflow]] = {
+    "q0": q0,
+    "q1": q1,
+    "q2": q2,
+    "q3": q3,
+    "q4": q4,
+    "q5": q5,
+    "q7": q7,
+    "q8": q8,
+    "q11": q11,
+}
 """The queries that run as streampilot jobs, by name (benchmarks and tests read it)."""
+
+
+def output_rows(query: str, output: str | os.PathLike[str]) -> list[tuple]:
+    """The rows a job of ``query`` wrote to the ``Collect`` directory ``output``, as its
+    reference gives them: sorted tuples; for q4, each category's last running mean."""
+    rows = sorted(tuple(r) for r in read_parts(output))
+    return windowed.final_averages(rows) if query == "q4" else rows
 
 
 def reference(query: str, params: dict[str, Any] | None = None) -> list[tuple]:

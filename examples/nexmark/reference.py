@@ -5,10 +5,12 @@ Semantics are nexmark-flink's SQL definitions (``nexmark-flink/.../queries/q*.sq
 evaluated over the whole bounded stream, so the result is what a streaming job emits once
 every window has closed and every join has seen both sides. Event time is each event's
 ``date_time`` (epoch ms); windows are aligned on the epoch, as Flink's ``TUMBLE`` /
-``HOP`` with no offset. Each function returns its rows as a sorted list of tuples (JSON
-arrays in a ``Collect`` sink), so that outputs compare exactly. Where the SQL's output
-leaves out the window, the rows here lead with ``window_start, window_end`` (q5, q7) so
-that they identify what they summarise.
+``HOP`` with no offset, and half-open, ``[window_start, window_end)``, as streampilot's
+(:mod:`runtime.windows`) and Flink's windows: a bid at ``window_end`` is in the next
+window. Each function returns its rows as a sorted list of tuples (JSON arrays in a
+``Collect`` sink), so that outputs compare exactly. Where the SQL's output leaves out the
+window, the rows here lead with ``window_start, window_end`` (q5, q7) so that they
+identify what they summarise.
 
 - q0 pass-through: every bid as ``(auction, bidder, price, date_time, extra)``.
 - q1 currency conversion: the same with ``price * 0.908`` (dollars to euros).
@@ -22,13 +24,19 @@ that they identify what they summarise.
 - q5 hot items: per sliding window (``size_ms`` 10 s every ``slide_ms`` 2 s), the
   auctions with the most bids: ``(window_start, window_end, auction, bids)``.
 - q7 highest bid: per tumbling window (10 s), the bids at its highest price placed in
-  ``[window_end - 10 s, window_end]`` (both ends, as the SQL's ``BETWEEN``):
-  ``(window_start, window_end, auction, bidder, price, date_time, extra)``.
+  it, ``[window_start, window_end)``:
+  ``(window_start, window_end, auction, bidder, price, date_time, extra)``. The SQL's
+  ``BETWEEN window_end - 10 s AND window_end`` also takes a bid placed exactly at
+  ``window_end`` (in two windows); here, as in the streampilot job, it is in the next
+  window only.
 - q8 new users: people who registered and opened an auction in the same tumbling window
   (10 s): ``(id, name, window_start)``, once each.
-- q11 user sessions: per bidder, bids grouped in session windows (a gap of ``gap_ms``,
-  10 s, without a bid closes one): ``(bidder, bids, session_start, session_end)``, the end
-  being the last bid's time plus the gap.
+- q11 user sessions: per bidder, bids grouped in session windows: a bid opens
+  ``[date_time, date_time + gap_ms)`` (10 s), and sessions that overlap or meet merge, so
+  that a session ends when more than ``gap_ms`` passes without a bid (bids exactly
+  ``gap_ms`` apart share a session, as in streampilot's and Flink's session windows):
+  ``(bidder, bids, session_start, session_end)``, the end being the last bid's time plus
+  the gap.
 """
 
 from __future__ import annotations
@@ -140,12 +148,10 @@ def q7(events: Iterable[Event], size_ms: int = WINDOW_MS) -> list[Row]:
         windows[b.date_time - b.date_time % size_ms].append(b)
     rows = []
     for start, bids in windows.items():
-        end = start + size_ms
         top = max(b.price for b in bids)
-        at_end = [b for b in windows.get(end, ()) if b.date_time == end]
         rows.extend(
-            (start, end, b.auction, b.bidder, b.price, b.date_time, b.extra)
-            for b in [*bids, *at_end]
+            (start, start + size_ms, b.auction, b.bidder, b.price, b.date_time, b.extra)
+            for b in bids
             if b.price == top
         )
     return sorted(rows)
@@ -176,7 +182,7 @@ def q11(events: Iterable[Event], gap_ms: int = GAP_MS) -> list[Row]:
         first = last = ts[0]
         count = 0
         for t in ts:
-            if t - last >= gap_ms:  # [last, last + gap) and [t, t + gap) do not meet
+            if t - last > gap_ms:  # [last, last + gap) and [t, t + gap) do not meet
                 rows.append((bidder, count, first, last + gap_ms))
                 first, count = t, 0
             last = t
