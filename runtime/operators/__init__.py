@@ -9,296 +9,34 @@ for keyed operators, the key.
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..dataflow import OperatorSpec, logic_ref
-from ..errors import StreamRuntimeError
-from ..keygroups import key_group_fn
+from ..dataflow import OperatorSpec
 from ..metrics import TaskMetrics
 from ..partitioning import Outputs
-from ..state import TIMERS, KeyedState, KeyGroupNotOwnedError, ValueState
+from ..state import TIMERS, KeyedState
 from ..timers import has_timers
+from .basic import (
+    FilterProcessor,
+    FlatMapProcessor,
+    KeyedProcessor,
+    MapProcessor,
+    Processor,
+    SinkProcessor,
+    UserCodeError,
+)
+from .timed import TimedKeyedProcessor
 
-if TYPE_CHECKING:
-    from ..checkpoints.taking import GroupChains
-
-__all__ = ["Processor", "UserCodeError", "make_processor", "swap_logic"]
-
-
-class UserCodeError(StreamRuntimeError, RuntimeError):
-    """A UDF raised; the message names task, logic, record (and key) and the original error."""
-
-
-def _short(obj: Any, limit: int = 200) -> str:
-    text = repr(obj)
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-class Processor:
-    """Processes input batches of one task; subclasses hold the hot loop of one kind."""
-
-    def __init__(
-        self, task_id: str, op: OperatorSpec, outputs: Outputs, metrics: TaskMetrics
-    ) -> None:
-        self.task_id = task_id
-        self.op = op
-        self.fn = op.logic
-        self.outputs = outputs
-        self.metrics = metrics
-
-    def _fail(
-        self, exc: BaseException, record: Any, key: Any = None, keyed: bool = False
-    ) -> UserCodeError:
-        where = f"task {self.task_id!r}: {logic_ref(self.fn)} raised {type(exc).__name__}: {exc}"
-        what = f" on record {_short(record)}" + (f" (key {_short(key)})" if keyed else "")
-        return UserCodeError(where + what)
-
-    def process(self, key_fn: Any, values: Sequence, stamps: Sequence[float]) -> None:
-        raise NotImplementedError
-
-    wakeup = math.inf  # when (wall clock) on_processing_time is due; inf: never
-
-    def on_watermark(self, watermark: float) -> None:
-        """The task's event-time watermark rose to ``watermark`` (see :mod:`runtime.eventtime`)."""
-
-    def on_processing_time(self, now: float) -> None:
-        """The wall clock passed :attr:`wakeup`."""
-
-    def close(self) -> None:
-        """End of all inputs (called once, before end of stream goes downstream)."""
-
-
-class MapProcessor(Processor):
-    def process(self, key_fn: Any, values: Sequence, stamps: Sequence[float]) -> None:
-        fn = self.fn
-        try:
-            out = [fn(v) for v in values]
-        except Exception as exc:
-            for v in values:  # find the culprit: map logic is stateless
-                try:
-                    fn(v)
-                except Exception as inner:
-                    raise self._fail(inner, v) from inner
-            raise self._fail(exc, "?") from exc
-        self.outputs.emit(out, stamps)
-
-
-class FlatMapProcessor(Processor):
-    def process(self, key_fn: Any, values: Sequence, stamps: Sequence[float]) -> None:
-        fn = self.fn
-        out_v: list = []
-        out_t: list = []
-        ext_v, ext_t = out_v.extend, out_t.extend
-        v = None
-        try:
-            for v, t in zip(values, stamps, strict=True):
-                r = fn(v)
-                if type(r) is not list and type(r) is not tuple:
-                    r = list(r)
-                ext_v(r)
-                ext_t([t] * len(r))
-        except Exception as exc:
-            raise self._fail(exc, v) from exc
-        self.outputs.emit(out_v, out_t)
-
-
-class FilterProcessor(Processor):
-    def process(self, key_fn: Any, values: Sequence, stamps: Sequence[float]) -> None:
-        fn = self.fn
-        v = None
-        try:
-            keep = [i for i, v in enumerate(values) if fn(v)]
-        except Exception as exc:
-            for v in values:
-                try:
-                    fn(v)
-                except Exception as inner:
-                    raise self._fail(inner, v) from inner
-            raise self._fail(exc, v) from exc
-        if len(keep) == len(values):
-            self.outputs.emit(values, stamps)
-        else:
-            self.outputs.emit([values[i] for i in keep], [stamps[i] for i in keep])
-
-
-class KeyedProcessor(Processor):
-    """Calls ``fn(key, record, state)`` with ``state`` bound to the record's key.
-
-    In fluid mode a task can own key groups whose state is still on its way
-    (:meth:`await_groups`): their records wait in :attr:`awaiting`, in arrival order, and
-    are processed when the state comes (:meth:`arrive`); other groups go on meanwhile.
-
-    A key group copied ahead to its next owner (:mod:`runtime.precopy`) is *tracked*
-    (:meth:`track`): the keys its records touch from then on are noted, since their
-    values may have changed (a UDF may change a value in place without ``set``).
-
-    A task of a checkpointed job notes the keys its records touch in every group
-    (:meth:`note_changes`), for its next incremental checkpoint (:meth:`take_changes`).
-    """
-
-    def __init__(
-        self,
-        task_id: str,
-        op: OperatorSpec,
-        outputs: Outputs,
-        metrics: TaskMetrics,
-        state: KeyedState,
-    ) -> None:
-        super().__init__(task_id, op, outputs, metrics)
-        self.state = state
-        self.key_group = key_group_fn(op.max_parallelism)
-        self._value_state = ValueState()
-        self.awaiting: dict[int, list[tuple[Any, Any, float]]] = {}
-        self.touched: dict[int, set] = {}  # tracked key group -> keys touched since
-        # Key group -> keys touched since the last checkpoint capture (None: not noted),
-        # and the chains of its checkpoint parts (runtime.checkpoints.taking).
-        self.changed: defaultdict[int, set] | None = None
-        self.chains: GroupChains | None = None
-
-    def note_changes(self) -> None:
-        """Note from now on the keys that records touch, in every group."""
-        if self.changed is None:
-            self.changed = defaultdict(set)
-
-    def take_changes(self) -> dict[int, set]:
-        """The keys touched since the last call (or :meth:`note_changes`), per group;
-        noting starts afresh."""
-        changed = self.changed
-        if changed is None:
-            return {}
-        self.changed = defaultdict(set)
-        return changed
-
-    def track(self, group: int) -> None:
-        """Note from now on the keys of ``group`` that records touch."""
-        self.touched[group] = set()
-
-    def untrack(self, group: int) -> set | None:
-        """Stop tracking ``group``; the keys touched since :meth:`track` (None if it was
-        not tracked)."""
-        return self.touched.pop(group, None)
-
-    def await_groups(self, groups: Iterable[int]) -> None:
-        """Take records of ``groups`` before their state arrives: they wait for it."""
-        for g in groups:
-            if not self.state.owns(g):
-                self.awaiting.setdefault(g, [])
-
-    def cancel_awaiting(self) -> int:
-        """Stop waiting for any key group (an aborted reconfiguration); returns how many
-        records were waiting (none can be: no record of such a group is routed here
-        before the update)."""
-        waiting = sum(len(b) for b in self.awaiting.values())
-        self.awaiting.clear()
-        return waiting
-
-    def arrive(self, group: int, data: Any) -> None:
-        """The state of an awaited ``group`` arrived (exported bytes, or the key -> value
-        dict from a task of the same worker): own it, then process its waiting records."""
-        self.state.take_in(group, data)
-        waiting = self.awaiting.pop(group, None)
-        if not waiting:
-            return
-        fn = self.fn
-        store = self.state.group(group)
-        self.metrics.key_group_counts[group] += len(waiting)
-        touched = self.touched.get(group)
-        if touched is not None:
-            touched.update(k for k, _v, _t in waiting)
-        if self.changed is not None:
-            self.changed[group].update(k for k, _v, _t in waiting)
-        st = self._value_state
-        st._store = store
-        out_v: list = []
-        out_t: list = []
-        v = k = None
-        try:
-            for k, v, t in waiting:
-                st._key = k
-                r = fn(k, v, st)
-                if r:
-                    for o in r:
-                        out_v.append(o)
-                        out_t.append(t)
-        except Exception as exc:
-            raise self._fail(exc, v, k, keyed=True) from exc
-        self.outputs.emit(out_v, out_t)
-
-    def process(self, key_fn: Any, values: Sequence, stamps: Sequence[float]) -> None:
-        fn = self.fn
-        kg_of = self.key_group
-        cached = kg_of.cache.get
-        groups = self.state.groups()
-        awaiting = self.awaiting
-        counts = self.metrics.key_group_counts
-        touched = self.touched or None  # one test per record while nothing is tracked
-        changed = self.changed
-        st = self._value_state
-        out_v: list = []
-        out_t: list = []
-        add_v, add_t = out_v.append, out_t.append
-        v = k = None
-        try:
-            for v, t in zip(values, stamps, strict=True):
-                k = key_fn(v)
-                try:
-                    g = cached(k)
-                except TypeError:  # unhashable: the hasher names the key type
-                    g = None
-                if g is None:
-                    g = kg_of(k)
-                store = groups.get(g)
-                if store is None:
-                    waiting = awaiting.get(g)
-                    if waiting is None:
-                        raise KeyGroupNotOwnedError(self.task_id, g)
-                    waiting.append((k, v, t))  # its state is on its way
-                    continue
-                counts[g] += 1
-                if touched is not None and g in touched:
-                    touched[g].add(k)
-                if changed is not None:
-                    changed[g].add(k)
-                st._store = store
-                st._key = k
-                r = fn(k, v, st)
-                if r:
-                    for o in r:
-                        add_v(o)
-                        add_t(t)
-        except KeyGroupNotOwnedError as exc:
-            raise UserCodeError(f"{exc.args[0]} (record {_short(v)}, key {_short(k)})") from exc
-        except Exception as exc:
-            raise self._fail(exc, v, k, keyed=True) from exc
-        self.outputs.emit(out_v, out_t)
-
-
-class SinkProcessor(Processor):
-    def __init__(
-        self, task_id: str, op: OperatorSpec, outputs: Outputs, metrics: TaskMetrics, index: int
-    ) -> None:
-        super().__init__(task_id, op, outputs, metrics)
-        self.writer = op.logic.open(index, op.parallelism)
-
-    def process(self, key_fn: Any, values: Sequence, stamps: Sequence[float]) -> None:
-        try:
-            self.writer.write(values)
-        except Exception as exc:
-            raise UserCodeError(
-                f"task {self.task_id!r}: sink {logic_ref(self.op.logic)} failed: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-
-    def close(self) -> None:
-        self.writer.close()
-
-    def abort(self) -> None:
-        """The task stops before its end: the writer releases its resources now."""
-        self.writer.abort()
+__all__ = [
+    "KeyedProcessor",
+    "Processor",
+    "SinkProcessor",
+    "TimedKeyedProcessor",
+    "UserCodeError",
+    "make_processor",
+    "swap_logic",
+]
 
 
 def swap_logic(processor: Processor, logic: Any, index: int) -> Processor:
@@ -340,8 +78,6 @@ def make_processor(
     if op.kind == "keyed":
         assert state is not None
         if has_timers(op.logic):
-            from .timed import TimedKeyedProcessor
-
             return TimedKeyedProcessor(task_id, op, outputs, metrics, state)
         return KeyedProcessor(task_id, op, outputs, metrics, state)
     if op.kind == "sink":

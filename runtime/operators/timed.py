@@ -32,7 +32,7 @@ from ..metrics import TaskMetrics
 from ..partitioning import Outputs
 from ..state import KeyedState, KeyGroupNotOwnedError
 from ..timers import TIMERS, KeyContext, TimerService, TimerTable
-from . import KeyedProcessor, UserCodeError, _short
+from .basic import KeyedProcessor, UserCodeError, _short
 
 __all__ = ["TimedKeyedProcessor"]
 
