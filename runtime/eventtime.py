@@ -11,8 +11,9 @@ Two pure state machines, driven by the task loops (:mod:`runtime.task`):
 
 - :class:`SourceClock`, one per source task: per split it reads (a partition, or the
   task's share of an unpartitioned source) the highest event time seen; the split's
-  watermark is that minus the source's bounded out-of-orderness, and the task's is the
-  lowest over its active splits. A split that has sent nothing for ``idle_timeout_s`` is
+  watermark is that minus the source's bounded out-of-orderness (and a microsecond, so
+  that a record exactly that far behind is on time), and the task's is the lowest over
+  its active splits. A split that has sent nothing for ``idle_timeout_s`` is
   *idle* and does not hold time back; when every split is idle the task says so (an
   idle watermark), and downstream tasks leave it out until it sends records again.
 - :class:`WatermarkTracker`, one per task with inputs: the last watermark of each input
@@ -23,9 +24,16 @@ Two pure state machines, driven by the task loops (:mod:`runtime.task`):
 A bounded source's task that reaches its end sends the final watermark (``inf``), which
 closes every window and fires every event-time timer downstream before end of stream.
 
-Channels added by a reconfiguration start with no watermark (they hold the task's
-watermark where it is, never back) until their sender re-sends its own, which every task
-does on its new channels when its outputs change.
+Reconfiguration. A partition can move from a source task whose watermark it held back to
+one that has announced a later watermark already: its next records would be late there.
+So watermarks are re-announced across every reconfiguration barrier: a source task that
+emitted one sends the watermark of the splits it reads now, even if lower than before;
+a task that forwarded one forgets what its inputs said before it
+(:meth:`WatermarkTracker.reset`) and forwards nothing until each has spoken again, then
+the lowest, even if lower than before. Its event-time timers never go back
+(:attr:`WatermarkTracker.current`): a keyed task reads every upstream task, so the
+partition's old task held its watermark back until the barrier. Channels added by a
+reconfiguration start with no watermark until their sender speaks.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from .records import Watermark
 
 __all__ = [
     "NO_WATERMARK",
+    "RESOLUTION_S",
     "EventTime",
     "EventTimeError",
     "SourceClock",
@@ -47,6 +56,7 @@ __all__ = [
 ]
 
 NO_WATERMARK = -math.inf  # what a task knows before any watermark came
+RESOLUTION_S = 1e-6  # event times are taken at microseconds (a watermark W says: none <= W)
 WATERMARK_INTERVAL_S = 0.2  # a source task sends its watermark at most this often
 
 
@@ -194,7 +204,7 @@ class SourceClock:
             if idle_after is not None and now - self._last[split] >= idle_after:
                 continue
             active = True
-            lowest = min(lowest, top - bound)
+            lowest = min(lowest, top - bound - RESOLUTION_S)  # a record at the bound is on time
         if not active:
             return math.inf if self._max and self._all_ended() else None
         return lowest
@@ -231,6 +241,13 @@ class SourceClock:
             return Watermark(self.emitted)
         return None
 
+    def reset(self) -> None:
+        """The task emitted a reconfiguration's barrier (partitions may have come or gone):
+        send the watermark of what it reads now at once, even if lower than the last."""
+        self.emitted = NO_WATERMARK
+        self.idle = False
+        self._due = 0.0
+
     def final(self) -> Watermark:
         """The source ended: event time is over."""
         self.emitted = math.inf
@@ -240,12 +257,17 @@ class SourceClock:
 
 class WatermarkTracker:
     """The watermark of a task with inputs: the lowest over its inputs that are neither
-    idle nor ended. Inputs added later start without a watermark (see the module)."""
+    idle nor ended. Inputs added later start without a watermark (see the module).
+
+    Two values: :attr:`current`, up to which the task's event-time timers have fired,
+    never goes back; :attr:`forwarded`, the last watermark the task sent, does not
+    either, except across a reconfiguration (:meth:`reset`)."""
 
     def __init__(self, inputs: Iterable[Hashable] = ()) -> None:
         self._wm: dict[Hashable, float] = {}
         self._idle: set[Hashable] = set()
-        self.current = NO_WATERMARK  # the task's watermark (forwarded; never goes back)
+        self.current = NO_WATERMARK  # the highest watermark the task has had
+        self.forwarded = NO_WATERMARK  # the last it sent
         self.idle = False  # the task said idle downstream
         self.seen = False  # some input sent a watermark: this job runs on event time
         for key in inputs:
@@ -262,6 +284,25 @@ class WatermarkTracker:
 
     def refresh(self) -> Watermark | None:
         """What to forward after inputs were added or removed (see :meth:`on_watermark`)."""
+        return self._advance()
+
+    def reset(self) -> None:
+        """The task forwarded a reconfiguration's barrier: what each input says from now
+        on replaces what it said before, lower or not, and nothing is forwarded until
+        every input has spoken again (each re-announces after the barrier). A partition
+        that moved from one source task to another is then counted where it is now,
+        never in neither (see the module)."""
+        for key in self._wm:
+            self._wm[key] = NO_WATERMARK
+        self._idle.clear()
+        self.forwarded = NO_WATERMARK
+        self.idle = False
+
+    def reannounce(self) -> Watermark | None:
+        """The task emitted a reconfiguration's barrier it did not align (a fluid stage
+        starting here): what to send again, as if nothing had been sent."""
+        self.forwarded = NO_WATERMARK
+        self.idle = False
         return self._advance()
 
     def on_watermark(self, key: Hashable, mark: Watermark) -> Watermark | None:
@@ -284,10 +325,11 @@ class WatermarkTracker:
             if not self._wm or self.idle:
                 return None
             self.idle = True
-            return Watermark(self.current, idle=True)
+            return Watermark(self.forwarded, idle=True)
         low = min(active)
-        if low > self.current or self.idle:
-            self.current = max(low, self.current)
+        if low > self.forwarded or self.idle:
+            self.forwarded = max(low, self.forwarded)
+            self.current = max(self.current, self.forwarded)
             self.idle = False
-            return Watermark(self.current)
+            return Watermark(self.forwarded)
         return None

@@ -25,9 +25,10 @@ A task runs until its inputs end, it fails, or it is cancelled:
 7. A :class:`~runtime.records.Watermark` goes to the task's
    :class:`~runtime.eventtime.WatermarkTracker`; when the task's watermark rises, the
    processor fires its event-time timers up to it, then the watermark is forwarded after
-   what they emitted. After a reconfiguration touched the task, its watermark is
-   re-evaluated (inputs gone), sent again on new output channels, and timers of key
-   groups that came are fired up to it.
+   what they emitted. At a reconfiguration's barrier the task forgets what its inputs
+   said (they re-announce after it; see :mod:`runtime.eventtime`); after the change
+   touched the task, its watermark is re-evaluated (inputs gone), sent again on new
+   output channels, and timers of key groups that came are fired up to it.
 
 A source task instead polls its :class:`~runtime.io.SourceReader` and emits barriers that
 the coordinator asked to inject, in order with its records; with event time
@@ -57,7 +58,7 @@ from .metrics import TaskMetrics
 from .operators import KeyedProcessor, Processor
 from .partitioned import PartitionSetReader
 from .partitioning import Outputs
-from .records import Barrier, Batch, EndOfStream, Watermark
+from .records import Barrier, BarrierKind, Batch, EndOfStream, Watermark
 
 __all__ = ["SourceTask", "StreamTask", "TaskHost", "TaskStatus"]
 
@@ -288,7 +289,7 @@ class StreamTask(BaseTask):
         if not mark.idle:
             self.metrics.watermark = mark.time
             t0 = time.perf_counter()
-            self.processor.on_watermark(mark.time)
+            self.processor.on_watermark(self.watermarks.current)
             self.metrics.busy_s += time.perf_counter() - t0
         await self.outputs.broadcast(mark)
 
@@ -346,6 +347,7 @@ class StreamTask(BaseTask):
                     self._emitted.add(barrier.id)
                     await self._emit_barrier(barrier)
                     outputs, processor = self.outputs, self.processor
+                    await self._advance(self.watermarks.reannounce())
                 await self._after_change()
                 continue
             if type(item) is Batch:
@@ -375,6 +377,8 @@ class StreamTask(BaseTask):
                 raise TypeError(f"task {self.task_id!r}: unexpected item {item!r} on {ch.key}")
             if isinstance(decision, Forward):
                 await outputs.broadcast(decision.barrier)
+                if decision.barrier.kind is BarrierKind.RECONFIG:
+                    self.watermarks.reset()  # Step 7: inputs re-announce after it
                 gate.unblock_all()
                 if self.host.barrier_aligned(self, decision.barrier):
                     # Affected by a reconfiguration: wait for this task's update.
@@ -485,7 +489,10 @@ class SourceTask(BaseTask):
 
     async def _emit_barriers(self) -> None:
         while self._barriers:
-            await self._emit_barrier(self._barriers.popleft())
+            barrier = self._barriers.popleft()
+            await self._emit_barrier(barrier)
+            if self.clock is not None and barrier.kind is BarrierKind.RECONFIG:
+                self.clock.reset()  # its partitions may have changed: announce anew
 
     async def _send_watermark(self, mark: Watermark | None) -> None:
         if mark is not None:

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+from .eventtime import RESOLUTION_S
 from .timers import KeyContext, KeyedProcessFunction
 
 __all__ = [
@@ -58,8 +59,6 @@ __all__ = [
     "WindowResult",
     "is_late",
 ]
-
-RESOLUTION_S = 1e-6  # event times are taken at microseconds: a window closes this before its end
 
 
 class WindowResult(NamedTuple):
@@ -140,7 +139,8 @@ class Sliding:
 @dataclass(frozen=True)
 class Session:
     """Windows of activity per key: a record opens ``[t, t + gap_s)``, and windows that
-    overlap merge; a session closes after ``gap_s`` without records of its key."""
+    overlap merge (half-open: records exactly ``gap_s`` apart are in two sessions); a
+    session closes after ``gap_s`` without records of its key."""
 
     gap_s: float
 
@@ -428,7 +428,7 @@ class WindowLogic(KeyedProcessFunction):
         acc = None
         for other in sorted(windows):
             o_start, o_end = other
-            if o_start <= end and start <= o_end:  # touching sessions merge too
+            if o_start < end and start < o_end:  # they overlap (half-open: touching do not)
                 start, end = min(start, o_start), max(end, o_end)
                 o_acc = windows.pop(other)
                 acc = o_acc if acc is None else self._merge(acc, o_acc)

@@ -505,7 +505,8 @@ def test_a_job_s_checkpoints_and_its_recovery_are_shown_after_a_worker_is_killed
         total = shown.get_by_test_id("recovery-total")
         expect(total).to_have_text(re.compile(r"^[\d,.]+ ms$"))
         assert number(total.inner_text().removesuffix(" ms")) == pytest.approx(
-            why["timings_ms"]["total"], abs=0.051  # shown to a tenth: 504.75 reads 504.8
+            why["timings_ms"]["total"],
+            abs=0.051,  # shown to a tenth: 504.75 reads 504.8
         )
         above = page.locator(f'[data-testid="reconfiguration-row"][data-id="{recovery["id"]}"]')
         expect(above).to_contain_text("recovery")

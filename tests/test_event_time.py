@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 
 from runtime import Dataflow
 from runtime.dataflow import DataflowError, InputSpec, JobGraph, OperatorSpec
-from runtime.eventtime import EventTime, EventTimeError, SourceClock, WatermarkTracker
+from runtime.eventtime import (
+    RESOLUTION_S,
+    EventTime,
+    EventTimeError,
+    SourceClock,
+    WatermarkTracker,
+)
 from runtime.metrics import TaskMetrics
 from runtime.operators import make_processor
 from runtime.partitioning import Outputs
@@ -20,7 +26,6 @@ from runtime.records import Watermark
 from runtime.state import TIMERS, KeyedState
 from runtime.timers import TimerTable
 from runtime.windows import (
-    RESOLUTION_S,
     Count,
     CountWindow,
     LateRecord,
@@ -74,16 +79,22 @@ def test_the_source_clock_trails_the_highest_time_by_the_bound_per_split() -> No
     assert clock.watermark(0.0) == -math.inf  # b has sent nothing: it holds time back
     clock.observe("a", [10.0, 12.0, 11.0], 1.0)
     clock.observe("b", [20.0], 1.0)
-    assert clock.watermark(1.0) == 10.0  # min(12, 20) - 2
-    assert clock.due(1.0) == Watermark(10.0)
+    w = 12.0 - 2.0 - RESOLUTION_S  # min(12, 20) - 2: a record at 10.0 is still on time
+    assert clock.watermark(1.0) == w
+    assert clock.due(1.0) == Watermark(w)
     assert clock.due(1.05) is None  # at most every WATERMARK_INTERVAL_S
     clock.observe("b", [30.0], 4.0)
-    assert clock.watermark(7.0) == 28.0  # a idle since 1.0: left out
+    assert clock.watermark(7.0) == 30.0 - 2.0 - RESOLUTION_S  # a idle since 1.0: left out
     clock.end("b")
     assert clock.watermark(7.0) is None  # a idle, b over: the task is idle
-    assert clock.due(7.0) == Watermark(10.0, idle=True)
-    assert clock.before_records() == Watermark(10.0)  # active again, where it was
+    assert clock.due(7.0) == Watermark(w, idle=True)
+    assert clock.before_records() == Watermark(w)  # active again, where it was
+    clock.reset()  # a reconfiguration: it announces what it reads now, lower or not
+    clock.add("c", 7.5)  # a partition that came with it, nothing read of it yet
+    clock.observe("c", [9.0], 7.5)
+    assert clock.due(7.5) == Watermark(9.0 - 2.0 - RESOLUTION_S)  # a is idle; c holds it
     clock.remove("a")
+    clock.remove("c")
     assert clock.watermark(8.0) == math.inf  # every split it reads has ended
     assert clock.final() == Watermark(math.inf)
 
@@ -138,6 +149,22 @@ def test_a_task_watermark_is_the_least_over_active_inputs_and_never_goes_back(op
                 )
     times = [f.time for f in forwarded]
     assert times == sorted(times)
+
+
+def test_after_a_reconfiguration_barrier_a_task_waits_for_every_input_to_speak_again() -> None:
+    """The partition that held input x back moves to input y's task, which had announced
+    more: after the barrier the task forwards nothing until both re-announce, then the
+    lowest, even below what it sent before; its timers' watermark never goes back."""
+    tracker = WatermarkTracker(["x", "y"])
+    tracker.on_watermark("x", Watermark(10.0))
+    assert tracker.on_watermark("y", Watermark(50.0)) == Watermark(10.0)
+    tracker.reset()
+    assert tracker.on_watermark("x", Watermark(60.0)) is None  # y has not spoken again
+    assert tracker.on_watermark("y", Watermark(8.0)) == Watermark(8.0)  # the partition's
+    assert (tracker.forwarded, tracker.current) == (8.0, 10.0)
+    assert tracker.on_watermark("y", Watermark(70.0)) == Watermark(60.0)
+    assert tracker.current == 60.0
+    assert tracker.reannounce() == Watermark(60.0)  # a fluid stage's barrier started here
 
 
 @given(st.floats(1e9, 2e9), st.sampled_from([(10.0, 2.0), (1.0, 0.25), (3.0, 3.0)]))
@@ -227,16 +254,20 @@ def test_allowed_lateness_updates_a_closed_window_and_late_records_can_be_sent_o
     assert is_late(late[0]) and late[0] == LateRecord("a", ("a", 1_800, 7), 1.8)
 
 
-def test_sessions_merge_when_a_record_bridges_them_and_close_after_the_gap() -> None:
+def test_sessions_merge_when_they_overlap_and_close_after_the_gap() -> None:
     from runtime.windows import WindowLogic
 
     h = Harness(WindowLogic(Session(1.0), Count()))
-    h.feed(("a", 1_000, 0), ("a", 3_000, 0))  # two sessions: [1, 2) and [3, 4)
-    h.feed(("a", 2_000, 0))  # [2, 3) touches both: one session [1, 4)
+    h.feed(("a", 1_000, 0), ("a", 2_500, 0))  # two sessions: [1, 2) and [2.5, 3.5)
+    h.feed(("a", 1_800, 0))  # [1.8, 2.8) overlaps both: one session [1, 3.5)
+    h.feed(("b", 1_000, 0), ("b", 2_000, 0))  # exactly the gap apart: two sessions
+    h.p.on_watermark(3.4)
+    assert sorted(r for r, _ in h.take()) == [
+        WindowResult("b", 1.0, 2.0, 1),
+        WindowResult("b", 2.0, 3.0, 1),
+    ]
     h.p.on_watermark(3.5)
-    assert h.take() == []
-    h.p.on_watermark(4.0)
-    assert [r for r, _ in h.take()] == [WindowResult("a", 1.0, 4.0, 3)]
+    assert [r for r, _ in h.take()] == [WindowResult("a", 1.0, 3.5, 3)]
 
 
 def test_count_windows_close_with_their_last_record_and_updates_come_per_record() -> None:

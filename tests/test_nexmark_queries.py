@@ -117,7 +117,8 @@ def test_q11_counts_bids_per_bidder_session() -> None:
     ]
     assert ref.q11(events, gap_ms=10_000) == sorted(
         [
-            (7, 4, 0, 34_999),  # 14,999 + 10,000 = 24,999: a gap of exactly 10 s joins
+            (7, 3, 0, 24_999),  # 14,999 + 10,000 = 24,999: a gap of exactly 10 s parts
+            (7, 1, 24_999, 34_999),
             (7, 1, 40_000, 50_000),  # 34,999 to 40,000: more than the gap parts
         ]
     )

@@ -37,6 +37,7 @@ class Events(PartitionedSource):
     partitions_count: int = 4
     held: str | None = None  # while this file exists, an exhausted partition waits (empty)
     quiet_from: int | None = None  # the last partition has no event from this one on
+    behind_s: float = 0.0  # the last partition's events come this much later (wall clock)
 
     def has(self, n: int) -> bool:
         """Whether event ``n`` is in the stream."""
@@ -77,7 +78,10 @@ class EventsReader(SourceReader):
 
     def due(self, n: int) -> float:
         rate = self.source.rate
-        return self.start if not rate else self.start + n / rate
+        last = n % self.step == self.step - 1
+        return (self.start if not rate else self.start + n / rate) + (
+            self.source.behind_s if last else 0.0
+        )
 
     def poll(self, now: float, max_records: int) -> tuple[list, list[float]] | None:
         if not self.source.has(self.next):
@@ -138,6 +142,7 @@ def source_of(params: dict[str, Any]) -> Events:
         partitions_count=int(params.get("partitions", 4)),
         held=params.get("held"),
         quiet_from=params.get("quiet_from"),
+        behind_s=float(params.get("behind_s", 0.0)),
     )
 
 
@@ -191,7 +196,7 @@ def window_reference(params: dict[str, Any]) -> list[tuple]:
         start = end = None
         n = 0
         for t in times:
-            if start is not None and t <= end:
+            if start is not None and t < end:
                 end = max(end, t + assigner.gap_s)
                 n += 1
                 continue

@@ -32,9 +32,9 @@ identify what they summarise.
 - q8 new users: people who registered and opened an auction in the same tumbling window
   (10 s): ``(id, name, window_start)``, once each.
 - q11 user sessions: per bidder, bids grouped in session windows: a bid opens
-  ``[date_time, date_time + gap_ms)`` (10 s), and sessions that overlap or meet merge, so
-  that a session ends when more than ``gap_ms`` passes without a bid (bids exactly
-  ``gap_ms`` apart share a session, as in streampilot's and Flink's session windows):
+  ``[date_time, date_time + gap_ms)`` (10 s), and sessions that overlap merge, so that a
+  session ends when ``gap_ms`` passes without a bid (half-open, as streampilot's session
+  windows: bids exactly ``gap_ms`` apart are in two sessions; Flink merges them):
   ``(bidder, bids, session_start, session_end)``, the end being the last bid's time plus
   the gap.
 """
@@ -182,7 +182,7 @@ def q11(events: Iterable[Event], gap_ms: int = GAP_MS) -> list[Row]:
         first = last = ts[0]
         count = 0
         for t in ts:
-            if t - last > gap_ms:  # [last, last + gap) and [t, t + gap) do not meet
+            if t - last >= gap_ms:  # [last, last + gap) and [t, t + gap) do not overlap
                 rows.append((bidder, count, first, last + gap_ms))
                 first, count = t, 0
             last = t
