@@ -6,27 +6,47 @@ cluster; ``config`` is passed through to the client (TLS, SASL, timeouts...).
 group rebalancing), and its position is the offset of the next record to read. Records
 are the deserialized values, or :class:`KafkaRecord` with ``records="record"``.
 
-:class:`KafkaSink` produces each record to a topic with an idempotent producer. With
-``transactions=True`` (the default) and checkpoints it is exactly-once by write-ahead:
+:class:`KafkaSink` produces each record to a topic. With ``transactions=True`` (the
+default) and checkpoints it is exactly-once, as Flink's two-phase Kafka sink: each sink
+task has a pool of :data:`SLOTS` transactional producers (``transactional.id``
+``<prefix>-<task>-<slot>``), one holding the open transaction, one the prepared one
+(at most one checkpoint is in flight), and each epoch's records (those between two
+barriers) are also kept, encoded, as the write-ahead copy a recovery needs:
 
-1. :meth:`KafkaSinkWriter.write` buffers the epoch's encoded records in memory.
-2. ``prepare(checkpoint)`` returns them (and those of earlier epochs not yet committed)
-   as the writer's state, which the runtime stores in the checkpoint.
-3. ``commit(checkpoint)`` produces each prepared epoch in one Kafka transaction that also
-   commits, as a consumer-group offset of the group ``<transactional id>`` on partition 0
-   of the topic, the epoch's checkpoint id: the marker makes a second commit a no-op.
-4. ``restore(state)``: a new producer with the same ``transactional.id`` fences the old
-   one (aborting its open transaction), reads the marker and commits the epochs of
-   ``state`` above it; what the old writer buffered later is gone with it.
+1. :meth:`KafkaSinkWriter.write` produces the records into the open transaction as they
+   arrive (invisible to read-committed consumers) and keeps their copy.
+2. ``prepare(checkpoint)`` (the barrier) flushes the open transaction, which becomes the
+   epoch of that checkpoint, and returns the writer's token and the copies of every
+   epoch not yet committed as its state (stored in the checkpoint); the next records go
+   into a transaction of the other producer.
+3. ``commit(checkpoint)`` commits each epoch's transaction, in checkpoint order, with a
+   marker: the checkpoint id committed in the same transaction as the offset of
+   partition 0 of the topic for the consumer group ``<prefix>-<task>-<token>``.
+4. ``restore(state)``: new producers with the pool's ids fence the old writer's (aborting
+   its open and prepared transactions), the marker says which epochs of ``state`` were
+   committed, and those that were not are produced again from their copies, in one
+   transaction with the marker. What the old writer produced after the checkpoint was
+   aborted by the fencing.
+
+librdkafka cannot take over another process's open transaction, hence the copies: an
+epoch whose transaction is lost (its producer failed, was fenced, or the task moved) is
+produced again from its copy at its commit, after the marker is read, so that a
+transaction committed before its producer was lost is not repeated. The token (drawn by
+a fresh writer, taken from the checkpoint by a restored one) names one run of the task,
+so that a job run again from scratch is not taken for a repeat of an earlier run. While
+both producers hold transactions (a commit late, failed or lost), the records of the
+open epoch wait in memory and are produced once one is free.
 
 Without transactions (``transactions=False``, for brokers that lack them) the sink is
-at-least-once: records are produced as they come and ``prepare`` waits until every one
-is acknowledged. Limits: see :class:`KafkaSinkWriter`.
+at-least-once: records are produced as they come with an idempotent producer and
+``prepare`` waits until every one is acknowledged. Limits: see :class:`KafkaSinkWriter`.
 
 Errors::
 
     KafkaConnectorError (RuntimeError)
     ├── BrokerUnreachableError (also ConnectionError): no answer from bootstrap_servers
+    ├── AuthenticationFailedError (also PermissionError): the brokers refused config's
+    │   SASL credentials
     └── UndecodableRecordError (also ValueError): a record the deserializer refuses
 
 Settings are checked when a description is made (:class:`ValueError` naming the field).
@@ -36,6 +56,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -56,6 +77,7 @@ from confluent_kafka.admin import AdminClient
 from runtime.io import PartitionedSource, Sink, SinkWriter, SourceReader
 
 __all__ = [
+    "AuthenticationFailedError",
     "BrokerUnreachableError",
     "KafkaConnectorError",
     "KafkaPartitionReader",
@@ -72,6 +94,10 @@ METADATA_TIMEOUT_S = 10.0  # partitions(): an unreachable broker is reported aft
 WATERMARK_TIMEOUT_S = 5.0  # a high watermark asked for at open or for a first position
 FLUSH_TIMEOUT_S = 30.0  # prepare()/close(): every produced record acknowledged by then
 TXN_TIMEOUT_S = 30.0  # one transactional call (init, offsets, commit, abort)
+PREPARE_FLUSH_S = 5.0  # prepare() waits this long for acks; the commit waits for the rest
+ABORT_TIMEOUT_S = 5.0  # abort()/hand_over(): a lost broker holds the loop no longer (a
+#                       restore's fencing aborts what is left)
+SLOTS = 2  # transactional producers per sink task: the open transaction and the prepared one
 IDLE_POLL_S = 0.01  # a reader whose last poll was empty is polled again after this
 MAX_BATCH = 100_000  # records per consume() call (librdkafka's limit is 1,000,000)
 
@@ -86,6 +112,10 @@ class KafkaConnectorError(RuntimeError):
 
 class BrokerUnreachableError(KafkaConnectorError, ConnectionError):
     """The brokers at ``bootstrap_servers`` did not answer in time."""
+
+
+class AuthenticationFailedError(KafkaConnectorError, PermissionError):
+    """The brokers at ``bootstrap_servers`` refused the credentials (SASL) in ``config``."""
 
 
 class UndecodableRecordError(KafkaConnectorError, ValueError):
@@ -203,11 +233,21 @@ class KafkaSource(PartitionedSource):
     def partitions(self) -> list[str]:
         """``"<topic>-<n>"`` for each partition of each topic, from one metadata request.
         Raises :class:`BrokerUnreachableError` naming the address after
-        :data:`METADATA_TIMEOUT_S`, :class:`KafkaConnectorError` for a missing topic."""
-        admin = AdminClient(self.client_config())
+        :data:`METADATA_TIMEOUT_S` (:class:`AuthenticationFailedError` if they refused
+        the credentials), :class:`KafkaConnectorError` for a missing topic."""
+        errors: list[KafkaError] = []  # what librdkafka reports meanwhile (error_cb)
+        admin = AdminClient(self.client_config(error_cb=errors.append))
         try:
             metadata = admin.list_topics(timeout=METADATA_TIMEOUT_S)
         except KafkaException as exc:
+            admin.poll(0)  # serves error_cb
+            refused = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
+            if refused:
+                raise AuthenticationFailedError(
+                    f"the Kafka brokers at {self.bootstrap_servers} refused the credentials "
+                    f"in config ({refused[-1].str()}): check sasl.mechanism, sasl.username "
+                    "and sasl.password"
+                ) from None
             raise BrokerUnreachableError(
                 f"cannot reach the Kafka brokers at {self.bootstrap_servers} within "
                 f"{METADATA_TIMEOUT_S:.0f}s ({exc.args[0].str()}): check bootstrap_servers, "
@@ -410,8 +450,9 @@ class KafkaSink(Sink):
     record -> str | bytes | None; librdkafka's partitioner places keyed records).
 
     ``transactions=True``: exactly-once with checkpoints (module docstring), transactional
-    ids ``<transactional_id>-<task index>`` (default prefix ``streampilot-<topic>``: give
-    each job writing to the same topic its own). ``transactions=False``: at-least-once.
+    ids ``<transactional_id>-<task index>-<slot>`` (default prefix ``streampilot-<topic>``:
+    give each job writing to the same topic its own). ``transactions=False``:
+    at-least-once.
     """
 
     bootstrap_servers: str
@@ -454,27 +495,98 @@ def _encode(value: Any, fmt: str) -> bytes | None:
     return value.encode()
 
 
+class _Slot:
+    """One transactional producer of a sink task's pool (``transactional.id`` ``id``),
+    created and fenced in (``init_transactions``) when first needed. ``in_txn``: it
+    holds the transaction of one epoch (open, then prepared) until that is committed
+    or lost."""
+
+    def __init__(self, transactional_id: str) -> None:
+        self.id = transactional_id
+        self.producer: Producer | None = None
+        self.in_txn = False
+        self.errors: list[str] = []  # failed deliveries since the transaction began
+
+    def delivered(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.errors.append(err.str())
+
+    def drop(self) -> None:
+        """Forget the producer and its transaction: the next ``init_transactions`` of this
+        id (a new producer of this slot, or a restored writer's) aborts it."""
+        producer, self.producer = self.producer, None
+        self.in_txn = False
+        self.errors.clear()
+        if producer is not None:
+            producer.purge()
+            producer.flush(0)
+
+
+@dataclass(eq=False)
+class _Epoch:
+    """The records written between two barriers, in wire form (the write-ahead copy),
+    and the slot whose transaction holds them all (None: none does, they are produced
+    from the copy at the commit). ``checkpoint`` is None while the epoch is open."""
+
+    checkpoint: int | None
+    records: list
+    slot: _Slot | None = None
+    held_back: bool = False  # going live failed: produced at the commit only
+
+
+def _produce(producer: Producer, topic: str, records: list) -> None:
+    produce = producer.produce
+    for key, value in records:
+        while True:
+            try:
+                produce(topic, value, key)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.1)
+    producer.poll(0)
+
+
 class KafkaSinkWriter(SinkWriter):
     """Task ``index``'s writer of a :class:`KafkaSink` (module docstring for the steps).
 
-    Limits: an epoch is held in memory and in the checkpoint until its commit; a writer
-    removed by a reconfiguration (:meth:`hand_over` without ``moving``) commits its
-    records at once, so a recovery to a checkpoint taken before that barrier writes them
-    again (a moved one hands them to its successor, which commits them); a broker
-    that does not hide aborted transactions (tansu 0.6) shows twice the records of a
-    commit cut short by a failure.
+    Its epochs, held ones (prepared, not committed, in checkpoint order) then the open
+    one, are *live* (their slot's transaction holds their records) or not (their records
+    are only in memory and in checkpoints); no live epoch follows one that is not, so
+    that epochs are committed in checkpoint order: an epoch whose transaction is lost
+    takes every later one's with it (aborted, produced again from the copies).
+
+    Limits: an epoch's records are held in memory and in the checkpoint until its
+    commit; a writer removed by a reconfiguration (:meth:`hand_over` without
+    ``moving``) commits its records at once, so a recovery to a checkpoint taken before
+    that barrier writes them again (a moved one hands them to its successor, which
+    commits them); a broker that does not hide aborted transactions (tansu 0.6) shows
+    the records of every aborted transaction: those of an epoch cut short by a failure
+    or a move, which are then produced again.
     """
 
     def __init__(self, sink: KafkaSink, index: int) -> None:
         self._sink = sink
-        self._id = f"{sink.transactional_id or f'streampilot-{sink.topic}'}-{index}"
+        self._prefix = f"{sink.transactional_id or f'streampilot-{sink.topic}'}-{index}"
         self._transactional = False
-        self._producer: Producer | None = None
-        self._marker_reader: Consumer | None = None  # the group holding the commit marker
-        self._committed = -1  # the last checkpoint whose epoch is in the topic
-        self._epoch: list[tuple[bytes | None, bytes | None]] = []
-        self._prepared: dict[int, list] = {}  # checkpoint -> its epoch, not committed yet
-        self._errors: list[str] = []
+        self._token = secrets.token_hex(8)
+        self._slots = [_Slot(f"{self._prefix}-{n}") for n in range(SLOTS)]
+        self._held: list[_Epoch] = []
+        self._open = _Epoch(None, [])
+        self._last = 0  # the id of its last prepare (or of the restored checkpoint)
+        self._marker_reader: tuple[str, Consumer] | None = None  # (group, its consumer)
+        self._producer: Producer | None = None  # without transactions
+        self._errors: list[str] = []  # without transactions: failed deliveries
+        self._closed = False
+
+    @property
+    def marker_group(self) -> str:
+        """The consumer group whose offset of partition 0 of the topic is the id of the
+        last checkpoint whose epoch this run of the task committed."""
+        return f"{self._prefix}-{self._token}" if self._token else self._prefix
+
+    def transactional_ids(self) -> list[str]:
+        """The ``transactional.id`` of each producer of its pool."""
+        return [slot.id for slot in self._slots]
 
     def _encode(self, value: Any) -> tuple[bytes | None, bytes | None]:
         sink = self._sink
@@ -486,23 +598,20 @@ class KafkaSinkWriter(SinkWriter):
                 f"cannot encode a record for topic {sink.topic!r} as {sink.serializer}: {exc}"
             ) from exc
 
+    def _sink_config(self, **extra: Any) -> dict[str, Any]:
+        return {
+            **_client_config("KafkaSink", self._sink.bootstrap_servers, self._sink.config),
+            **extra,
+        }
+
+    # -- without transactions -------------------------------------------------------------
+
     def _delivered(self, err: Any, msg: Any) -> None:
         if err is not None:
             self._errors.append(err.str())
 
-    def _produce(self, records: list) -> None:
-        producer, topic = self._producer, self._sink.topic
-        assert producer is not None
-        for key, value in records:
-            while True:
-                try:
-                    producer.produce(topic, value, key)
-                    break
-                except BufferError:  # the local queue is full: let deliveries drain it
-                    producer.poll(0.1)
-        producer.poll(0)
-
     def _flush(self) -> None:
+        """Every record produced so far acknowledged; OSError if not."""
         producer = self._producer
         if producer is not None and producer.flush(FLUSH_TIMEOUT_S):
             raise OSError(
@@ -512,149 +621,319 @@ class KafkaSinkWriter(SinkWriter):
             errors, self._errors = self._errors, []
             raise OSError(f"records to {self._sink.topic!r} failed: {errors[:3]}")
 
+    def _write_now(self, records: list) -> None:
+        if self._producer is None:
+            # Failed deliveries only are reported: a callback per acknowledged record
+            # costs more CPU than producing the record.
+            self._producer = Producer(
+                self._sink_config(**{
+                    "enable.idempotence": True,
+                    "on_delivery": self._delivered,
+                    "delivery.report.only.error": True,
+                })
+            )  # fmt: skip
+        _produce(self._producer, self._sink.topic, records)
+
+    # -- the pool of transactional producers ----------------------------------------------
+
+    def _ready(self, slot: _Slot) -> Producer:
+        """``slot``'s producer, created and fenced in if it has none: the broker then
+        aborts the open transaction of any earlier producer of this id (or completes
+        one whose commit was under way). OSError if it cannot."""
+        if slot.producer is None:
+            producer = Producer(
+                self._sink_config(**{
+                    "transactional.id": slot.id,
+                    "on_delivery": slot.delivered,
+                    "delivery.report.only.error": True,
+                })
+            )  # fmt: skip
+            try:
+                producer.init_transactions(TXN_TIMEOUT_S)
+            except KafkaException as exc:
+                raise OSError(
+                    f"cannot start the transactions of {slot.id!r} on "
+                    f"{self._sink.bootstrap_servers}: {exc.args[0].str()} (a broker "
+                    "without transactions needs transactions=False)"
+                ) from None
+            slot.producer = producer
+        return slot.producer
+
+    def _marker_consumer(self) -> Consumer:
+        group = self.marker_group
+        if self._marker_reader is not None and self._marker_reader[0] != group:
+            self._marker_reader[1].close()
+            self._marker_reader = None
+        if self._marker_reader is None:
+            reader = Consumer(self._sink_config(**{"group.id": group, "enable.auto.commit": False}))
+            self._marker_reader = (group, reader)
+        return self._marker_reader[1]
+
+    def _marker(self) -> int:
+        """The last checkpoint whose epoch this run committed (-1: none). Read once the
+        lost slots are fenced in again, so that a commit in doubt is settled first."""
+        for slot in self._slots:
+            if slot.producer is None:
+                self._ready(slot)
+        try:
+            (marker,) = self._marker_consumer().committed(
+                [TopicPartition(self._sink.topic, 0)], TXN_TIMEOUT_S
+            )
+        except KafkaException as exc:
+            raise OSError(
+                f"cannot read the commit marker of {self._prefix!r} (group "
+                f"{self.marker_group!r}) on {self._sink.bootstrap_servers}: {exc.args[0].str()}"
+            ) from None
+        return max(marker.offset, -1)
+
+    def _end(self, slot: _Slot, checkpoint: int | None) -> None:
+        """Commit ``slot``'s transaction with the marker ``checkpoint`` (None: no marker).
+        KafkaException if it fails."""
+        producer = slot.producer
+        assert producer is not None and slot.in_txn
+        if checkpoint is not None:
+            producer.send_offsets_to_transaction(
+                [TopicPartition(self._sink.topic, 0, checkpoint)],
+                self._marker_consumer().consumer_group_metadata(),
+                TXN_TIMEOUT_S,
+            )
+        self._commit_transaction(slot)
+        slot.in_txn = False
+        slot.errors.clear()
+
+    def _commit_transaction(self, slot: _Slot) -> None:
+        """The commit itself (its records and marker are in the transaction): the step
+        a fault-injection test stops a worker before or after."""
+        assert slot.producer is not None
+        slot.producer.commit_transaction(TXN_TIMEOUT_S)
+
+    def _epochs(self) -> list[_Epoch]:
+        return [*self._held, self._open]
+
+    def _lose(self, epoch: _Epoch, why: str) -> None:
+        """``epoch``'s transaction is lost (or about to be aborted): it and every later
+        epoch are produced again from their copies at their commit."""
+        epochs = self._epochs()
+        lost = [e for e in epochs[epochs.index(epoch) :] if e.slot is not None]
+        if lost:
+            logger.warning(
+                "%s: transactions of %d epoch(s) lost, their records are produced again "
+                "at the commit: %s", self._prefix, len(lost), why,
+            )  # fmt: skip
+        for e in lost:
+            assert e.slot is not None
+            e.slot.drop()
+            e.slot = None
+
+    def _go_live(self) -> None:
+        """Produce the open epoch's records so far into a transaction of a free slot, if
+        one is free and every held epoch is live; else they wait for their commit (or a
+        later call)."""
+        epoch = self._open
+        if epoch.slot is not None or epoch.held_back or not epoch.records:
+            return
+        if any(e.slot is None for e in self._held):
+            return
+        slot = next((s for s in self._slots if not s.in_txn), None)
+        if slot is None:
+            return
+        try:
+            self._ready(slot).begin_transaction()
+        except (OSError, KafkaException) as exc:
+            logger.warning("%s: the records of this epoch are produced at its commit: %s",
+                           slot.id, exc)  # fmt: skip
+            slot.drop()
+            epoch.held_back = True
+            return
+        slot.in_txn, epoch.slot = True, slot
+        self._into(epoch, epoch.records)
+
+    def _into(self, epoch: _Epoch, records: list) -> None:
+        """Produce ``records`` into ``epoch``'s transaction (losing it if that fails)."""
+        assert epoch.slot is not None and epoch.slot.producer is not None
+        try:
+            _produce(epoch.slot.producer, self._sink.topic, records)
+        except KafkaException as exc:
+            self._lose(epoch, str(exc))
+
+    # -- the two phases -------------------------------------------------------------------
+
     def transactional(self) -> None:
         self._transactional = self._sink.transactions
 
     def write(self, values: list) -> None:
         records = [self._encode(v) for v in values]
-        if self._transactional:
-            self._epoch += records
+        if not self._transactional:
+            if records:
+                self._write_now(records)
             return
-        if self._producer is None:
-            self._producer = self._new_producer(**{"enable.idempotence": True})
-        self._produce(records)
-
-    def _sink_config(self, **extra: Any) -> dict[str, Any]:
-        return {
-            **_client_config("KafkaSink", self._sink.bootstrap_servers, self._sink.config),
-            **extra,
-        }
-
-    def _new_producer(self, **extra: Any) -> Producer:
-        """A producer that reports failed deliveries only, to :meth:`_delivered` (a
-        callback per acknowledged record costs more CPU than producing the record)."""
-        only_errors = {"on_delivery": self._delivered, "delivery.report.only.error": True}
-        return Producer(self._sink_config(**only_errors, **extra))
-
-    # -- the two phases ---------------------------------------------------------------
+        epoch = self._open
+        epoch.records += records
+        if epoch.slot is None:
+            self._go_live()
+        elif records:
+            self._into(epoch, records)
 
     def prepare(self, checkpoint_id: int) -> dict[str, Any] | None:
-        """Step 2: the epochs not committed yet, this one included, as the state; without
-        transactions, every record produced so far acknowledged (OSError if not)."""
+        """Step 2: the open transaction flushed (for :data:`PREPARE_FLUSH_S` at most)
+        becomes epoch ``checkpoint_id``; the state is the token and the copies of the
+        epochs not committed yet, this one included. Without transactions: every record
+        produced so far acknowledged (OSError if not)."""
         if not self._transactional:
             self._flush()
             return None
-        self._prepared[checkpoint_id], self._epoch = self._epoch, []
-        pending = [[c, [list(r) for r in recs]] for c, recs in sorted(self._prepared.items())]
-        return {"checkpoint": checkpoint_id, "pending": pending}
+        epoch = self._open
+        if epoch.slot is not None:
+            assert epoch.slot.producer is not None
+            epoch.slot.producer.flush(PREPARE_FLUSH_S)  # the rest is flushed by the commit
+            if epoch.slot.errors:
+                self._lose(epoch, f"records failed: {epoch.slot.errors[:3]}")
+        self._open = _Epoch(None, [])
+        if epoch.records:
+            epoch.checkpoint = checkpoint_id
+            self._held.append(epoch)
+        self._last = checkpoint_id
+        return self._state(checkpoint_id)
+
+    def _state(self, checkpoint_id: int) -> dict[str, Any]:
+        pending = [[e.checkpoint, e.records] for e in self._held]
+        return {"token": self._token, "checkpoint": checkpoint_id, "pending": pending}
 
     def commit(self, checkpoint_id: int) -> None:
-        """Step 3: each epoch prepared at ``checkpoint_id`` or before in its transaction."""
+        """Step 3: every epoch prepared at ``checkpoint_id`` or before committed, in
+        checkpoint order: a live one by committing its transaction, the others from
+        their copies in one transaction, those the marker shows committed skipped.
+        OSError if it cannot (the epochs not committed stay for the next commit)."""
         if not self._transactional:
             self._flush()
             return
-        for c in sorted(c for c in self._prepared if c <= checkpoint_id):
-            self._commit_epoch(c, self._prepared[c])
-            del self._prepared[c]
+        due = [e for e in self._held if e.checkpoint is not None and e.checkpoint <= checkpoint_id]
+        marker = self._marker() if any(e.slot is None for e in due) else -1
+        for epoch in [e for e in due if e.slot is not None]:
+            assert epoch.slot is not None and epoch.checkpoint is not None
+            slot = epoch.slot
+            try:
+                self._end(slot, epoch.checkpoint)
+            except KafkaException as exc:
+                self._lose(epoch, str(exc))
+                raise OSError(
+                    f"the transaction of {slot.id!r} (checkpoint {epoch.checkpoint}) failed: {exc}"
+                ) from None
+            epoch.slot = None
+            self._held.remove(epoch)
+            marker = epoch.checkpoint
+        again = [e for e in due if e in self._held and e.checkpoint > marker]  # type: ignore[operator]
+        if again:
+            self._produce_again(again, again[-1].checkpoint)
+        self._held = [e for e in self._held if e not in due]
+        self._go_live()
 
-    def restore(self, state: Any) -> None:
-        """Step 4: commit the epochs of ``state`` its marker does not show committed."""
-        if not self._transactional or state is None:
-            return
-        for c, records in state["pending"]:
-            self._commit_epoch(c, [tuple(r) for r in records])
-
-    def _begin(self) -> None:
-        """A transactional producer (fencing any earlier one of this id) and the marker."""
-        if self._producer is not None:
-            return
-        producer = self._new_producer(**{"transactional.id": self._id})
-        reader = Consumer(self._sink_config(**{"group.id": self._id, "enable.auto.commit": False}))
-        try:
-            producer.init_transactions(TXN_TIMEOUT_S)
-            (marker,) = reader.committed([TopicPartition(self._sink.topic, 0)], TXN_TIMEOUT_S)
-        except KafkaException as exc:
-            reader.close()
-            raise OSError(
-                f"cannot start the transactions of {self._id!r} on {self._sink.bootstrap_servers}: "
-                f"{exc.args[0].str()} (a broker without transactions needs transactions=False)"
-            ) from None
-        self._producer, self._marker_reader = producer, reader
-        self._committed = max(self._committed, marker.offset)
-
-    def _commit_epoch(self, checkpoint_id: int | None, records: list) -> None:
-        """Produce ``records`` in one transaction with the marker ``checkpoint_id`` (None:
-        no marker); nothing if the marker shows it done. OSError if it fails."""
-        self._begin()
-        if checkpoint_id is not None and checkpoint_id <= self._committed:
-            return
-        producer, reader = self._producer, self._marker_reader
-        assert producer is not None and reader is not None
+    def _produce_again(self, epochs: list[_Epoch], marker: int | None) -> None:
+        """Produce ``epochs`` from their copies in one transaction with ``marker``, on a
+        free slot (all are: no live epoch follows one that is not). OSError if it fails."""
+        slot = next(s for s in self._slots if not s.in_txn)
+        producer = self._ready(slot)
         try:
             producer.begin_transaction()
-            self._produce(records)
-            if checkpoint_id is not None:
-                marker = [TopicPartition(self._sink.topic, 0, checkpoint_id)]
-                producer.send_offsets_to_transaction(
-                    marker, reader.consumer_group_metadata(), TXN_TIMEOUT_S
-                )
-            producer.commit_transaction(TXN_TIMEOUT_S)
+            slot.in_txn = True
+            for epoch in epochs:
+                _produce(producer, self._sink.topic, epoch.records)
+            self._end(slot, marker)
         except KafkaException as exc:
-            self._drop()  # a new producer fences this one and aborts its transaction
+            slot.drop()
             raise OSError(
-                f"the transaction of {self._id!r} (checkpoint {checkpoint_id}) failed: {exc}"
+                f"the transaction of {slot.id!r} (checkpoint {marker}) failed: {exc}"
             ) from None
-        if self._errors:
-            errors, self._errors = self._errors, []
-            raise OSError(f"records of {self._id!r} failed: {errors[:3]}")
-        if checkpoint_id is not None:
-            self._committed = checkpoint_id
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        """Step 4: the pool's producers fenced in (the old writer's transactions aborted),
+        then the epochs of ``state`` that the marker does not show committed produced
+        again. A state without a token (from before the pool) has its marker in the
+        group ``<prefix>-<task>``."""
+        if not self._transactional or state is None:
+            return
+        self._token = state.get("token") or ""
+        self._last = state["checkpoint"]
+        self._held = [_Epoch(c, list(records)) for c, records in state["pending"]]
+        for slot in self._slots:
+            self._ready(slot)
+        self.commit(self._last)
 
     def hand_over(self, barrier_id: int, moving: bool) -> dict[str, Any] | None:
         """Leaving at reconfiguration barrier ``barrier_id``. Moving (the same task index,
-        so the same transactional id): its epochs, the open one as epoch ``barrier_id``,
-        for its new writer to :meth:`adopt` and commit as checkpoints complete; nothing
-        is produced here. Removed: everything it holds committed now (class docstring)."""
+        so the same transactional ids): its transactions aborted, its token and the
+        copies of its epochs (the open one as epoch ``barrier_id``) for its new writer to
+        :meth:`adopt` and commit as checkpoints complete. Removed: everything it holds
+        committed now (class docstring)."""
         if not (moving and self._transactional):
             self.close()
             return None
-        if self._epoch:
-            self._prepared[barrier_id], self._epoch = self._epoch, []
-        pending = [[c, [list(r) for r in recs]] for c, recs in sorted(self._prepared.items())]
-        self._prepared = {}
-        self._drop()
-        return {"pending": pending}
+        if self._closed:
+            return None
+        if self._open.records:
+            self._open.checkpoint = barrier_id
+            self._held.append(self._open)
+        state = self._state(self._last)
+        self.abort()
+        return state
 
     def adopt(self, state: dict[str, Any]) -> None:
-        """Continue the task that moved here: its epochs are this writer's to commit."""
-        for c, records in state["pending"]:
-            self._prepared[c] = [tuple(r) for r in records] + self._prepared.get(c, [])
+        """Continue the task that moved here: its token, and its epochs, produced again
+        from their copies at their commit (this writer's own epochs wait for that)."""
+        self._token = state.get("token") or ""
+        self._last = max(self._last, state["checkpoint"])
+        if self._epochs()[0].slot is not None:
+            self._lose(self._epochs()[0], "the task's earlier epochs come first")
+        adopted = [_Epoch(c, list(records)) for c, records in state["pending"]]
+        self._held = sorted([*adopted, *self._held], key=lambda e: e.checkpoint)
 
     def close(self) -> None:
-        """The prepared epochs and the last one committed (or, without transactions,
-        every record acknowledged); OSError if they cannot be."""
+        """The held epochs and the open one committed (the open one without a marker);
+        without transactions, every record acknowledged. OSError if they cannot be."""
+        if self._closed:
+            return
         try:
             if not self._transactional:
                 self._flush()
                 return
-            self.commit(max(self._prepared, default=0))
-            if self._epoch:
-                self._commit_epoch(None, self._epoch)
-                self._epoch = []
+            if self._held:
+                self.commit(self._held[-1].checkpoint)  # type: ignore[arg-type]
+            epoch = self._open
+            if epoch.slot is not None:
+                try:
+                    self._end(epoch.slot, None)
+                except KafkaException as exc:
+                    self._lose(epoch, str(exc))
+            if epoch.slot is None and epoch.records:
+                self._produce_again([epoch], None)
+            self._open = _Epoch(None, [])
         finally:
-            self._drop()
+            self._release(abort=False)
 
     def abort(self) -> None:
-        """Drop what it holds; what it produced without transactions stays."""
-        self._epoch, self._prepared = [], {}
+        """Drop what it holds, aborting its open transactions (for
+        :data:`ABORT_TIMEOUT_S` at most; a restore's fencing aborts what is left); what
+        it produced without transactions stays."""
+        if self._closed:
+            return
+        self._held, self._open = [], _Epoch(None, [])
         if self._producer is not None:
             self._producer.purge()
-        self._drop()
+        self._release(abort=True)
 
-    def _drop(self) -> None:
+    def _release(self, abort: bool) -> None:
+        self._closed = True
+        for slot in self._slots:
+            if abort and slot.in_txn and slot.producer is not None:
+                slot.producer.purge()
+                try:
+                    slot.producer.abort_transaction(ABORT_TIMEOUT_S)
+                except KafkaException as exc:
+                    logger.info("%s: transaction left to be aborted by fencing: %s", slot.id, exc)
+            slot.drop()
         producer, self._producer = self._producer, None
         if producer is not None:
             producer.flush(0)
         reader, self._marker_reader = self._marker_reader, None
         if reader is not None:
-            reader.close()
+            reader[1].close()
