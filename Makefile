@@ -46,6 +46,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/recovery.py
 	$(BIN)/python bench/spark.py
 	$(BIN)/python bench/controllers.py
+	$(BIN)/python bench/nexmark.py
+	$(BIN)/python bench/connectors.py
 	$(BIN)/python bench/report.py
 
 clean:

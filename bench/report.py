@@ -949,15 +949,70 @@ def setup_section(results: list[dict]) -> list[str]:
     ]
 
 
+def _nexmark_row(r: dict, flink: dict) -> str:
+    peak = flink.get(r["query"]) if r["workers"] == 1 else None
+    rescale = r.get("rescale_completion_ms")
+    return (
+        f"| {r['query']} | {r['workers']} | {_spread({**r['events_per_s'], 'n': 3}, 0)} | "
+        f"{fmt(r['p50_ms_at_half']['median'])} / {fmt(r['p99_ms_at_half']['median'])} | "
+        + (
+            f"{fmt(rescale['median'])} / {fmt((r.get('rescale_max_ms') or {}).get('median'))}"
+            if rescale
+            else ""
+        )
+        + f" | {format(int(peak), ',') if peak else ''} |"
+    )
+
+
+def _shares(part: dict) -> str:
+    shares = sorted(part["own_time_by_component"].items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{name} {share:.0%}" for name, share in shares if share >= 0.05)
+
+
+def nexmark_section(d: dict) -> list[str]:
+    """Nexmark queries: throughput, latency at half load, a live rescale; where time goes."""
+    results, flink = d["results"], d.get("flink_per_core_events_per_s", {})
+    days = sorted({_day(r.get("date", d["date"])) for r in results})
+    prof = d.get("profile") or {}
+    where = (
+        "Where the time goes (cProfile of one pipeline in one process, own time): "
+        + "; ".join(
+            f"{name} {part['us_per_record']:g} µs per event: {_shares(part)}"
+            for name, part in prof.items()
+            if name != "wordcount"
+        )
+        + "."
+        if prof
+        else ""
+    )
+    return [
+        "## Nexmark",
+        "",
+        f"The Nexmark queries on local workers ({d['workload']['partitions']} source "
+        f"partitions, {d['workload']['events']:,} events per run), medians of "
+        f"{_rounds_of(d['workload']['rounds'])} measured on {', '.join(days)}: events/s as "
+        "fast as the source goes, p50 / p99 at half that rate (from the event time, which "
+        "follows the wall clock), then a live rescale of the stateful operator at half load "
+        "(completion / highest latency around it). Flink 1.13's published figures are per "
+        f"core. {_rerun(d['command'])}",
+        "",
+        "| query | workers | events/s [range] | p50 / p99 ms | rescale / max ms | Flink |",
+        "|---|---|---|---|---|---|",
+        *(_nexmark_row(r, flink) for r in results),
+        "",
+        *([where, ""] if where else []),
+    ]
+
+
 def render() -> str:
     """The page, from whatever results are present."""
     tp, rc, st, fc, rv, sp = (
         load(n)
         for n in ("throughput", "reconfig", "state_transfer", "fork_copy", "recovery", "spark")
     )
-    cn = load("connectors")
+    cn, nx = load("connectors"), load("nexmark")
     controllers = [d for n in CONTROLLER_SECTIONS if (d := load(f"controllers_{n}"))]
-    present = [d for d in (tp, rc, st, fc, rv, sp, cn, *controllers) if d]
+    present = [d for d in (tp, rc, st, fc, rv, sp, cn, nx, *controllers) if d]
     lines = [
         "# Benchmarks",
         "",
@@ -982,6 +1037,8 @@ def render() -> str:
         lines += spark_section(sp)
     if cn:
         lines += connectors_section(cn)
+    if nx:
+        lines += nexmark_section(nx)
     lines += controllers_section()
     return "\n".join(lines)
 

@@ -261,3 +261,17 @@ def test_the_query_scaled_out_live_loses_and_repeats_no_row(
     assert len(job.abstraction.operator("q2").tasks) == 3
     finish(cluster, job, held_end)
     assert rows(tmp_path / "out") == reference("q2", params)
+
+
+def test_the_queries_are_registered_as_jobs() -> None:
+    """Each query is a job the server may run by name (``streampilot run nexmark-q5``)."""
+    import tomllib
+    from pathlib import Path
+
+    from examples.nexmark.queries import JOBS
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    declared = tomllib.loads(pyproject.read_text())["project"]["entry-points"]["streampilot.jobs"]
+    assert {f"nexmark-{q}": f"examples.nexmark.queries:{q}" for q in JOBS}.items() <= (
+        declared.items()
+    )
