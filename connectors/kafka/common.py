@@ -12,8 +12,6 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from confluent_kafka import KafkaError
-
 __all__ = [
     "AuthenticationFailedError",
     "BrokerUnreachableError",
