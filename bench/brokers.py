@@ -300,7 +300,8 @@ def take_apart(broker: Broker, topic: str, partitions: int, records: int) -> dic
     :class:`~connectors.kafka.KafkaSinkWriter` committing them in one transaction."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from connectors.kafka import KafkaSink, KafkaSource, _encode
+    from connectors.kafka import KafkaSink, KafkaSource
+    from connectors.kafka.sink import _encode
 
     costs = Costs(broker.process.pid)
     measure = costs.measure
