@@ -10,8 +10,9 @@ prepared-but-invisible XADD; a JetStream publish is visible at once), so a
 2. ``prepare(c)``: the buffer becomes *epoch* ``c`` (through the sink's ``compact``: an
    upsert keeps the latest record per key); the state returned (stored in
    checkpoint ``c``) is the writer's token and every epoch not yet known committed.
-3. ``commit(c)``: every held epoch up to ``c`` is written, through the broker's own
-   idempotence (:meth:`WriteAheadWriter.write_epochs`: Redis a marker checked in the
+3. ``commit(c)``: every held epoch up to ``c`` is written, off the task's loop
+   (:attr:`~runtime.io.SinkWriter.commits_off_loop`: the task writes and prepares on
+   meanwhile; a lock guards the held epochs), through the broker's own idempotence (:meth:`WriteAheadWriter.write_epochs`: Redis a marker checked in the
    same MULTI/EXEC, JetStream message ids in its duplicate window), so that an epoch
    written twice (a commit, then the same commit after a recovery's restore) is visible
    once.
@@ -44,6 +45,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import threading
 from abc import abstractmethod
 from collections.abc import Callable
 from typing import Any, Literal
@@ -104,7 +106,10 @@ class WriteAheadWriter(SinkWriter):
     docstring). Subclasses say how a record is encoded (:meth:`encode`) and how epochs
     are written idempotently (:meth:`write_epochs`, :meth:`write_now`)."""
 
+    commits_off_loop = True  # commit writes held epochs only; a lock guards them
+
     def __init__(self) -> None:
+        self._lock = threading.Lock()  # the held epochs: commit's thread and the loop
         self._transactional = False
         self._token = secrets.token_hex(8)
         self._buffer: list = []  # encoded records since the last prepare
@@ -154,19 +159,23 @@ class WriteAheadWriter(SinkWriter):
     def prepare(self, checkpoint_id: int) -> dict[str, Any] | None:
         if not self._transactional:
             return None
-        if self._buffer:
-            self._held.append((checkpoint_id, self.compact(self._buffer)))
-            self._buffer = []
+        epoch = (checkpoint_id, self.compact(self._buffer)) if self._buffer else None
+        self._buffer = []
         self._last = checkpoint_id
-        epochs = [[c, records] for c, records in self._held]
+        with self._lock:
+            if epoch is not None:
+                self._held.append(epoch)
+            epochs = [[c, records] for c, records in self._held]
         return {"token": self._token, "checkpoint": checkpoint_id, "epochs": epochs}
 
     def commit(self, checkpoint_id: int) -> None:
-        due = [epoch for epoch in self._held if epoch[0] <= checkpoint_id]
+        with self._lock:
+            due = [epoch for epoch in self._held if epoch[0] <= checkpoint_id]
         if not due:
             return
-        self.write_epochs(due)
-        self._held = self._held[len(due) :]
+        self.write_epochs(due)  # not under the lock: prepare goes on meanwhile
+        with self._lock:  # only prepare ran meanwhile, appending after these
+            del self._held[: len(due)]
 
     def restore(self, state: dict[str, Any]) -> None:
         self._token = str(state["token"])

@@ -133,7 +133,8 @@ class PartitionedSource(Source):
 
 
 class SinkWriter(ABC):
-    """One sink task's writer. Called from its task's loop only, in the order below.
+    """One sink task's writer. Called from its task's loop only (but see
+    :attr:`commits_off_loop`), in the order below.
 
     Two-phase commit. When the job takes checkpoints the runtime calls
     :meth:`transactional` once, before any write, and the writer's output is then
@@ -154,6 +155,13 @@ class SinkWriter(ABC):
     emitted since the checkpoint are written again. It says so through
     :attr:`Sink.exactly_once` (False).
     """
+
+    commits_off_loop: bool = False
+    """True: :meth:`commit` may run on another thread, at the same time as :meth:`write`
+    and :meth:`prepare` (the writer guards what they share), so that a slow commit does
+    not hold the task (and its worker's other tasks) back; commits still come one at a
+    time, in order, and never alongside :meth:`hand_over`, :meth:`close` or :meth:`abort`.
+    Visibility is unchanged: a commit's records are visible when it returns."""
 
     @abstractmethod
     def write(self, values: list) -> None:

@@ -484,7 +484,7 @@ class JobRuntime:
             processor = task.processor if isinstance(task, StreamTask) else None
             if isinstance(processor, SinkProcessor):
                 try:
-                    processor.writer.commit(checkpoint_id)
+                    processor.commit(checkpoint_id)
                 except Exception as exc:
                     logger.warning(
                         "task %s: checkpoint %s not committed yet: %s",

@@ -47,7 +47,7 @@ async def ship_out(
         return
     if isinstance(task, StreamTask) and isinstance(task.processor, SinkProcessor) and everything:
         moving = tid in new.placement
-        state = task.processor.writer.hand_over(p.barrier_id, moving)
+        state = task.processor.hand_over(p.barrier_id, moving)
         if moving:  # its successor adopts what it prepared (always sent: it waits for it)
             await send_part(job, p.rid, tid, new.placement[tid], "sink", state, raw=False)
         return

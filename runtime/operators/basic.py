@@ -10,9 +10,12 @@ for keyed operators, the key.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
 from ..dataflow import OperatorSpec, logic_ref
@@ -34,6 +37,10 @@ __all__ = [
     "SinkProcessor",
     "UserCodeError",
 ]
+
+logger = logging.getLogger(__name__)
+
+COMMIT_SETTLE_TIMEOUT_S = 60.0  # a sink's commit off the loop ends within this before it closes
 
 
 class UserCodeError(StreamRuntimeError, RuntimeError):
@@ -285,11 +292,19 @@ class KeyedProcessor(Processor):
 
 
 class SinkProcessor(Processor):
+    """Writes a sink task's batches; commits its writer's prepared transactions when a
+    checkpoint completes: on the task's loop, or, for a writer whose
+    :attr:`~runtime.io.SinkWriter.commits_off_loop` is set, on a thread of its own (one
+    commit at a time, in checkpoint order) while the task goes on writing. Before the
+    writer closes, aborts or hands over, a commit under way ends (:meth:`settle`)."""
+
     def __init__(
         self, task_id: str, op: OperatorSpec, outputs: Outputs, metrics: TaskMetrics, index: int
     ) -> None:
         super().__init__(task_id, op, outputs, metrics)
         self.writer = op.logic.open(index, op.parallelism)
+        self._committer: ThreadPoolExecutor | None = None
+        self._committing: Future | None = None
 
     def process(self, key_fn: Any, values: Sequence, stamps: Sequence[float]) -> None:
         try:
@@ -300,9 +315,59 @@ class SinkProcessor(Processor):
                 f"{type(exc).__name__}: {exc}"
             ) from exc
 
+    def commit(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` is complete: commit what the writer prepared up to
+        it. On the loop, a failure raises (the caller logs it; the next commit or a
+        recovery's restore commits again); off it, a failure is logged."""
+        if not self.writer.commits_off_loop:
+            self.writer.commit(checkpoint_id)
+            return
+        if self._committer is None:
+            self._committer = ThreadPoolExecutor(1, thread_name_prefix=f"commit-{self.task_id}")
+        done = self._committer.submit(self.writer.commit, checkpoint_id)
+        done.add_done_callback(lambda f: _commit_ended(self.task_id, checkpoint_id, f))
+        self._committing = done
+
+    def settle(self) -> None:
+        """Wait (on the loop, at most ``COMMIT_SETTLE_TIMEOUT_S``) for a commit under way."""
+        committing, self._committing = self._committing, None
+        if committing is None:
+            return
+        try:
+            committing.result(COMMIT_SETTLE_TIMEOUT_S)
+        except FutureTimeout:
+            logger.warning(
+                "task %s: a commit still runs after %.0fs; the writer closes anyway",
+                self.task_id,
+                COMMIT_SETTLE_TIMEOUT_S,
+            )
+        except Exception:  # logged when it ended
+            pass
+
+    def _stop_committing(self) -> None:
+        self.settle()
+        if self._committer is not None:
+            self._committer.shutdown(wait=False)
+            self._committer = None
+
+    def hand_over(self, barrier_id: int, moving: bool) -> Any:
+        """The task leaves at a reconfiguration barrier (see ``SinkWriter.hand_over``)."""
+        self._stop_committing()
+        return self.writer.hand_over(barrier_id, moving)
+
     def close(self) -> None:
+        self._stop_committing()
         self.writer.close()
 
     def abort(self) -> None:
         """The task stops before its end: the writer releases its resources now."""
+        self._stop_committing()
         self.writer.abort()
+
+
+def _commit_ended(task_id: str, checkpoint_id: int, done: Future) -> None:
+    error = None if done.cancelled() else done.exception()
+    if error is not None:
+        logger.warning(
+            "task %s: checkpoint %s not committed yet: %s", task_id, checkpoint_id, error
+        )
