@@ -341,3 +341,25 @@ def test_a_logic_swap_to_timers_and_back_rebuilds_the_processor_over_the_same_st
 
 def plain_sum(key: str, event: tuple, state) -> None:
     state.set((state.get() or 0) + event[2])
+
+
+def test_records_that_waited_for_their_key_group_are_judged_by_the_watermark_they_came_under() -> (
+    None
+):
+    """Fluid mode: a record of a key group whose state is on its way waits; the watermark
+    may pass its window meanwhile. When the state comes the record counts in its window
+    (it was on time when it came), then the window closes."""
+    from runtime.windows import WindowLogic
+
+    h = Harness(WindowLogic(Session(0.25), Count()))
+    h.feed(("k", 1_000, 0))
+    (group,) = [g for g in h.state.owned() if h.state.group(g)]
+    data = h.state.export_group(group)
+    h.state.drop_group(group)
+    h.p.await_groups([group])
+    h.feed(("k", 1_100, 0))  # waits for the group, under no later watermark
+    h.p.on_watermark(2.0)  # both sessions would have closed by now
+    assert h.take() == []
+    h.p.arrive(group, data)
+    assert [r for r, _ in h.take()] == [WindowResult("k", 1.0, 1.35, 2)]
+    assert h.metrics.late_records == 0

@@ -13,7 +13,8 @@ change tracking for checkpoints and copies made ahead) and also:
    order; when the wall clock passes :attr:`wakeup` (:meth:`on_processing_time`) fires
    the processing-time ones;
 4. a key group whose state arrives in fluid mode has its waiting records processed first,
-   then its timers due by then fired;
+   each seeing the watermark it came under (not a later one: it was on time when it
+   came), then its timers due by then fired;
 5. at the end of its input, fires every timer left, event time first.
 
 A heap entry whose group left, or whose time no longer holds a timer, is skipped.
@@ -125,7 +126,8 @@ class TimedKeyedProcessor(KeyedProcessor):
                     waiting = awaiting.get(g)
                     if waiting is None:
                         raise KeyGroupNotOwnedError(self.task_id, g)
-                    waiting.append((k, v, t, side))  # its state is on its way
+                    # Its state is on its way: it waits, with the watermark it came under.
+                    waiting.append((k, v, t, side, self.watermark))
                     continue
                 counts[g] += 1
                 self._call(g, store, k, v, t, out_v, out_t)
@@ -135,9 +137,7 @@ class TimedKeyedProcessor(KeyedProcessor):
             raise
         except Exception as exc:
             raise self._fail(exc, v, k, keyed=True) from exc
-        if ctx.late:
-            self.metrics.late_records += ctx.late
-            ctx.late = 0
+        self._count_late()
         self.outputs.emit(out_v, out_t)
 
     def _call(self, g: int, store: dict, k: Any, v: Any, t: float, out_v: list, out_t: list):
@@ -159,19 +159,24 @@ class TimedKeyedProcessor(KeyedProcessor):
         store = self.state.group(group)
         if waiting:
             self.metrics.key_group_counts[group] += len(waiting)
-            self.ctx.watermark = self.watermark
             self.ctx.processing_time = time.time()
             self.ctx.in_processing_time = False
             out_v: list = []
             out_t: list = []
             v = k = None
             try:
-                for k, v, t, self.ctx.side in waiting:
+                for k, v, t, self.ctx.side, self.ctx.watermark in waiting:
                     self._call(group, store, k, v, t, out_v, out_t)
             except Exception as exc:
                 raise self._fail(exc, v, k, keyed=True) from exc
+            self._count_late()
             self.outputs.emit(out_v, out_t)
         self.on_watermark(self.watermark)  # its timers due by now
+
+    def _count_late(self) -> None:
+        if self.ctx.late:
+            self.metrics.late_records += self.ctx.late
+            self.ctx.late = 0
 
     # -- timers ----------------------------------------------------------------------------
 
