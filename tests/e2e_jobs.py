@@ -9,7 +9,7 @@ from typing import Any
 
 from runtime import Dataflow
 from runtime.dataflow import JobGraph
-from runtime.io import Source, SourceReader
+from runtime.io import PartitionedSource, Source, SourceReader
 from runtime.sinks import Collect, Null
 from runtime.sources import Generator
 
@@ -269,15 +269,39 @@ class _EndsWhenReleasedReader(SourceReader):
         self._reader.close()
 
 
+@dataclass(frozen=True)
+class PartitionsEndWhenReleased(PartitionedSource):
+    """:class:`EndsWhenReleased` for a partitioned ``source``: each of its partitions holds
+    back its end while the file ``held`` exists."""
+
+    source: PartitionedSource
+    held: str
+
+    @property
+    def bounded(self) -> bool:  # type: ignore[override]
+        return self.source.bounded
+
+    def partitions(self) -> list[str]:
+        return self.source.partitions()
+
+    def open_partition(self, partition: str, start_time: float) -> SourceReader:
+        reader = self.source.open_partition(partition, start_time)
+        return _EndsWhenReleasedReader(reader, self.held)
+
+
 def held_until_released(graph: JobGraph, held: Any) -> JobGraph:
     """``graph`` with each source's end held back while the file ``held`` exists (see
-    :class:`EndsWhenReleased`)."""
+    :class:`EndsWhenReleased`, :class:`PartitionsEndWhenReleased`)."""
+
+    def hold(source: Source) -> Source:
+        if isinstance(source, PartitionedSource):
+            return PartitionsEndWhenReleased(source, str(held))
+        return EndsWhenReleased(source, str(held))
+
     return JobGraph.of(
         graph.name,
         [
-            dataclasses.replace(op, logic=EndsWhenReleased(op.logic, str(held)))
-            if op.kind == "source"
-            else op
+            dataclasses.replace(op, logic=hold(op.logic)) if op.kind == "source" else op
             for op in graph.operators
         ],
     )

@@ -5,8 +5,6 @@ event-time queries: ``test_nexmark_windowed.py``)."""
 
 from __future__ import annotations
 
-import dataclasses
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +17,11 @@ from examples.nexmark import Auction, Bid, Nexmark, Person
 from examples.nexmark import reference as ref
 from examples.nexmark.queries import JOBS, LOGIC, Params, build, reference, source_of
 from runtime.dataflow import JobGraph
-from runtime.io import SourceReader
 from runtime.sinks import Collect, read_parts
 from tests.api_support import wait_until
+from tests.e2e_jobs import held_until_released
 
 WAIT_S = 120.0  # hang guard for a job's run on a loaded machine
-HELD_RECHECK_S = 0.05  # how often a held partition looks whether it is released
 
 
 def person(id: int, t: int, state: str = "OR", name: str = "Ann") -> Person:
@@ -161,50 +158,12 @@ def test_the_job_s_output_is_the_reference(
     assert rows(tmp_path) == reference(query, params)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class HeldNexmark(Nexmark):
-    """Nexmark whose partitions hold back their end while the file ``held`` exists: a
-    bounded job that runs, whatever the machine's speed, until the test removes it."""
-
-    held: str = ""
-
-    def open_partition(self, partition: str, start_time: float) -> SourceReader:
-        return _HeldReader(super().open_partition(partition, start_time), self.held)
-
-
-class _HeldReader(SourceReader):
-    def __init__(self, reader: SourceReader, held: str) -> None:
-        self._reader = reader
-        self._held = held
-        self._spent = False
-
-    def poll(self, now: float, max_records: int) -> tuple[list, list[float]] | None:
-        polled = self._reader.poll(now, max_records)
-        self._spent = polled is None
-        if polled is None and os.path.exists(self._held):
-            return [], []
-        return polled
-
-    def next_due(self, now: float) -> float:
-        return now + HELD_RECHECK_S if self._spent else self._reader.next_due(now)
-
-    def position(self) -> Any:
-        return self._reader.position()
-
-    def seek(self, position: Any) -> None:
-        self._reader.seek(position)
-        self._spent = False
-
-
 def held_graph(query: str, params: dict[str, Any], held: Path) -> JobGraph:
     """The job of ``query`` over the events of ``params``, its end held back while the
     file ``held`` exists, writing its rows to ``params["output"]``."""
     p = Params(**params)
-    source = HeldNexmark(
-        **{f.name: getattr(source_of(p), f.name) for f in dataclasses.fields(Nexmark)},
-        held=str(held),
-    )
-    return build(query, source, p.parallelism, Collect(p.output), p.shuffle).compile()
+    graph = build(query, source_of(p), p.parallelism, Collect(p.output), p.shuffle).compile()
+    return held_until_released(graph, held)
 
 
 def submit_held(cluster: BackgroundCluster, query: str, params: dict[str, Any], held: Path):
