@@ -6,9 +6,19 @@ snapshot as a msgpack-able dict:
 
 ``records_in``, ``records_out``, ``busy_s``, ``idle_s``, ``backpressure_s`` (time spent
 processing, waiting for input, waiting for output credit), ``queued`` (records waiting per
-input channel), ``key_groups`` (records per key group, keyed tasks), ``channels``
-(per output channel: records and bytes; the traffic matrix), and at sinks ``latency``
-(a sparse :class:`LatencyHistogram` of end-to-end latency from the source timestamps).
+input channel), ``key_groups`` (records per key group, keyed tasks), ``hot_keys`` (keyed
+tasks: the heaviest keys, see below), ``channels`` (per output channel: records and bytes;
+the traffic matrix), and at sinks ``latency`` (a sparse :class:`LatencyHistogram` of
+end-to-end latency from the source timestamps).
+
+``hot_keys`` lists up to ``HOT_KEYS_REPORTED`` keys, heaviest first, each
+``{"key", "group", "count", "error"}``: its estimated records since the last snapshot (a
+:class:`~runtime.hotkeys.HotKeySampler` fed a sample of each input batch, reset at each
+snapshot), the most that estimate may be over, and its key group. A key travels as itself
+when JSON and msgpack both carry it (``str``, ``bool``, ``None``, a 64-bit ``int``, a
+finite ``float``, tuples of those, which JSON writes as arrays) and its ``repr`` fits
+``HOT_KEY_MAX_CHARS``; otherwise ``key`` is its ``repr`` (cut at that length) and the entry
+has ``"repr": true``.
 
 Bytes on a channel between workers are the frame sizes actually written; on a channel
 inside one worker (no serialization) they are estimated from a sampled encoding, so the
@@ -25,11 +35,27 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LatencyHistogram", "TaskMetrics", "summarize_latency"]
+from .hotkeys import HotKey, HotKeySampler
+from .keygroups import key_group
+
+__all__ = [
+    "HOT_KEYS_REPORTED",
+    "HOT_KEY_COUNTERS",
+    "HOT_KEY_SAMPLES",
+    "LatencyHistogram",
+    "TaskMetrics",
+    "summarize_latency",
+]
 
 _SUB = 16  # sub-buckets per power of two: about 6% precision
 _SIZE = 40 * _SUB
 _FLUSH_AT = 16384  # records queued before binning
+
+HOT_KEY_COUNTERS = 64  # counters of a keyed task's sketch: a key above 1/64 of its input is seen
+HOT_KEY_SAMPLES = 8  # records counted per input batch: ~3% of a word count's keyed processing
+HOT_KEYS_REPORTED = 8  # heaviest keys in each snapshot
+HOT_KEY_MAX_CHARS = 200  # a key whose repr is longer is reported as that repr, cut
+_INT64 = range(-(1 << 63), 1 << 63)  # ints msgpack carries
 
 
 class LatencyHistogram:
@@ -162,6 +188,7 @@ class TaskMetrics:
         "busy_s",
         "channel_bytes",
         "channel_records",
+        "hot_keys",
         "idle_s",
         "key_group_counts",
         "late_records",
@@ -178,6 +205,10 @@ class TaskMetrics:
         self.idle_s = 0.0
         self.backpressure_s = 0.0
         self.key_group_counts: list[int] | None = [0] * max_parallelism if max_parallelism else None
+        # A keyed task's heaviest keys: the task feeds it each input batch.
+        self.hot_keys = (
+            HotKeySampler(HOT_KEY_COUNTERS, HOT_KEY_SAMPLES) if max_parallelism else None
+        )
         self.channel_records: dict[str, int] = {}
         self.channel_bytes: dict[str, float] = {}
         self.latency = LatencyHistogram() if sink else None
@@ -206,6 +237,9 @@ class TaskMetrics:
             kgc = self.key_group_counts
             out["key_groups"] = {g: c for g, c in enumerate(kgc) if c}
             self.key_group_counts = [0] * len(kgc)
+            if self.hot_keys is not None:
+                top = self.hot_keys.take(HOT_KEYS_REPORTED)
+                out["hot_keys"] = tuple(hot_key_report(h, len(kgc)) for h in top)
         if self.latency is not None:
             out["latency"] = self.latency.to_dict()
             self.latency.clear()
@@ -213,6 +247,27 @@ class TaskMetrics:
             out["event_time"] = event_time_report(self.watermark, self.late_records)
             self.late_records = 0
         return out
+
+
+def hot_key_report(hot: HotKey, max_parallelism: int) -> dict[str, Any]:
+    """A hot key as a snapshot carries it (see the module docstring)."""
+    group = key_group(hot.key, max_parallelism)
+    report = {"key": hot.key, "group": group, "count": hot.count, "error": hot.error}
+    if not _portable(hot.key) or len(repr(hot.key)) > HOT_KEY_MAX_CHARS:
+        report.update(key=repr(hot.key)[:HOT_KEY_MAX_CHARS], repr=True)
+    return report
+
+
+def _portable(key: object) -> bool:
+    """Whether msgpack and JSON both carry ``key`` as it is (tuples as arrays)."""
+    kind = type(key)
+    if kind is str or kind is bool or key is None:
+        return True
+    if kind is int:
+        return key in _INT64
+    if kind is float:
+        return math.isfinite(key)
+    return kind is tuple and all(_portable(k) for k in key)
 
 
 def event_time_report(watermark: float, late: int) -> dict[str, Any]:

@@ -308,6 +308,7 @@ class StreamTask(BaseTask):
         aligner = self.aligner
         loop = asyncio.get_running_loop()
         latency = metrics.latency
+        hot_keys = metrics.hot_keys  # a keyed task's sketch of its heaviest keys
         clock = time.perf_counter
         wall = time.time
         while True:
@@ -357,6 +358,8 @@ class StreamTask(BaseTask):
                 if latency is not None:
                     latency.record(wall(), item.timestamps)
                 processor.process(ch.key_fn, values, item.timestamps)
+                if hot_keys is not None:
+                    hot_keys.feed(ch.key_fn, values)
                 metrics.busy_s += clock() - t0
                 await outputs.flush()
                 continue

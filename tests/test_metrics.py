@@ -181,6 +181,7 @@ def test_snapshot_reports_since_last_and_resets() -> None:
         "queued": {"src-0": 12},
         "channels": {"count-0->out-1": {"records": 7, "bytes": 123}},
         "key_groups": {3: 4, 5: 6},
+        "hot_keys": (),  # none fed (tests/test_hotkeys.py feeds them)
     }
     assert LatencyHistogram.from_dict(latency).total == 2
     assert unpackb(packb(snap)) == snap  # msgpack-able as it is
@@ -195,6 +196,7 @@ def test_snapshot_reports_since_last_and_resets() -> None:
         "queued": {},
         "channels": {"count-0->out-1": {"records": 0, "bytes": 0}},
         "key_groups": {},
+        "hot_keys": (),
         "latency": {"buckets": {}, "max_us": 0},
     }
     assert m.key_group_counts == [0] * 8
@@ -204,7 +206,7 @@ def test_snapshot_of_a_plain_task_has_no_key_groups_or_latency() -> None:
     m = TaskMetrics()
     m.records_in = 3
     snap = m.snapshot({})
-    assert "key_groups" not in snap and "latency" not in snap
+    assert "key_groups" not in snap and "hot_keys" not in snap and "latency" not in snap
     assert snap["records_in"] == 3
     assert m.snapshot({})["records_in"] == 0
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, JsonValue
 
 __all__ = [
     "ChannelMetrics",
+    "HotKeyRate",
     "JobMetricsRead",
     "LatencyRead",
     "OperatorMetrics",
@@ -24,6 +25,27 @@ class PartitionHealth(BaseModel):
     )
 
 
+class HotKeyRate(BaseModel):
+    """One of a keyed task's heaviest keys over the window (a Space-Saving sketch of a
+    sample of each input batch, see ``runtime.hotkeys``). ``per_s - error_per_s`` is a
+    lower bound of its rate; ``per_s`` an upper bound when it was among the task's top
+    keys in every report of the window (a report it was not among counts 0), both up to
+    the sampling's noise."""
+
+    key: JsonValue = Field(
+        description="the key (a tuple as an array), or its repr when key_repr is true"
+    )
+    key_repr: bool = Field(
+        False,
+        description="the key is shown as its repr, cut at 200 characters: JSON cannot carry "
+        "it (bytes, a non-finite float, an int past 64 bits, another type) or it is longer",
+    )
+    group: int = Field(description="its key group")
+    per_s: float = Field(description="its estimated records per second")
+    error_per_s: float = Field(description="the most per_s may overcount it by")
+    share: float = Field(ge=0, le=1, description="its fraction of the task's input")
+
+
 class TaskMetrics(BaseModel):
     task: str
     operator: str
@@ -35,6 +57,9 @@ class TaskMetrics(BaseModel):
     queued: dict[str, int] = Field(description="records waiting, per upstream task (latest)")
     key_groups: dict[int, int] = Field(
         description="records per key group summed over the window (keyed tasks only)"
+    )
+    hot_keys: list[HotKeyRate] = Field(
+        default_factory=list, description="its heaviest keys, heaviest first (keyed tasks)"
     )
     state_keys: int | None = Field(None, description="keys in its state (keyed tasks; latest)")
     state_bytes: int | None = Field(

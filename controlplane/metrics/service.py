@@ -4,13 +4,16 @@ exposition of the whole control plane (:func:`prometheus_text`).
 
 Worker snapshots are deltas of about one second each (``runtime.metrics.TaskMetrics``):
 counts over the window are summed and divided by the window; queue lengths and state sizes
-are levels, so the latest snapshot of each task counts.
+are levels, so the latest snapshot of each task counts. A keyed task's hot keys are summed
+per key over its snapshots (estimates and errors alike), and its heaviest
+``HOT_KEYS_REPORTED`` are kept.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from sqlalchemy import func, select
@@ -22,11 +25,12 @@ from controlplane.errors import JobNotRunning
 from controlplane.jobs import service as jobs
 from controlplane.jobs.models import JOB_STATUSES, TERMINAL_JOB_STATUSES, JobRecord
 from controlplane.reconfigurations.models import RECONFIGURATION_STATUSES, ReconfigurationRecord
-from runtime.metrics import LatencyHistogram, summarize_latency
+from runtime.metrics import HOT_KEYS_REPORTED, LatencyHistogram, summarize_latency
 
 from . import checkpoints
 from .schemas import (
     ChannelMetrics,
+    HotKeyRate,
     JobMetricsRead,
     LatencyRead,
     OperatorMetrics,
@@ -49,6 +53,46 @@ def covered(agg: Mapping[str, float], window_s: float) -> float:
     return seconds if seconds > 0 else window_s
 
 
+class HotKeySums:
+    """A task's hot keys summed over the window's snapshots: per key (and whether it is
+    shown as its repr), its records, its error and its key group."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[bool, Hashable]] = Counter()
+        self.errors: Counter[tuple[bool, Hashable]] = Counter()
+        self.groups: dict[tuple[bool, Hashable], int] = {}
+
+    def add(self, reported: Iterable[Mapping[str, Any]]) -> None:
+        for h in reported:
+            key = (bool(h.get("repr")), _hashable(h["key"]))
+            self.counts[key] += int(h["count"])
+            self.errors[key] += int(h["error"])
+            self.groups[key] = int(h["group"])
+
+    def rates(self, records: float, seconds: float) -> list[HotKeyRate]:
+        """The heaviest keys per second of ``seconds``, with their share of ``records``."""
+        return [
+            HotKeyRate(
+                key=_json(key),
+                key_repr=shown,
+                group=self.groups[shown, key],
+                per_s=n / seconds,
+                error_per_s=self.errors[shown, key] / seconds,
+                share=min(n / records, 1.0) if records > 0 else 0.0,
+            )
+            for (shown, key), n in self.counts.most_common(HOT_KEYS_REPORTED)
+        ]
+
+
+def _hashable(key: Any) -> Hashable:
+    """A reported key as a dict key: arrays (tuples once JSON had them) as tuples."""
+    return tuple(_hashable(k) for k in key) if isinstance(key, list | tuple) else key
+
+
+def _json(key: Any) -> Any:
+    return [_json(k) for k in key] if isinstance(key, tuple) else key
+
+
 def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
     """The window of ``view`` per task, operator and channel, with latency and workers."""
     w = view.window_s
@@ -59,6 +103,7 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
     state_groups: dict[str, dict[int, int]] = {}
     partitions: dict[str, dict[str, PartitionHealth]] = {}
     groups: dict[str, Counter[int]] = {}
+    hot_keys: dict[str, HotKeySums] = {}
     event_time: dict[str, dict] = {}  # task -> its latest event-time report
     late: Counter[str] = Counter()
     traffic: dict[tuple[str, str], Counter[str]] = {}
@@ -84,6 +129,8 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
             late[task] += int(event_time[task].get("late") or 0)
         for g, n in dict(snap.get("key_groups") or {}).items():
             groups.setdefault(task, Counter())[int(g)] += int(n)
+        if snap.get("hot_keys") is not None:
+            hot_keys.setdefault(task, HotKeySums()).add(snap["hot_keys"])
         for target, ch in dict(snap.get("channels") or {}).items():
             cell = traffic.setdefault((task, str(target)), Counter())
             cell["records"] += int(ch.get("records", 0))
@@ -102,6 +149,9 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
             backpressure=min(agg["backpressure_s"] / covered(agg, w), 1.0),
             queued=queued.get(task, {}),
             key_groups=dict(sorted(groups.get(task, Counter()).items())),
+            hot_keys=hot_keys[task].rates(agg["records_in"], covered(agg, w))
+            if task in hot_keys
+            else [],
             state_keys=state_keys.get(task),
             state_bytes=state_bytes.get(task),
             state_key_groups=state_groups.get(task),
