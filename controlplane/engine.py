@@ -676,6 +676,7 @@ def _metrics_view(job: RunningJob, now: float, window_s: float) -> MetricsView:
         kinds=dict(m.kinds),
         placement=dict(job.layout.placement),
         workers={w: dict(usage) for w, usage in m.workers.items()},
+        worker_samples=tuple(s for s in m.worker_samples if s[0] >= since),
     )
 
 

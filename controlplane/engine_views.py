@@ -194,7 +194,9 @@ PlanBuilder = Callable[[JobView], Plan]
 class MetricsView:
     """A copy of a job's recent metrics, taken on the loop at ``now`` (``time.time()``):
     the worker snapshots of the last ``window_s`` as ``(time, task, snapshot)``, each task's
-    operator and worker, each operator's kind, and the usage of the job's workers."""
+    operator and worker, each operator's kind (in the job graph's order, sources first),
+    the latest usage of the job's workers and their usage over the window as ``(time,
+    worker, cpu_percent, rss_mb)``."""
 
     now: float
     window_s: float
@@ -203,6 +205,7 @@ class MetricsView:
     kinds: Mapping[str, str]
     placement: Mapping[str, str]
     workers: Mapping[str, Mapping[str, float]]
+    worker_samples: tuple[tuple[float, str, float, float], ...] = ()
 
 
 @dataclass(frozen=True)

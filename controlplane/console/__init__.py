@@ -1,10 +1,19 @@
-"""The dashboard at ``/``: one HTML page, one JavaScript module and one stylesheet, served
-by the app itself (no build step, no CDN, nothing fetched from the internet).
+"""The dashboard at ``/``: one HTML page, its JavaScript modules and stylesheet, and uPlot
+(``static/vendor/uplot-1.6.32``, MIT, with its licence) for the charts, all served by the
+app itself (no build step, no CDN, nothing fetched from the internet).
 
 The page is a plain client of ``/api/v1``: it asks for a bearer token and keeps it in the
-browser's ``localStorage``, lists the jobs, and for the selected job shows the abstraction
-as a table of tasks, the metrics window (polled about every 2 s) and the reconfiguration
-history with its phase timings; with an ``operate`` token it can scale and rebalance.
+browser's ``localStorage``, lists the jobs, and for the selected job shows the job graph,
+charts of the last five minutes (``/jobs/{id}/metrics/series``) with reconfigurations,
+recoveries, checkpoints and controller decisions marked, a heat map of each keyed
+operator's key-group load, its controllers (decisions, logs, start and stop), its
+workers' CPU and memory, and as tables the abstraction's tasks, the metrics window (polled
+about every 2 s), the reconfiguration history with its phase timings and the newest
+checkpoints; with an ``operate`` token it can scale and rebalance.
+
+``console.js`` runs the page (polling, tables, actions) over ``api.js`` (the client),
+``dom.js`` and ``format.js``; ``views.js`` feeds the operations views: ``graph.js``,
+``charts.js`` (uPlot charts and their markers), ``heatmap.js`` and ``controllers.js``.
 
 :func:`install` adds these to an app, none in the OpenAPI description:
 

@@ -1,4 +1,5 @@
-"""The coordinator's view of a job's metrics: recent per-second snapshots and run totals."""
+"""The coordinator's view of a job's metrics: recent per-second snapshots of its tasks and
+of the workers hosting them, and run totals."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ WINDOW_S = 300.0  # how much per-second history a job keeps
 
 
 class JobMetrics:
-    """Snapshots reported by workers, kept for ``WINDOW_S``, plus cumulative totals."""
+    """Snapshots reported by workers, kept for ``WINDOW_S``, plus cumulative totals.
+
+    ``samples`` holds ``(time, task, snapshot)`` and ``worker_samples`` ``(time, worker,
+    cpu_percent, rss_mb)``, oldest first; ``workers`` is each worker's latest usage."""
 
     def __init__(self, operator_of: dict[str, str], kinds: dict[str, str]) -> None:
         self.operator_of = operator_of  # task -> operator
@@ -24,6 +28,7 @@ class JobMetrics:
         self.records_out: dict[str, int] = dict.fromkeys(operator_of, 0)
         self.latency = LatencyHistogram()
         self.workers: dict[str, dict[str, float]] = {}
+        self.worker_samples: deque[tuple[float, str, float, float]] = deque()
 
     def track_tasks(self, operator_of: dict[str, str]) -> None:
         """Follow tasks added by a reconfiguration (task -> operator)."""
@@ -38,11 +43,16 @@ class JobMetrics:
         self.records_out[task] = self.records_out.get(task, 0) + int(snap.get("records_out", 0))
         if "latency" in snap:
             self.latency.merge(LatencyHistogram.from_dict(snap["latency"]))
-        while self.samples and self.samples[0][0] < now - WINDOW_S:
-            self.samples.popleft()
+        _forget_before(self.samples, now - WINDOW_S)
 
-    def add_worker(self, worker: str, cpu_percent: float, rss_mb: float) -> None:
+    def add_worker(
+        self, worker: str, cpu_percent: float, rss_mb: float, now: float | None = None
+    ) -> None:
+        """A worker's usage as it reported it at ``now`` (default: the time of the call)."""
+        now = time.time() if now is None else now
         self.workers[worker] = {"cpu_percent": cpu_percent, "rss_mb": rss_mb}
+        self.worker_samples.append((now, worker, cpu_percent, rss_mb))
+        _forget_before(self.worker_samples, now - WINDOW_S)
 
     def operator_totals(self, kind: str) -> int:
         return sum(
@@ -84,3 +94,9 @@ class JobMetrics:
                 "backpressure": min(agg["backpressure_s"] / span, 1.0),
             }
         return {"tasks": rates, "latency": summarize_latency(latency)}
+
+
+def _forget_before(history: deque[Any], since: float) -> None:
+    """Drop the entries of ``history`` (oldest first, time first) stamped before ``since``."""
+    while history and history[0][0] < since:
+        history.popleft()

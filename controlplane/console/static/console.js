@@ -1,25 +1,29 @@
-// The streampilot dashboard: a plain client of /api/v1 (no build step, no dependencies).
+// The streampilot dashboard: a plain client of /api/v1 (no build step; uPlot, vendored,
+// for the charts).
 //
 // Every POLL_MS it reads the jobs and, for the selected job (#job=ID in the address),
 // its reconfigurations (recoveries among them), checkpoints and metrics window; it reads
-// the abstraction again only when the job's version changes. Data goes into the page
-// with textContent, never as HTML.
+// the abstraction again only when the job's version changes. The operations views (graph,
+// charts, heat maps, controllers, workers: views.js) read their own data every few
+// seconds. Data goes into the page with textContent, never as HTML.
 
-const API = "/api/v1";
-const TOKEN_KEY = "streampilot.token";
+import { ApiError, api, auth, scopeHint, storeToken } from "./api.js";
+import { $, cell, el, fill, num, say, statusBadge } from "./dom.js";
+import { bytes, milliseconds, number, percent, when, workloadText } from "./format.js";
+import { listenToControllerButtons } from "./controllers.js";
+import { readSoon, refreshViews, resetViews, showAbstraction, showHistory, showTaskMetrics } from "./views.js";
+
 const POLL_MS = 2000; // the metrics are ~1 s snapshots: faster polling shows nothing new
 const METRICS_WINDOW_S = 5; // long enough to smooth one-second snapshots, short enough to react
 const JOBS_SHOWN = 50;
 const RECONFIGURATIONS_SHOWN = 20;
 const CHECKPOINTS_SHOWN = 10; // the newest; the REST API pages through the rest
+const CHECKPOINTS_MARKED = 200; // on the charts: five minutes of checkpoints 1.5 s apart
 const CONNECTED = "Connected: the token is accepted.";
 const LIVE = new Set(["starting", "running", "reconfiguring", "recovering"]); // jobs with metrics to read
 const ENDED = new Set(["completed", "failed", "aborted", "cancelled"]); // reconfigurations
 
-const $ = (selector) => document.querySelector(selector);
-
 const state = {
-  token: localStorage.getItem(TOKEN_KEY),
   jobId: null,
   shownVersion: null, // abstraction version in the tasks table
   operators: [], // of the shown abstraction, for the action forms
@@ -29,108 +33,6 @@ const state = {
   launched: null, // id of the reconfiguration sent from this page, until it ends
   missingJob: null, // id of a job asked for that does not exist, until another is chosen
 };
-
-class ApiError extends Error {
-  constructor(status, code, message) {
-    super(message);
-    this.status = status;
-    this.code = code;
-  }
-}
-
-async function api(path, { method = "GET", body } = {}) {
-  const headers = { Accept: "application/json" };
-  if (state.token) headers.Authorization = `Bearer ${state.token}`;
-  if (body !== undefined) headers["Content-Type"] = "application/json";
-  const response = await fetch(API + path, {
-    method,
-    headers,
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const data = await response.json().catch(() => null);
-  if (!response.ok) {
-    const error = data?.error ?? {};
-    throw new ApiError(
-      response.status,
-      error.code ?? "http_error",
-      error.message ?? `${response.status} ${response.statusText}`,
-    );
-  }
-  return data;
-}
-
-// ---- formatting ---------------------------------------------------------------------
-
-/** Sorted key groups as compact ranges: [0,1,2,3,7,9,10] -> "0–3, 7, 9–10". */
-function keyGroupRanges(groups) {
-  const sorted = [...groups].sort((a, b) => a - b);
-  const parts = [];
-  for (let i = 0; i < sorted.length; ) {
-    let j = i;
-    while (j + 1 < sorted.length && sorted[j + 1] === sorted[j] + 1) j++;
-    parts.push(i === j ? `${sorted[i]}` : `${sorted[i]}–${sorted[j]}`);
-    i = j + 1;
-  }
-  return parts.join(", ");
-}
-
-const number = (x, digits = 1) =>
-  x == null ? "—" : x.toLocaleString("en-US", { maximumFractionDigits: digits });
-const milliseconds = (x) => (x == null ? "—" : `${number(x)} ms`);
-const percent = (x) => `${Math.round(x * 100)} %`;
-const UNITS = ["B", "kB", "MB", "GB", "TB"];
-function bytes(x) {
-  if (x == null) return "—";
-  let i = 0;
-  while (x >= 1000 && i < UNITS.length - 1) {
-    x /= 1000;
-    i += 1;
-  }
-  return `${number(x, i ? 1 : 0)} ${UNITS[i]}`;
-}
-const when = (iso) => new Date(iso).toLocaleString();
-
-function workloadText(workload) {
-  if (workload.key_groups) {
-    const n = workload.key_groups.length;
-    return n ? `${keyGroupRanges(workload.key_groups)} (${n})` : "none";
-  }
-  if (workload.partitions) {
-    return workload.partitions.length ? `partitions ${workload.partitions.join(", ")}` : "no partition";
-  }
-  return `weight ${number(workload.weight, 3)}`;
-}
-
-// ---- DOM helpers --------------------------------------------------------------------
-
-function el(tag, props = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(props)) {
-    if (value == null) continue;
-    if (key === "class") node.className = value;
-    else if (key === "dataset") Object.assign(node.dataset, value);
-    else node.setAttribute(key, value);
-  }
-  node.append(...children.filter((c) => c != null).map((c) => (c instanceof Node ? c : `${c}`)));
-  return node;
-}
-
-const cell = (text, className) => el("td", { class: className }, text);
-const num = (text) => cell(text, "num");
-
-function fill(table, rows, emptyText) {
-  const columns = table.tHead.rows[0].cells.length;
-  const body = table.tBodies[0];
-  if (rows.length) body.replaceChildren(...rows);
-  else body.replaceChildren(el("tr", {}, el("td", { colspan: columns, class: "empty" }, emptyText)));
-}
-
-const statusBadge = (status) => el("span", { class: `badge ${status}`, "data-status": status }, status);
-
-function say(target, message, kind = "info") {
-  target.textContent = message;
-  target.dataset.kind = kind;
-}
 
 // ---- rendering ----------------------------------------------------------------------
 
@@ -408,28 +310,35 @@ async function refreshJob(job) {
   const id = job.id;
   const requests = [
     api(`/jobs/${id}/reconfigurations?limit=${RECONFIGURATIONS_SHOWN}`),
-    api(`/jobs/${id}/checkpoints?limit=${CHECKPOINTS_SHOWN}`),
+    api(`/jobs/${id}/checkpoints?limit=${CHECKPOINTS_MARKED}`),
   ];
   if (job.version !== state.shownVersion) requests.push(api(`/jobs/${id}/abstraction`));
   const [reconfigurations, checkpoints, abstraction] = await Promise.all(requests);
   if (id !== state.jobId) return; // another job was chosen meanwhile
   renderReconfigurations(reconfigurations);
-  renderCheckpoints(checkpoints);
+  renderCheckpoints({ ...checkpoints, items: checkpoints.items.slice(0, CHECKPOINTS_SHOWN) });
   if (abstraction) {
     renderAbstraction(abstraction);
+    showAbstraction(abstraction);
     state.shownVersion = abstraction.job.version;
   }
-  if (!LIVE.has(job.status)) {
+  showHistory(reconfigurations.items, checkpoints.items);
+  const live = LIVE.has(job.status);
+  if (!live) {
     renderNoMetrics(`The job is ${job.status}: no live metrics.`);
-    return;
+  } else {
+    try {
+      const metrics = await api(`/jobs/${id}/metrics?window_s=${METRICS_WINDOW_S}`);
+      if (id === state.jobId) {
+        renderMetrics(metrics);
+        showTaskMetrics(metrics);
+      }
+    } catch (error) {
+      if (!(error instanceof ApiError) || error.status !== 409) throw error;
+      renderNoMetrics(error.message); // e.g. not deployed since the control plane restarted
+    }
   }
-  try {
-    const metrics = await api(`/jobs/${id}/metrics?window_s=${METRICS_WINDOW_S}`);
-    if (id === state.jobId) renderMetrics(metrics);
-  } catch (error) {
-    if (!(error instanceof ApiError) || error.status !== 409) throw error;
-    renderNoMetrics(error.message); // e.g. not deployed since the control plane restarted
-  }
+  await refreshViews(job, live, () => id === state.jobId);
 }
 
 // The chosen job when it is not among the newest listed; null (and the choice undone)
@@ -447,7 +356,7 @@ async function chosenJob() {
 }
 
 async function refresh() {
-  if (!state.token || state.authFailed) return;
+  if (!auth.token || state.authFailed) return;
   try {
     const jobs = await api(`/jobs?limit=${JOBS_SHOWN}`);
     const [notice, kind] =
@@ -472,7 +381,7 @@ function poll() {
   clearTimeout(state.timer);
   const tick = async () => {
     await refresh();
-    if (generation === state.generation && state.token && !state.authFailed) {
+    if (generation === state.generation && auth.token && !state.authFailed) {
       state.timer = setTimeout(tick, POLL_MS);
     }
   };
@@ -492,6 +401,7 @@ function selectFromHash() {
   }
   say($("#action-status"), "");
   say($("#metrics-status"), state.jobId == null ? "" : "Loading…");
+  resetViews();
   for (const row of document.querySelectorAll('[data-testid="job-row"]')) {
     if (Number(row.dataset.jobId) === state.jobId) row.setAttribute("aria-current", "true");
     else row.removeAttribute("aria-current");
@@ -532,8 +442,7 @@ async function reconfigure(kind, body) {
     state.launched = rec.id;
     poll();
   } catch (error) {
-    const scope = error.status === 403 ? " (an operate token is needed)" : "";
-    say(status, `${kind} refused${scope}: ${error.message}`, "error");
+    say(status, `${kind} refused${scopeHint(error)}: ${error.message}`, "error");
   }
 }
 
@@ -571,8 +480,7 @@ async function preview(kind, body) {
     });
     say(status, previewText(kind, seen));
   } catch (error) {
-    const scope = error.status === 403 ? " (an operate token is needed)" : "";
-    say(status, `${kind} would be refused${scope}: ${error.message}`, "error");
+    say(status, `${kind} would be refused${scopeHint(error)}: ${error.message}`, "error");
   }
 }
 
@@ -585,20 +493,17 @@ async function cancelReconfiguration(id) {
     state.launched = rec.id; // its outcome is said when it has ended
     poll();
   } catch (error) {
-    const scope = error.status === 403 ? " (an operate token is needed)" : "";
-    say(status, `Cancel refused${scope}: ${error.message}`, "error");
+    say(status, `Cancel refused${scopeHint(error)}: ${error.message}`, "error");
   }
 }
 
 function setToken(token) {
-  state.token = token || null;
+  storeToken(token);
   state.authFailed = false;
-  if (state.token) {
-    localStorage.setItem(TOKEN_KEY, state.token);
+  if (auth.token) {
     say($("#auth-status"), "Token saved in this browser; reading the control plane…");
     poll();
   } else {
-    localStorage.removeItem(TOKEN_KEY);
     clearTimeout(state.timer);
     $("#jobs").tBodies[0].replaceChildren();
     location.hash = "";
@@ -641,13 +546,20 @@ function start() {
     event.preventDefault();
     reconfigure("rebalance", rebalanceBody());
   });
+  listenToControllerButtons(() => {
+    readSoon();
+    poll();
+  });
+  for (const button of document.querySelectorAll("[data-view]")) {
+    button.addEventListener("click", () => $(`#${button.dataset.view}`).scrollIntoView({ behavior: "smooth" }));
+  }
   window.addEventListener("hashchange", () => {
     selectFromHash();
     poll();
   });
 
   selectFromHash();
-  if (state.token) {
+  if (auth.token) {
     say($("#auth-status"), "Using the token saved in this browser.");
     poll();
   } else {
