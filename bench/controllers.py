@@ -1,16 +1,18 @@
 """Built-in controllers against static configurations, in the shape of Trisk's evaluation
 (issue 5, item 6).
 
-Each scenario runs the same job twice, one run after the other on the same machine: with
-a built-in controller attached over REST, and without one (static). Every run gets its own
+Each scenario runs the same job several times, one run after the other on the same
+machine: with a built-in controller attached over REST, and without one (static); the
+autoscaler scenario runs four policies. Every run gets its own
 ``streampilot server`` (a child process: SQLite in a temporary directory, local workers;
 :func:`controlplane.cli.demo.local_server`) and is driven through REST only:
 
 1. Submit the job (``POST /jobs``); for ``placement``, first move its tasks to the
    round-robin placement (one plan of ``assignResource`` moves, before measuring).
-2. Every ``SAMPLE_S`` seconds for ``--duration`` seconds, read
-   ``GET /jobs/{id}/metrics?window_s=SAMPLE_S``: latency at the sinks, source and sink
-   rates, each task's input rate and worker, the traffic matrix.
+2. Every ``sample_s`` seconds (the scenario's: ``SAMPLE_S``, 1 s for the autoscalers) for
+   ``--duration`` seconds, read ``GET /jobs/{id}/metrics?window_s=sample_s``: latency at
+   the sinks, source and sink rates, each task's input rate and worker, the traffic
+   matrix.
 3. Once ``WARMUP_S`` have passed, attach the controller (``POST /controllers``, a built-in
    with its config and safety). Attached at submission, the autoscaler saw the start-up
    latency (workers warming up, p99 over 200 ms for a few seconds) as overload and scaled
@@ -22,9 +24,14 @@ Scenarios (``--scenario``, default all):
 
 - ``autoscaler``: the stock exchange (one order source, match and stats at parallelism 1
   on 3 workers, match costing ``WORK_US`` of simulated compute per order) whose order rate
-  steps up by ``STEP`` at 25% of the run and back down at 60%; ``latency_autoscaler``
-  against the same job left at parallelism 1. p99 latency over time, reconfigurations
-  marked.
+  steps up by ``STEP`` at 25% of the run and back down at 60%, under four policies in
+  turn: static (parallelism 1), ``latency_autoscaler`` (eSault; run label ``autoscaler``),
+  ``ds2_autoscaler`` (``ds2``) and ``flink_autoscaler`` with its documented default
+  windows (``flink``: 5 min of stabilization and a 15 min metrics window, so it is not
+  expected to act within a run of minutes). Per run and per step (up, down): how long p99
+  stayed over ``MAX_LATENCY_MS`` after the step (until it stayed under), the seconds over
+  it, peak p99, reconfigurations and task-seconds of match and stats (tasks x sample
+  period, summed). p99 and match tasks over time, reconfigurations marked.
 - ``balancer``: the word count (Zipf 1.2 over 10,000 words whose popularity reshuffles
   every 30 s, omega 2/min) at parallelism 2 on 2 workers; ``load_balancer`` against the
   initial even split of key groups. Imbalance ``(max - mean) / mean`` of the count tasks'
@@ -39,7 +46,8 @@ Scenarios (``--scenario``, default all):
 
 Figures are summarized over the samples after ``WARMUP_S``. Writes
 ``bench/results/controllers_<scenario>.json`` (every sample, reconfiguration and decision,
-and the summaries) and ``.png``; ``--replot`` recomputes summaries and plots from the
+and the summaries) and ``.png`` (``--results DIR`` writes and reads them in ``DIR``
+instead: for trial runs); ``--replot`` recomputes summaries and plots from the
 samples of those files without running anything (``--note`` then records what a reader
 concluded from that run, kept in the JSON file, not rendered; a new run starts without notes). Run with
 ``.venv/bin/python bench/controllers.py [--scenario NAME] [--duration S]`` (needs the
@@ -50,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import os
 import statistics
@@ -70,7 +79,7 @@ from controlplane.cli.server import server_settings
 from controlplane.cli.tokens import create_token_in_database
 
 RESULTS = Path(__file__).parent / "results"
-SAMPLE_S = 2.0  # one metrics read per this many seconds, over a window as long
+SAMPLE_S = 2.0  # one metrics read per this many seconds, over a window as long (default)
 WARMUP_S = 8.0  # the controller joins after this; samples before it are only plotted
 RECONFIG_TIMEOUT_S = 60.0  # the set-up placement plan ends within this
 PAGE = 200  # reconfigurations and decisions read at the end (a run makes far fewer)
@@ -112,7 +121,7 @@ def sample(m: dict[str, Any], t: float) -> Sample:
     worker = {x["task"]: x["worker"] for x in m["tasks"]}
     rates = {
         "source_out" if o["kind"] == "source" else f"{o['operator']}_in": (
-            o["out_per_s"] if o["kind"] == "source" else o["in_per_s"]
+            delivered(m, o) if o["kind"] == "source" else o["in_per_s"]
         )
         for o in m["operators"]
     }
@@ -144,8 +153,23 @@ def sample(m: dict[str, Any], t: float) -> Sample:
     }
 
 
-def run(setup: Setup, duration: float) -> Run:
-    """Steps 1 to 4 of the module docstring for one run."""
+def delivered(m: dict[str, Any], source: dict[str, Any]) -> float:
+    """Records per second a source operator delivered over the window, from its channels
+    (records per second of the window, summed per reading operator, the most of them); its
+    ``out_per_s`` when no channel of it was measured. A task's own rates are per second of
+    the time it accounted for, and a source waiting for output credit does not account for
+    that wait (its ``out_per_s`` then reads several times the rate it delivers)."""
+    operator = {x["task"]: x["operator"] for x in m["tasks"]}
+    sent: dict[str, float] = {}
+    for c in m["traffic"]:
+        if operator.get(c["source"]) == source["operator"]:
+            reader = operator.get(c["target"], "")
+            sent[reader] = sent.get(reader, 0.0) + c["records_per_s"]
+    return max(sent.values()) if sent else source["out_per_s"]
+
+
+def run(setup: Setup, duration: float, sample_s: float = SAMPLE_S) -> Run:
+    """Steps 1 to 4 of the module docstring for one run, a sample every ``sample_s``."""
     out = Run()
     with tempfile.TemporaryDirectory(prefix="streampilot-bench-") as tmp:
         settings = server_settings(database_url=f"sqlite:///{tmp}/bench.db")
@@ -166,9 +190,9 @@ def run(setup: Setup, duration: float) -> Run:
             cid = None
             tick = time.monotonic()
             end = tick + duration
-            while (tick := tick + SAMPLE_S) <= end:
+            while (tick := tick + sample_s) <= end:
                 time.sleep(max(0.0, tick - time.monotonic()))
-                m = api.get(f"/jobs/{job_id}/metrics", window_s=SAMPLE_S)
+                m = api.get(f"/jobs/{job_id}/metrics", window_s=sample_s)
                 s = sample(m, time.time() - t0)
                 out.samples.append(s)
                 print(f"  {setup.label:<12} {progress(s)}", flush=True)
@@ -300,12 +324,13 @@ def twins(
 
 @dataclass(frozen=True)
 class Scenario:
-    """Its runs (the controlled one first), what it reports of a run, and its plot."""
+    """Its runs, what it reports of a run, its plot, and how often its runs are sampled."""
 
     name: str
     runs: Callable[[float], list[Setup]]
     summarize: Callable[[Run, float], dict[str, Any]]
     plot: Callable[[Any, dict[str, Run], float], None]
+    sample_s: float = SAMPLE_S
 
 
 # (a) Autoscaler: stock exchange, order rate stepping up then down.
@@ -358,9 +383,89 @@ AUTOSCALER = {
 }
 
 
+# DS2 decides every 2 s (its default: the host's shortest window, so consecutive views do not
+# overlap) with the same p99 limit and cap as eSault; Flink keeps its documented windows
+# (5 min of stabilization, a 15 min metrics window, a decision a minute) and gets the same
+# cap, as vertex.max-parallelism. The same host cooldown for all three.
+DS2 = {
+    "builtin": "ds2_autoscaler",
+    "config": {"max_latency_ms": MAX_LATENCY_MS, "max_tasks": 3},
+    "safety": {"cooldown_s": 10.0},
+}
+FLINK = {
+    "builtin": "flink_autoscaler",
+    "config": {"vertex_max_parallelism": 3},
+    "safety": {"cooldown_s": 10.0},
+}
+# Run label -> controller. "autoscaler" (eSault) keeps the label of the two-run scenario,
+# which bench/report.py reads.
+AUTOSCALERS: dict[str, dict[str, Any] | None] = {
+    "static": None,
+    "autoscaler": AUTOSCALER,
+    "ds2": DS2,
+    "flink": FLINK,
+}
+AUTOSCALED = ("match", "stats")  # the operators whose tasks count in task-seconds
+
+
 def autoscaler_runs(duration: float) -> list[Setup]:
     params = autoscaler_params(duration)
-    return twins("examples.stock_exchange:build", params, 3, ("autoscaler", AUTOSCALER))
+    return [
+        Setup(label, "examples.stock_exchange:build", params, 3, controller)
+        for label, controller in AUTOSCALERS.items()
+    ]
+
+
+def live_tasks(s: Sample, operator: str) -> int:
+    """Tasks of ``operator`` placed on a worker in the sample (removed ones are left out)."""
+    return sum(s["workers"].get(t) is not None for t in tasks_of(s, operator))
+
+
+def task_counts(samples: list[Sample], operator: str) -> list[int]:
+    """:func:`live_tasks` of each sample; a sample in which no task of ``operator``
+    reported (a short window can miss a task's report) counts as the one before."""
+    counts, last = [], 0
+    for s in samples:
+        last = live_tasks(s, operator) or last
+        counts.append(last)
+    return counts
+
+
+def sample_period(r: Run) -> float:
+    """Seconds between samples (the median spacing: the scenario's sample_s)."""
+    gaps = [b["t"] - a["t"] for a, b in itertools.pairwise(r.samples)]
+    return statistics.median(gaps) if gaps else SAMPLE_S
+
+
+def task_seconds(r: Run, start: float, end: float) -> dict[str, float]:
+    """Tasks x sample period summed over the samples of ``(start, end]``, per autoscaled
+    operator and in all."""
+    times = [s["t"] for s in r.samples]
+    used = {
+        op: sum(
+            n for t, n in zip(times, task_counts(r.samples, op), strict=True) if start < t <= end
+        )
+        * sample_period(r)
+        for op in AUTOSCALED
+    }
+    return {**used, "total": sum(used.values())}
+
+
+def after_step(r: Run, start: float, end: float) -> dict[str, Any]:
+    """A run from a rate step at ``start`` to ``end`` (the next step, or past the run's end):
+    ``recovery_s`` from the step until p99 stayed under MAX_LATENCY_MS (0: never over;
+    None: still over at the last sample), seconds over it, peak p99, reconfigurations and
+    task-seconds. A sample covers the period before its time."""
+    xs = [s for s in r.samples if start < s["t"] <= end]
+    over = [s["t"] for s in xs if (p := p99_of(s)) is not None and p > MAX_LATENCY_MS]
+    recovery = 0.0 if not over else round(over[-1] - start, 1)
+    return {
+        "recovery_s": None if over and over[-1] == xs[-1]["t"] else recovery,
+        "seconds_over": round(len(over) * sample_period(r), 1),
+        "peak_p99_ms": max(p99s(xs), default=None),
+        "reconfigurations": sum(start <= x["t_start"] < end for x in applied(r)),
+        "task_seconds": task_seconds(r, start, end),
+    }
 
 
 def autoscaler_summary(r: Run, duration: float) -> dict[str, Any]:
@@ -374,6 +479,8 @@ def autoscaler_summary(r: Run, duration: float) -> dict[str, Any]:
     lat = p99s(xs)
     return {
         **common(r),
+        "steps": {"up": after_step(r, up, down), "down": after_step(r, down, duration + 1)},
+        "task_seconds": task_seconds(r, WARMUP_S, duration + 1),
         "p99_ms_by_phase": {k: spread(p99s(v)) for k, v in phases.items()},
         "orders_per_s_by_phase": {
             k: mean([s["rates"].get("source_out", 0.0) for s in v]) for k, v in phases.items()
@@ -387,16 +494,16 @@ def autoscaler_summary(r: Run, duration: float) -> dict[str, Any]:
     }
 
 
-def mark_reconfigurations(ax: Any, r: Run) -> None:
+def mark_reconfigurations(ax: Any, r: Run, color: str = "tab:red") -> None:
     for i, rec in enumerate(applied(r)):
         at = rec["t_end"] if rec["t_end"] is not None else rec["t_start"]
-        ax.axvline(at, color="tab:red", linestyle=":", linewidth=1)
+        ax.axvline(at, color=color, linestyle=":", linewidth=1)
         ax.annotate(
             f"#{rec['id']}" + ("" if rec["status"] == "completed" else f" {rec['status']}"),
             (at, 0.98 - 0.07 * (i % 4)),
             xycoords=("data", "axes fraction"),
             fontsize=7,
-            color="tab:red",
+            color=color,
             va="top",
         )
 
@@ -413,21 +520,30 @@ def p99_of(s: Sample) -> float | None:
 def autoscaler_plot(axes: Any, runs: dict[str, Run], duration: float) -> None:
     top, bottom = axes
     for label, r in runs.items():
-        top.plot(*series(r, p99_of), label=f"p99, {label}")
-        bottom.plot(*series(r, lambda s: len(tasks_of(s, "match"))), label=f"match tasks, {label}")
+        controller = AUTOSCALERS.get(label)
+        name = controller["builtin"] if controller else label
+        (line,) = top.plot(*series(r, p99_of), label=f"p99, {name}")
+        color = line.get_color()
+        times = [s["t"] for s in r.samples]
+        bottom.plot(times, task_counts(r.samples, "match"), color=color, label=f"match, {name}")
+        if controller:
+            mark_reconfigurations(top, r, color)
     top.axhline(MAX_LATENCY_MS, color="grey", linestyle="--", linewidth=1, label="max_latency_ms")
     top.set_yscale("log")
     top.set_ylabel("p99 latency (ms)")
     for ax in axes:
         ax.axvspan(*step_times(duration), color="grey", alpha=0.1)
-    mark_reconfigurations(top, runs["autoscaler"])
     rate = runs["static"]
     twin = bottom.twinx()
     twin.plot(*series(rate, lambda s: s["rates"].get("source_out")), color="grey", alpha=0.5)
     twin.set_ylabel("orders/s (static run)")
     bottom.set_ylabel("match tasks")
     bottom.yaxis.get_major_locator().set_params(integer=True)
-    top.set_title(f"stock exchange, order rate x{STEP:g} then back: latency_autoscaler vs static")
+    top.set_title(
+        f"stock exchange, order rate x{STEP:g} then back: "
+        + ", ".join(c["builtin"] for c in AUTOSCALERS.values() if c)
+        + " and static"
+    )
 
 
 # (b) Load balancer: word count, Zipf keys reshuffled every 30 s.
@@ -569,7 +685,7 @@ def placement_plot(axes: Any, runs: dict[str, Run], duration: float) -> None:
 SCENARIOS = {
     s.name: s
     for s in (
-        Scenario("autoscaler", autoscaler_runs, autoscaler_summary, autoscaler_plot),
+        Scenario("autoscaler", autoscaler_runs, autoscaler_summary, autoscaler_plot, 1.0),
         Scenario("balancer", balancer_runs, balancer_summary, balancer_plot),
         Scenario("placement", placement_runs, placement_summary, placement_plot),
     )
@@ -597,15 +713,15 @@ def plot(scenario: Scenario, runs: dict[str, Run], duration: float, path: Path) 
     print(f"wrote {path}")
 
 
-def run_scenario(scenario: Scenario, duration: float, started: str) -> None:
+def run_scenario(scenario: Scenario, duration: float, started: str, directory: Path) -> None:
     setups = scenario.runs(duration)
     runs: dict[str, Run] = {}
     for setup in setups:
         print(f"{scenario.name}: {setup.label} run, {duration:g} s", flush=True)
-        runs[setup.label] = run(setup, duration)
-    first = setups[0]
+        runs[setup.label] = run(setup, duration, scenario.sample_s)
+    first = next((s for s in setups if s.controller is not None), setups[0])
     write_report(
-        str(results(scenario, "json")),
+        str(results(scenario, "json", directory)),
         f"controllers-{scenario.name}",
         started,
         scenario=scenario.name,
@@ -613,21 +729,22 @@ def run_scenario(scenario: Scenario, duration: float, started: str) -> None:
         workers=first.workers,
         params=first.params,
         controller=first.controller,
+        controllers={s.label: s.controller for s in setups},
         duration_s=duration,
-        sample_s=SAMPLE_S,
+        sample_s=scenario.sample_s,
         warmup_s=WARMUP_S,
         summary={label: scenario.summarize(r, duration) for label, r in runs.items()},
         runs={label: dataclasses.asdict(r) for label, r in runs.items()},
     )
-    plot(scenario, runs, duration, results(scenario, "png"))
+    plot(scenario, runs, duration, results(scenario, "png", directory))
 
 
-def replot(scenario: Scenario, notes: list[str] | None) -> None:
+def replot(scenario: Scenario, notes: list[str] | None, directory: Path) -> None:
     """The summaries and the plot again from the samples of the scenario's results file
     (its date, machine and command are kept); ``notes`` (what a reader concluded from this
     run, kept in the file for whoever reads it; BENCHMARKS.md does not render notes) replace
     the file's, when given."""
-    path = results(scenario, "json")
+    path = results(scenario, "json", directory)
     d = json.loads(path.read_text())
     if notes is not None:
         d["notes"] = notes
@@ -638,11 +755,11 @@ def replot(scenario: Scenario, notes: list[str] | None) -> None:
     d["summary"] = {label: scenario.summarize(r, d["duration_s"]) for label, r in runs.items()}
     path.write_text(json.dumps(d, indent=2) + "\n")
     print(f"wrote {path}")
-    plot(scenario, runs, d["duration_s"], results(scenario, "png"))
+    plot(scenario, runs, d["duration_s"], results(scenario, "png", directory))
 
 
-def results(scenario: Scenario, ext: str) -> Path:
-    return RESULTS / f"controllers_{scenario.name}.{ext}"
+def results(scenario: Scenario, ext: str, directory: Path = RESULTS) -> Path:
+    return directory / f"controllers_{scenario.name}.{ext}"
 
 
 def main() -> None:
@@ -653,6 +770,12 @@ def main() -> None:
         "--replot",
         action="store_true",
         help="no runs: summaries and plots again from the samples of the results files",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=RESULTS,
+        help=f"directory of the results files (default {RESULTS}; another one for trial runs)",
     )
     parser.add_argument(
         "--note",
@@ -666,9 +789,9 @@ def main() -> None:
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     for name in names:
         if args.replot:
-            replot(SCENARIOS[name], args.note)
+            replot(SCENARIOS[name], args.note, args.results)
         else:
-            run_scenario(SCENARIOS[name], args.duration, started)
+            run_scenario(SCENARIOS[name], args.duration, started, args.results)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,13 @@ CONFIGS = {
         {"overload_window": 1, "overload_factor": 0.0, "max_latency_ms": 100.0},
         {"underload_window": 1, "low_watermark": 0.9},
     ],
+    "ds2_autoscaler": [
+        {"max_latency_ms": 100.0},
+        {"scale_in_periods": 1, "cooldown_s": 0.0},
+    ],
+    "flink_autoscaler": [
+        {"stabilization_interval_s": 0, "metrics_window_s": 0, "scale_down_interval_s": 0}
+    ],
     "dsc_placement": [{"min_gain": 0.0}, {"alpha": 0.5, "min_gain": 0.0}],
     "logic_updater": [{"logic": {"count": "examples.wordcount:count_word_v2"}}],
 }

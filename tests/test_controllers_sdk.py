@@ -240,6 +240,8 @@ def test_builtins_registry() -> None:
     assert set(BUILTINS) == {
         "load_balancer",
         "latency_autoscaler",
+        "ds2_autoscaler",
+        "flink_autoscaler",
         "dsc_placement",
         "logic_updater",
     }
