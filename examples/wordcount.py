@@ -16,6 +16,10 @@
 - ``output`` (str, ""): directory for final counts (``part-N.jsonl``); empty = discard.
 - ``state_bytes`` (int, 0): extra bytes of state kept per word (to study state moves:
   10,000 words x 10 KB = 100 MB over the count tasks).
+- ``aggregate`` (bool, false): count with ``key_by(word).aggregate("count", Count())``
+  (:mod:`runtime.aggregate`: counts emitted once per word and batch, merged by
+  ``count.merge``; a plan may split a hot word over several count tasks) instead of a
+  keyed function emitting each word's count per record.
 
 Final results (``read_results(output)``) map each word to its count; they are equal to
 :func:`reference` for the same params, whatever the parallelism.
@@ -32,6 +36,7 @@ from runtime import Dataflow
 from runtime.params import parse_params
 from runtime.sinks import Collect, Null, read_parts
 from runtime.sources import Generator
+from runtime.windows import Count
 
 __all__ = [
     "PaddedCount",
@@ -61,11 +66,14 @@ class Params:
     max_parallelism: int = 128
     output: str = ""
     state_bytes: int = 0
+    aggregate: bool = False
 
     def __post_init__(self) -> None:
         for name in ("words", "keys", "parallelism", "max_parallelism"):
             if getattr(self, name) < 1:
                 raise ValueError(f"param {name!r} must be >= 1, got {getattr(self, name)}")
+        if self.aggregate and self.state_bytes:
+            raise ValueError("params 'aggregate' and 'state_bytes' do not go together")
         if self.state_bytes < 0:
             raise ValueError(f"param 'state_bytes' must be >= 0, got {self.state_bytes}")
         if self.records < 0:
@@ -160,8 +168,13 @@ def build(params: dict[str, Any] | None = None) -> Dataflow:
     flow = Dataflow("wordcount")
     sentences = flow.source("sentences", source_of(p), parallelism=p.parallelism)
     words = sentences.flat_map("split", split_words)
-    logic = PaddedCount(p.state_bytes) if p.state_bytes else count_word
-    counts = words.key_by(word_key).process("count", logic, max_parallelism=p.max_parallelism)
+    if p.aggregate:
+        counts = words.key_by(word_key).aggregate(
+            "count", Count(), max_parallelism=p.max_parallelism
+        )
+    else:
+        logic = PaddedCount(p.state_bytes) if p.state_bytes else count_word
+        counts = words.key_by(word_key).process("count", logic, max_parallelism=p.max_parallelism)
     counts.sink("sink", Collect(p.output, mode="last", key=result_key) if p.output else Null())
     return flow
 
