@@ -20,6 +20,9 @@
   (:mod:`runtime.aggregate`: counts emitted once per word and batch, merged by
   ``count.merge``; a plan may split a hot word over several count tasks) instead of a
   keyed function emitting each word's count per record.
+- ``work_us`` (float, 0): with ``aggregate``, simulated compute per word counted, in
+  microseconds (busy-waited): makes one task's capacity small enough for a hot word to
+  exceed it (the hot-key benchmark).
 
 Final results (``read_results(output)``) map each word to its count; they are equal to
 :func:`reference` for the same params, whatever the parallelism.
@@ -27,7 +30,9 @@ Final results (``read_results(output)``) map each word to its count; they are eq
 
 from __future__ import annotations
 
+import math
 import random
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +47,7 @@ __all__ = [
     "PaddedCount",
     "Params",
     "Sentences",
+    "WorkedCount",
     "build",
     "count_word",
     "count_word_v2",
@@ -67,11 +73,16 @@ class Params:
     output: str = ""
     state_bytes: int = 0
     aggregate: bool = False
+    work_us: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("words", "keys", "parallelism", "max_parallelism"):
             if getattr(self, name) < 1:
                 raise ValueError(f"param {name!r} must be >= 1, got {getattr(self, name)}")
+        if self.work_us and not self.aggregate:
+            raise ValueError("param 'work_us' needs 'aggregate'")
+        if not (math.isfinite(self.work_us) and self.work_us >= 0):
+            raise ValueError(f"param 'work_us' must be a number >= 0, got {self.work_us}")
         if self.aggregate and self.state_bytes:
             raise ValueError("params 'aggregate' and 'state_bytes' do not go together")
         if self.state_bytes < 0:
@@ -97,6 +108,19 @@ class Sentences(Generator):
         offsets = [j * stride for j in range(self.words)]
         doubled = keys + keys
         return [" ".join([doubled[(i + o) % n] for o in offsets]) for i in range(n)]
+
+
+@dataclass(frozen=True)
+class WorkedCount(Count):
+    """``Count`` that busy-waits ``work_us`` microseconds per record (simulated compute)."""
+
+    work_us: float = 0.0
+
+    def add(self, acc: int, record: Any) -> int:
+        deadline = time.perf_counter() + self.work_us / 1e6
+        while time.perf_counter() < deadline:
+            pass
+        return acc + 1
 
 
 def split_words(sentence: str) -> list[str]:
@@ -169,9 +193,8 @@ def build(params: dict[str, Any] | None = None) -> Dataflow:
     sentences = flow.source("sentences", source_of(p), parallelism=p.parallelism)
     words = sentences.flat_map("split", split_words)
     if p.aggregate:
-        counts = words.key_by(word_key).aggregate(
-            "count", Count(), max_parallelism=p.max_parallelism
-        )
+        agg = WorkedCount(p.work_us) if p.work_us else Count()
+        counts = words.key_by(word_key).aggregate("count", agg, max_parallelism=p.max_parallelism)
     else:
         logic = PaddedCount(p.state_bytes) if p.state_bytes else count_word
         counts = words.key_by(word_key).process("count", logic, max_parallelism=p.max_parallelism)
