@@ -121,6 +121,16 @@ class Operator:
         """The logic new tasks of this operator get (see :func:`current_logic`)."""
         return current_logic(self.tasks)
 
+    def owner_of_groups(self) -> dict[int, str]:
+        """Key group -> the task owning it (empty unless keyed)."""
+        return {g: t.id for t in self.tasks for g in t.workload.key_groups or ()}
+
+    def owner_of_key(self, key: Any) -> str:
+        """The task owning ``key``'s own key group (keyed operators)."""
+        from runtime.keygroups import key_group
+
+        return self.owner_of_groups()[key_group(key, self.max_parallelism or 1)]
+
     def splits(self) -> dict[Any, tuple[int, ...]]:
         """Split key -> the key groups of its parts (empty: no key is split)."""
         return dict(self.split_keys)
@@ -257,7 +267,7 @@ class Abstraction:
 
     def owner_of(self, operator: str) -> dict[int, str]:
         """Key group -> owning task id of a keyed operator (empty for others)."""
-        return {g: t.id for t in self.operator(operator).tasks for g in t.workload.key_groups or ()}
+        return self.operator(operator).owner_of_groups()
 
     def upstream(self, operator: str) -> tuple[tuple[Operator, Input], ...]:
         """The operators ``operator`` reads from, with the input of each edge."""
