@@ -15,6 +15,7 @@ questions policies ask::
     m.stalled("src")                 # {partition: why it cannot be read now}
     m.key_group_state_bytes("count") # {key group: estimated bytes of its state}
     m.processing_speeds("count")     # {task: records per busy second} (measured tasks only)
+    m.hot_keys("count")              # [HotKey(key, group, task, per_s, ...)], heaviest first
     m.traffic_matrix(tasks)          # numpy array of bytes/s from row task to column task
     m.latency.p99_ms                 # end-to-end at the sinks (count == 0: nothing measured)
 
@@ -24,7 +25,7 @@ A task that did not report in the window is absent (:meth:`task` returns None).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
 
@@ -36,6 +37,7 @@ from .errors import ViewError
 __all__ = [
     "MIN_BUSY",
     "Channel",
+    "HotKey",
     "Latency",
     "MetricsWindow",
     "OperatorSample",
@@ -78,6 +80,67 @@ class _Record:
 
 
 @dataclass(frozen=True)
+class HotKey:
+    """One of a keyed task's heaviest keys over the window. ``key`` is the key as the job
+    has it (a JSON array read as a tuple), or when ``key_repr`` its repr (a key JSON cannot
+    carry, or a long one). ``per_s - error_per_s`` is a lower bound of its records per
+    second; ``per_s`` an upper bound when it was among the task's top keys all the window.
+    ``share`` is its fraction of the task's input: a key whose share times the task's
+    input rate exceeds what one task can take can only be relieved by splitting it."""
+
+    key: Hashable
+    group: int
+    task: str
+    per_s: float
+    error_per_s: float
+    share: float
+    key_repr: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """Its JSON object in a task's ``hot_keys`` (the task is the one it is listed in)."""
+        return {
+            "key": _json_key(self.key),
+            "key_repr": self.key_repr,
+            "group": self.group,
+            "per_s": self.per_s,
+            "error_per_s": self.error_per_s,
+            "share": self.share,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str, task: str) -> HotKey:
+        d = js.obj(data, path)
+        shown = js.field(d, "key_repr", path, False)
+        if not isinstance(shown, bool):
+            raise ViewError(f"{path}.key_repr: expected a boolean, got {shown!r}")
+        key = _read_key(js.field(d, "key", path), f"{path}.key")
+        if shown:
+            js.string(key, f"{path}.key")
+        return cls(
+            key=key,
+            group=js.integer(js.field(d, "group", path), f"{path}.group"),
+            task=task,
+            per_s=js.number(js.field(d, "per_s", path), f"{path}.per_s"),
+            error_per_s=js.number(js.field(d, "error_per_s", path), f"{path}.error_per_s"),
+            share=js.number(js.field(d, "share", path), f"{path}.share"),
+            key_repr=shown,
+        )
+
+
+def _read_key(value: Any, path: str) -> Hashable:
+    """A key from JSON: a scalar, or an array of keys (as a tuple)."""
+    if isinstance(value, list | tuple):
+        return tuple(_read_key(v, f"{path}[{i}]") for i, v in enumerate(value))
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    raise ViewError(f"{path}: expected a key (a string, number, boolean, null or array)")
+
+
+def _json_key(key: Hashable) -> Any:
+    return [_json_key(k) for k in key] if isinstance(key, tuple) else key
+
+
+@dataclass(frozen=True)
 class TaskSample(_Record):
     """One task over the window (``worker`` is None once the task was removed)."""
 
@@ -95,13 +158,24 @@ class TaskSample(_Record):
     state_key_groups: Mapping[int, int] | None = None  # of that, each key group it owns
     # a partitioned source's task: partition -> {"lag": records behind or None, "stalled"}
     partitions: Mapping[str, Mapping[str, Any]] | None = None
+    hot_keys: tuple[HotKey, ...] = ()  # its heaviest keys, heaviest first (keyed tasks)
 
     _special: ClassVar[Mapping[str, Callable[[Any, str], Any]]] = {
         "queued": js.str_keys,
         "key_groups": js.int_keys,
         "state_key_groups": js.opt_int_keys,
         "partitions": js.opt_partitions,
+        "hot_keys": js.array,  # each read by from_dict, which knows the task
     }
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str) -> Self:
+        sample = super().from_dict(data, path)
+        hot = tuple(
+            HotKey.from_dict(h, f"{path}.hot_keys[{i}]", sample.task)
+            for i, h in enumerate(sample.hot_keys)
+        )
+        return dataclasses.replace(sample, hot_keys=hot)
 
     @property
     def queue_length(self) -> int:
@@ -121,6 +195,7 @@ class TaskSample(_Record):
         d["key_groups"] = {str(g): n for g, n in self.key_groups.items()}
         if self.state_key_groups is not None:
             d["state_key_groups"] = {str(g): n for g, n in self.state_key_groups.items()}
+        d["hot_keys"] = [h.to_dict() for h in self.hot_keys]
         return d
 
 
@@ -267,6 +342,13 @@ class MetricsWindow:
             for t in self.tasks_of(operator)
             if (s := t.speed) is not None and t.busy >= min_busy
         }
+
+    def hot_keys(self, operator: str) -> list[HotKey]:
+        """The heaviest keys of ``operator``'s tasks, heaviest first (a key reported by two
+        tasks, its group having moved during the window, is listed for each)."""
+        return sorted(
+            (h for t in self.tasks_of(operator) for h in t.hot_keys), key=lambda h: -h.per_s
+        )
 
     def service_rate(self, operator: str) -> float | None:
         """Records one task of ``operator`` processes per busy second, over all its measured
