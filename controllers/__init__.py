@@ -50,9 +50,11 @@ from controlplane.abstraction import (
     AssignWorkload,
     Plan,
     PlanError,
+    SplitKey,
     migrate,
     rebalance,
     scale,
+    split_key,
     update_logic,
 )
 
@@ -105,6 +107,7 @@ __all__ = [
     "PlanBuilder",
     "PlanError",
     "SafetyConfig",
+    "SplitKey",
     "TaskSample",
     "Verdict",
     "View",
@@ -118,6 +121,7 @@ __all__ = [
     "preview",
     "rebalance",
     "scale",
+    "split_key",
     "state_sizes",
     "update_logic",
 ]

@@ -33,6 +33,7 @@ from controlplane.abstraction import (
     migrate,
     rebalance,
     scale,
+    split_key,
     update_logic,
 )
 
@@ -108,6 +109,9 @@ class PlanBuilder:
         self, operator: str, ref: str, tasks: Sequence[str] | None = None
     ) -> PlanBuilder:
         return self.add(update_logic(self.current, operator, ref, tasks))
+
+    def split_key(self, operator: str, key: Any, tasks: Sequence[str] | int) -> PlanBuilder:
+        return self.add(split_key(self.current, operator, key, tasks))
 
     def build(self, mode: Mode = "pause", batch_size: int | None = None) -> Plan | None:
         """The plan of every step against ``base``, or None when there is none or the steps

@@ -16,6 +16,13 @@
 - ``output`` (str, ""): directory for final counts (``part-N.jsonl``); empty = discard.
 - ``state_bytes`` (int, 0): extra bytes of state kept per word (to study state moves:
   10,000 words x 10 KB = 100 MB over the count tasks).
+- ``aggregate`` (bool, false): count with ``key_by(word).aggregate("count", Count())``
+  (:mod:`runtime.aggregate`: counts emitted once per word and batch, merged by
+  ``count.merge``; a plan may split a hot word over several count tasks) instead of a
+  keyed function emitting each word's count per record.
+- ``work_us`` (float, 0): with ``aggregate``, simulated compute per word counted, in
+  microseconds (busy-waited): makes one task's capacity small enough for a hot word to
+  exceed it (the hot-key benchmark).
 
 Final results (``read_results(output)``) map each word to its count; they are equal to
 :func:`reference` for the same params, whatever the parallelism.
@@ -23,7 +30,9 @@ Final results (``read_results(output)``) map each word to its count; they are eq
 
 from __future__ import annotations
 
+import math
 import random
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -32,11 +41,13 @@ from runtime import Dataflow
 from runtime.params import parse_params
 from runtime.sinks import Collect, Null, read_parts
 from runtime.sources import Generator
+from runtime.windows import Count
 
 __all__ = [
     "PaddedCount",
     "Params",
     "Sentences",
+    "WorkedCount",
     "build",
     "count_word",
     "count_word_v2",
@@ -61,11 +72,19 @@ class Params:
     max_parallelism: int = 128
     output: str = ""
     state_bytes: int = 0
+    aggregate: bool = False
+    work_us: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("words", "keys", "parallelism", "max_parallelism"):
             if getattr(self, name) < 1:
                 raise ValueError(f"param {name!r} must be >= 1, got {getattr(self, name)}")
+        if self.work_us and not self.aggregate:
+            raise ValueError("param 'work_us' needs 'aggregate'")
+        if not (math.isfinite(self.work_us) and self.work_us >= 0):
+            raise ValueError(f"param 'work_us' must be a number >= 0, got {self.work_us}")
+        if self.aggregate and self.state_bytes:
+            raise ValueError("params 'aggregate' and 'state_bytes' do not go together")
         if self.state_bytes < 0:
             raise ValueError(f"param 'state_bytes' must be >= 0, got {self.state_bytes}")
         if self.records < 0:
@@ -89,6 +108,19 @@ class Sentences(Generator):
         offsets = [j * stride for j in range(self.words)]
         doubled = keys + keys
         return [" ".join([doubled[(i + o) % n] for o in offsets]) for i in range(n)]
+
+
+@dataclass(frozen=True)
+class WorkedCount(Count):
+    """``Count`` that busy-waits ``work_us`` microseconds per record (simulated compute)."""
+
+    work_us: float = 0.0
+
+    def add(self, acc: int, record: Any) -> int:
+        deadline = time.perf_counter() + self.work_us / 1e6
+        while time.perf_counter() < deadline:
+            pass
+        return acc + 1
 
 
 def split_words(sentence: str) -> list[str]:
@@ -160,8 +192,12 @@ def build(params: dict[str, Any] | None = None) -> Dataflow:
     flow = Dataflow("wordcount")
     sentences = flow.source("sentences", source_of(p), parallelism=p.parallelism)
     words = sentences.flat_map("split", split_words)
-    logic = PaddedCount(p.state_bytes) if p.state_bytes else count_word
-    counts = words.key_by(word_key).process("count", logic, max_parallelism=p.max_parallelism)
+    if p.aggregate:
+        agg = WorkedCount(p.work_us) if p.work_us else Count()
+        counts = words.key_by(word_key).aggregate("count", agg, max_parallelism=p.max_parallelism)
+    else:
+        logic = PaddedCount(p.state_bytes) if p.state_bytes else count_word
+        counts = words.key_by(word_key).process("count", logic, max_parallelism=p.max_parallelism)
     counts.sink("sink", Collect(p.output, mode="last", key=result_key) if p.output else Null())
     return flow
 

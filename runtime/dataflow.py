@@ -213,6 +213,42 @@ class KeyedStream(Stream):
             raise DataflowError(f"operator {name!r}: {exc}") from None
         return self._then(name, "keyed", logic, parallelism, max_parallelism=max_parallelism)
 
+    def aggregate(
+        self,
+        name: str,
+        aggregate: Any,
+        *,
+        parallelism: int | None = None,
+        merge_parallelism: int | None = None,
+        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+    ) -> Stream:
+        """A running aggregation per key (:mod:`runtime.aggregate`): ``aggregate`` is an
+        ``Aggregate`` whose accumulators merge (``Count()``, ``Sum(of)``, ``Mean(of)``,
+        ``Min``, ``Max``, ``Reduce(fn)``, or one's own); emits ``(key, result)`` as a key's
+        value changes, at most once per key and batch. Two operators: ``name`` folds the
+        records (a plan may split its hot keys over several of its tasks) and
+        ``name.merge`` combines the parts. :class:`DataflowError` names a bad aggregate."""
+        from .aggregate import MergeAggregate, PartialAggregate, check_combinable, part_key
+
+        try:
+            check_combinable(aggregate)
+        except ValueError as exc:
+            raise DataflowError(f"operator {name!r}: {exc}") from None
+        partial = self._then(
+            name,
+            "keyed",
+            PartialAggregate(aggregate),
+            parallelism,
+            max_parallelism=max_parallelism,
+            combinable=True,
+        )
+        return partial.key_by(part_key).process(
+            f"{name}.merge",
+            MergeAggregate(aggregate),
+            parallelism=merge_parallelism or parallelism,
+            max_parallelism=max_parallelism,
+        )
+
     def connect(self, other: KeyedStream) -> ConnectedStreams:
         """This stream (the left side) and ``other`` (the right), into one keyed operator:
         records of the same key meet in the same task and state (:mod:`runtime.joins`)."""

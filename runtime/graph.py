@@ -114,7 +114,9 @@ class OperatorSpec:
     """One operator: its kind, logic, parallelism and inputs; ``partitions`` the names a
     partitioned source listed when the job was submitted (``()`` until then: a worker
     lists them; None for any other operator); ``event_time`` how a source's records carry
-    event time (:mod:`runtime.eventtime`; None: ingestion time)."""
+    event time (:mod:`runtime.eventtime`; None: ingestion time); ``combinable`` marks the
+    partial side of a combinable aggregation (:mod:`runtime.aggregate`), whose hot keys
+    a plan may split over several tasks."""
 
     name: str
     kind: Kind
@@ -124,6 +126,7 @@ class OperatorSpec:
     max_parallelism: int = DEFAULT_MAX_PARALLELISM
     partitions: tuple[str, ...] | None = None
     event_time: EventTime | None = None
+    combinable: bool = False
 
     @property
     def keyed(self) -> bool:
@@ -268,8 +271,10 @@ def _validate_operator(op: OperatorSpec, ops: Mapping[str, OperatorSpec]) -> Non
             raise DataflowError(f"{where}: has no inputs")
         if op.kind == "sink" and not (built or isinstance(op.logic, Sink)):
             raise DataflowError(f"{where}: a sink needs a runtime.io.Sink, got {op.logic!r}")
-        if op.kind not in ("sink",) and not (built or callable(op.logic)):
+        if op.kind not in ("sink",) and not (built or callable(op.logic) or op.combinable):
             raise DataflowError(f"{where}: logic {op.logic!r} is not callable")
+    if op.combinable and op.kind != "keyed":
+        raise DataflowError(f"{where}: only a keyed operator aggregates combinably")
     for inp in op.inputs:
         if inp.upstream not in ops:
             raise DataflowError(f"{where}: unknown upstream {inp.upstream!r}")

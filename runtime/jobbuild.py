@@ -136,6 +136,7 @@ def encode(graph: JobGraph, sinks: list[SinkPath]) -> dict[str, Any]:
                     "max_parallelism": op.max_parallelism,
                     "partitions": None if op.partitions is None else list(op.partitions),
                     "event_time": None if op.event_time is None else _held(op.event_time),
+                    "combinable": op.combinable,
                     "logic": _held(op.logic),
                     "inputs": [
                         {
@@ -181,6 +182,7 @@ def decode(answer: Mapping[str, Any]) -> tuple[JobGraph, list[SinkPath]]:
                 _integer(op["max_parallelism"]),
                 _partitions(op.get("partitions")),
                 None if op.get("event_time") is None else _pickled(op["event_time"]),
+                op.get("combinable") is True,
             )
             for op in graph["operators"]
         ]

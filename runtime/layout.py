@@ -3,8 +3,9 @@
 A :class:`Layout` is what the coordinator sends a worker (on deploy, and whole again with
 every reconfiguration, so each worker can work out its own part by comparing old and
 new): task -> worker, keyed task -> key groups, partitioned source task -> partitions,
-other task -> weight, and per-task logic overrides (pickled) for tasks whose logic was
-swapped. The tasks of an operator are the
+other task -> weight, per-task logic overrides (pickled) for tasks whose logic was
+swapped, and the split keys of combinable aggregations (operator -> key -> the key groups
+its records are spread over, :mod:`runtime.aggregate`). The tasks of an operator are the
 layout's task ids ``"<operator>-<index>"``, ordered by index; a forward edge links the
 tasks with equal indices.
 """
@@ -46,6 +47,8 @@ class Layout:
     logic: Mapping[str, bytes] = field(default_factory=dict)  # task -> pickled logic override
     # partitioned source task -> the partitions it reads
     partitions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # combinable operator -> split key -> its parts' key groups (the home group first)
+    splits: Mapping[str, Mapping[Any, tuple[int, ...]]] = field(default_factory=dict)
 
     @classmethod
     def initial(cls, graph: JobGraph, workers: list[str]) -> Layout:
@@ -133,6 +136,10 @@ class Layout:
             "weights": dict(self.weights),
             "logic": dict(self.logic),
             "partitions": {t: list(p) for t, p in self.partitions.items()},
+            "splits": {
+                op: [[key, list(gs)] for key, gs in keys.items()]
+                for op, keys in self.splits.items()
+            },
         }
 
     @classmethod
@@ -143,6 +150,10 @@ class Layout:
             weights={t: float(w) for t, w in dict(data.get("weights", {})).items()},
             logic=dict(data.get("logic", {})),
             partitions={t: tuple(p) for t, p in dict(data.get("partitions", {})).items()},
+            splits={
+                op: {_tuples(key): tuple(gs) for key, gs in keys}
+                for op, keys in dict(data.get("splits", {})).items()
+            },
         )
 
     def replace(self, **changes: Any) -> Layout:
@@ -152,9 +163,15 @@ class Layout:
             "weights": self.weights,
             "logic": self.logic,
             "partitions": self.partitions,
+            "splits": self.splits,
         }
         fields.update(changes)
         return Layout(**fields)
+
+
+def _tuples(key: Any) -> Any:
+    """A key read from the wire: lists (tuples on the way out) back to tuples."""
+    return tuple(_tuples(k) for k in key) if isinstance(key, list) else key
 
 
 def moved_key_groups(old: Layout, new: Layout, tasks: Iterable[str]) -> list[tuple[int, str, str]]:
@@ -229,8 +246,14 @@ def _changed(graph: JobGraph, old: Layout, new: Layout) -> set[str]:
 
 def _rerouted(old: Layout, new: Layout) -> set[str]:
     """Tasks whose upstream routing must change: new, removed or moved, or whose key groups
-    or weight change."""
-    rerouted: set[str] = set()
+    or weight change, or of an operator whose split keys change."""
+    resplit = {
+        op
+        for op in old.splits.keys() | new.splits.keys()
+        if old.splits.get(op) != new.splits.get(op)
+    }
+    rerouted: set[str] = {t for t in old.placement.keys() | new.placement.keys()
+                          if split_task_id(t)[0] in resplit}  # fmt: skip
     for t in old.placement.keys() | new.placement.keys():
         if (
             t not in old.placement
@@ -311,6 +334,7 @@ def only_key_groups_move(old: Layout, new: Layout) -> bool:
         and old.weights == new.weights
         and old.partitions == new.partitions
         and old.logic == new.logic
+        and old.splits == new.splits
         and old.assignment.keys() == new.assignment.keys()
     )
 

@@ -6,7 +6,8 @@ One :class:`Edge` per downstream operator, by the partitioning of that input:
 - ``rebalance``: whole emitted batches spread over the downstream tasks by smooth weighted
   round-robin (weights from the abstraction's workload; equal by default).
 - ``key_groups``: per record, to the task owning ``key_group(key(record))``, through an
-  owner table that the reconfiguration protocol swaps atomically.
+  owner table that the reconfiguration protocol swaps atomically; the records of a split
+  key (:mod:`runtime.aggregate`) turn by turn to the owners of its parts' groups.
 - ``broadcast``: to every downstream task.
 
 :class:`Outputs` holds the edges of one task, the pending records of each channel, and the
@@ -18,7 +19,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from .channels import OutputChannel
 from .keygroups import KeyGroupHasher
@@ -98,10 +100,12 @@ class KeyGroupEdge(Edge):
         key_fn: Callable,
         key_group_fn: KeyGroupHasher,
         owner: Sequence[int],
+        splits: Mapping[Any, Sequence[int]] | None = None,
     ) -> None:
         super().__init__(operator, channels)
         self.key_fn = key_fn
         self.key_group_fn = key_group_fn
+        self.splits = dict(splits or {})
         self.set_owner(owner)
 
     def set_owner(self, owner: Sequence[int]) -> None:
@@ -118,8 +122,16 @@ class KeyGroupEdge(Edge):
             raise ValueError(f"edge to {self.operator!r}: key groups {bad[:10]} have no owner")
         self._targets = [(self.channels[o].buf_v, self.channels[o].buf_t) for o in owner]
         self.owner = list(owner)
+        # A split key's records go round-robin to the owners of its parts' groups.
+        self._split: dict[Any, tuple[list, int]] = {}  # key -> (owners' buffers, next turn)
+        for key, groups in self.splits.items():
+            owners = {id(self._targets[g][0]): self._targets[g] for g in groups}
+            self._split[key] = (list(owners.values()), 0)
 
     def route(self, values: Sequence, stamps: Sequence[float]) -> None:
+        if self._split:
+            self._route_split(values, stamps)
+            return
         key_fn, kg, targets = self.key_fn, self.key_group_fn, self._targets
         cached = kg.cache.get
         for v, t in zip(values, stamps, strict=True):
@@ -129,6 +141,26 @@ class KeyGroupEdge(Edge):
             except TypeError:  # unhashable: the hasher names the key type
                 g = None
             bv, bt = targets[kg(k) if g is None else g]
+            bv.append(v)
+            bt.append(t)
+
+    def _route_split(self, values: Sequence, stamps: Sequence[float]) -> None:
+        """:meth:`route` while some keys are split: theirs turn by turn to each owner."""
+        key_fn, kg, targets, split = self.key_fn, self.key_group_fn, self._targets, self._split
+        cached = kg.cache.get
+        for v, t in zip(values, stamps, strict=True):
+            k = key_fn(v)
+            try:
+                g = cached(k)
+                spread = split.get(k)
+            except TypeError:  # unhashable: the hasher names the key type
+                g = spread = None
+            if spread is None:
+                bv, bt = targets[kg(k) if g is None else g]
+            else:
+                owners, turn = spread
+                bv, bt = owners[turn]
+                split[k] = (owners, (turn + 1) % len(owners))
             bv.append(v)
             bt.append(t)
 

@@ -29,16 +29,29 @@ Each period, for every keyed operator (``operators``, default all) receiving at 
 With ``stateless`` on, non-keyed operators fed by a rebalance edge get weights inversely
 proportional to their measured cost per record (TAG for stateless tasks, through
 ``rebalance``'s weights), under the same threshold. All changes go in one plan.
+
+**Hot keys** (TAG's key splitting). Moving key groups cannot help when one key alone
+needs more than a task can give. With ``split_hot_keys`` on, for every combinable
+aggregation (``key_by(...).aggregate(...)``, whose hot keys a plan may split), before
+balancing: a key that its tasks' Space-Saving sketches report
+(``MetricsWindow.hot_keys``) at more than ``split_above`` of its task's capacity (the
+task's records per busy second, as above) is split over ``ceil(rate / (split_above x
+capacity))`` tasks (at least 2, at most all of them): its owner and the least loaded
+others; a split key that needs more ways than it has is split again, wider; one whose
+rate fell under ``merge_below`` of a task's capacity is merged back. A period that
+splits or merges changes nothing else (the loads it measured are those of the old
+routing): the balancing of key groups resumes next period, on the new loads.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from controlplane.abstraction import AssignWorkload, Operator, Plan, imbalance
+from controlplane.abstraction import AssignWorkload, Operator, Plan, PlanError, imbalance
 
 from ..base import Controller
 from ..config import check
@@ -65,9 +78,19 @@ class LoadBalancerConfig:
     #                               limit's max_moves_per_hour, or the plan is refused)
     mode: Literal["pause", "fluid"] = "pause"
     batch_size: int | None = None
+    split_hot_keys: bool = True  # split keys too hot for one task (combinable aggregations)
+    split_above: float = 0.5  # ... above this fraction of a task's capacity, each part under
+    merge_below: float = 0.2  # merge a split key back below this fraction (hysteresis)
 
     def __post_init__(self) -> None:
         check(self.threshold >= 0, "threshold", "must be >= 0", self.threshold)
+        check(0 < self.split_above <= 1, "split_above", "must be in (0, 1]", self.split_above)
+        check(
+            0 <= self.merge_below < self.split_above,
+            "merge_below",
+            f"must be >= 0 and below split_above ({self.split_above:g})",
+            self.merge_below,
+        )
         check(
             0 <= self.target <= self.threshold,
             "target",
@@ -164,6 +187,12 @@ class LoadBalancer(Controller):
     def decide(self, view: View) -> Plan | None:
         cfg = self.config
         builder = PlanBuilder(view.abstraction)
+        if cfg.split_hot_keys:
+            for op in view.abstraction.operators:
+                if op.combinable and (not cfg.operators or op.name in cfg.operators):
+                    self._split_hot_keys(builder, op, view.metrics)
+            if builder.ops:
+                return builder.build(cfg.mode, cfg.batch_size)
         for op in view.abstraction.operators:
             if cfg.operators and op.name not in cfg.operators:
                 continue
@@ -199,6 +228,36 @@ class LoadBalancer(Controller):
         if changed:
             builder.add(AssignWorkload(op.name, changed))
 
+    def _split_hot_keys(self, builder: PlanBuilder, op: Operator, metrics: MetricsWindow) -> None:
+        """Split, widen or merge back the hot keys of ``op`` (module docstring)."""
+        cfg = self.config
+        speeds = task_speeds(metrics, list(op.task_ids), cfg.min_busy)
+        rates: dict[Any, float] = {}  # a split key is reported by each of its parts' tasks
+        for h in metrics.hot_keys(op.name):
+            if not h.key_repr:
+                rates[h.key] = rates.get(h.key, 0.0) + h.per_s
+        loads = metrics.task_loads(op.name)
+        for key, groups in op.splits().items():
+            capacity = _capacity(speeds, op, groups)
+            if rates.get(key, 0.0) < cfg.merge_below * capacity:
+                logger.info("operator %r: merging key %r back", op.name, key)
+                builder.split_key(op.name, key, [])
+        split = op.splits()
+        for key, rate in rates.items():
+            owner = op.owner_of_key(key)
+            capacity = speeds.get(owner, 0.0)
+            if capacity <= 0 or rate <= cfg.split_above * capacity:
+                continue
+            ways = min(op.parallelism, max(2, math.ceil(rate / (cfg.split_above * capacity))))
+            if ways <= len(split.get(key, ())):
+                continue
+            others = sorted((t for t in op.task_ids if t != owner), key=lambda t: loads.get(t, 0.0))
+            logger.info("operator %r: key %r at %.0f/s, split %d ways", op.name, key, rate, ways)
+            try:
+                builder.split_key(op.name, key, [owner, *others[: ways - 1]])
+            except PlanError as exc:  # e.g. a task that owns no key group to hold a part
+                logger.warning("operator %r: cannot split key %r: %s", op.name, key, exc)
+
     def _balance_weights(self, builder: PlanBuilder, op: Operator, metrics: MetricsWindow) -> None:
         cfg = self.config
         if metrics.input_rate(op.name) < max(cfg.min_rate, 1e-9):
@@ -206,3 +265,13 @@ class LoadBalancer(Controller):
         speeds = metrics.processing_speeds(op.name, cfg.min_busy) if cfg.time_aware else {}
         costs = {t: 1.0 / s for t, s in speeds.items() if t in op.task_ids}
         builder.rebalance(op.name, costs, threshold=cfg.threshold)
+
+
+def _capacity(speeds: Mapping[str, float], op: Operator, groups: Sequence[int]) -> float:
+    """Records per busy second of the task owning the first of ``groups`` (a split key's
+    home), or of the operator's tasks on average."""
+    owners = op.owner_of_groups()
+    task = owners.get(groups[0]) if groups else None
+    if task in speeds:
+        return speeds[task]
+    return sum(speeds.values()) / len(speeds) if speeds else 0.0

@@ -59,9 +59,9 @@ from .errors import (
     WorkerOverCapacity,
 )
 from .fluid import fluid_steps
-from .helpers import add_partitions, migrate, rebalance, scale, update_logic
+from .helpers import add_partitions, migrate, rebalance, scale, split_key, update_logic
 from .model import Abstraction, Operator, from_graph
-from .ops import AssignLogic, AssignResource, AssignWorkload, Op, Plan, op_from_dict
+from .ops import AssignLogic, AssignResource, AssignWorkload, Op, Plan, SplitKey, op_from_dict
 from .parts import (
     DEFAULT_SLOTS,
     NEW_WORKER,
@@ -103,6 +103,7 @@ __all__ = [
     "Resolver",
     "Resources",
     "SchemaError",
+    "SplitKey",
     "StaleVersion",
     "Task",
     "TaskStillOwnsWork",
@@ -130,6 +131,7 @@ __all__ = [
     "rebalance",
     "resolve_importable",
     "scale",
+    "split_key",
     "step_bytes",
     "update_logic",
 ]

@@ -90,3 +90,9 @@ def array(value: Any, path: str) -> list | tuple:
     if not isinstance(value, list | tuple):
         raise SchemaError(f"{path}: expected an array, got {json_type(value)}")
     return value
+
+
+def boolean(value: Any, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise SchemaError(f"{path}: expected true or false, got {json_type(value)}")
+    return value

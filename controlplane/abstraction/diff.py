@@ -1,12 +1,12 @@
 """What changes between two versions of a job's abstraction, and which tasks it touches.
 
 :func:`diff` lists, per operator, the key groups that change owner, the weights that
-change, the tasks added, removed or moved to another worker and the tasks whose logic
-changes, then computes the affected set of docs/design.md, section 3, step 1. Two tasks are
+change, the keys split or merged back (a combinable aggregation's), the tasks added,
+removed or moved to another worker and the tasks whose logic changes, then computes the affected set of docs/design.md, section 3, step 1. Two tasks are
 *connected* when a channel links them: over a forward edge task i of the upstream operator
 and task i of the downstream one, over any other edge every pair. With *changed work* the
-tasks gaining or losing key groups or weight and *changed place* the tasks added, removed
-or moved:
+tasks gaining or losing key groups or weight (and every task of an operator whose split
+keys change: their routing does) and *changed place* the tasks added, removed or moved:
 
 - ``upstream_routing_changes``: tasks connected upstream of a task with changed work or
   changed place (their routing table or output channels change);
@@ -26,7 +26,7 @@ from typing import Any
 
 from .errors import AbstractionError
 from .model import Abstraction
-from .parts import Logic
+from .parts import Logic, json_key
 
 __all__ = ["Diff", "OperatorDiff", "diff"]
 
@@ -39,7 +39,9 @@ class OperatorDiff:
     partitioned source) ``(partition, from task, to task)``; ``weight_changes`` are
     ``(task, old, new)`` with 0.0 for a task absent from one side; ``moved_tasks`` are
     ``(task, from worker, to worker)``; ``logic_changes`` are ``(task, old, new)`` for
-    tasks present in both versions.
+    tasks present in both versions; ``split_changes`` are ``(key, old groups, new
+    groups)`` (``()`` for a key not split on that side) and ``split_tasks`` the operator's
+    tasks when there are any (their routing changes).
     """
 
     operator: str
@@ -50,11 +52,14 @@ class OperatorDiff:
     moved_tasks: tuple[tuple[str, str, str], ...] = ()
     logic_changes: tuple[tuple[str, Logic, Logic], ...] = ()
     partition_moves: tuple[tuple[str, str, str], ...] = ()
+    split_changes: tuple[tuple[Any, tuple[int, ...], tuple[int, ...]], ...] = ()
+    split_tasks: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
         return not (
-            self.key_group_moves
+            self.split_changes
+            or self.key_group_moves
             or self.partition_moves
             or self.weight_changes
             or self.new_tasks
@@ -68,7 +73,7 @@ class OperatorDiff:
         """Tasks gaining or losing key groups, partitions or weight."""
         moves = [*self.key_group_moves, *self.partition_moves]
         owners = {t for _, a, b in moves for t in (a, b)}
-        return frozenset(owners | {t for t, _, _ in self.weight_changes})
+        return frozenset(owners | {t for t, _, _ in self.weight_changes} | set(self.split_tasks))
 
     @property
     def place_changed(self) -> frozenset[str]:
@@ -87,6 +92,10 @@ class OperatorDiff:
             "removed_tasks": list(self.removed_tasks),
             "moved_tasks": [list(m) for m in self.moved_tasks],
             "logic_changes": [[t, a.to_dict(), b.to_dict()] for t, a, b in self.logic_changes],
+            "split_changes": [
+                {"key": json_key(k), "before": list(a), "after": list(b)}
+                for k, a, b in self.split_changes
+            ],
         }
 
 
@@ -228,8 +237,16 @@ def _operator_diff(old: Abstraction, new: Abstraction, name: str) -> OperatorDif
             wb = after[t].workload.weight if t in after else 0.0
             if wa != wb:
                 weights.append((t, wa or 0.0, wb or 0.0))
+    splits_a, splits_b = a.splits(), b.splits()
+    splits = tuple(
+        (k, splits_a.get(k, ()), splits_b.get(k, ()))
+        for k in sorted(splits_a.keys() | splits_b.keys(), key=repr)
+        if splits_a.get(k) != splits_b.get(k)
+    )
     return OperatorDiff(
         operator=name,
+        split_changes=splits,
+        split_tasks=tuple(sorted(after, key=order)) if splits else (),
         key_group_moves=moves,
         partition_moves=partition_moves,
         weight_changes=tuple(weights),

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from .balance import even_split, greedy_balance, imbalance, inverse_weights
 from .errors import InvalidPlan, KeyGroupConflict, UnknownTask, WorkerOverCapacity
 from .model import Abstraction, Operator
-from .ops import AssignLogic, AssignResource, AssignWorkload, Op, Plan
+from .ops import AssignLogic, AssignResource, AssignWorkload, Op, Plan, SplitKey
 from .parts import NEW_WORKER, PLACEABLE_STATUSES, next_placeholder
 
-__all__ = ["add_partitions", "migrate", "rebalance", "scale", "update_logic"]
+__all__ = ["add_partitions", "migrate", "rebalance", "scale", "split_key", "update_logic"]
 
 Mode = Literal["pause", "fluid"]
 
@@ -284,6 +284,35 @@ def update_logic(
     return Plan(
         abstraction.version, (AssignLogic(operator, "all" if tasks is None else tuple(tasks), ref),)
     )
+
+
+def split_key(
+    abstraction: Abstraction, operator: str, key: Any, tasks: Sequence[str] | int
+) -> Plan:
+    """A plan splitting ``key`` of the combinable aggregation ``operator`` over ``tasks``
+    (task ids; or a number of ways: the key's owner and the tasks after it, by index,
+    round the operator), or with ``[]`` (or ``0`` or ``1`` ways) merging it back. Raises
+    :class:`UnknownOperator`, :class:`UnknownTask` or :class:`InvalidPlan`."""
+    from runtime.keygroups import key_group
+
+    op = abstraction.operator(operator)
+    if isinstance(tasks, int):
+        if tasks > op.parallelism:
+            raise InvalidPlan(
+                f"cannot split a key of {operator!r} {tasks} ways: it has {op.parallelism} tasks"
+            )
+        home = op.max_parallelism and key_group(key, op.max_parallelism)
+        owner = next(
+            (i for i, t in enumerate(op.tasks) if home in (t.workload.key_groups or ())), 0
+        )
+        ids = op.task_ids
+        tasks = [ids[(owner + i) % len(ids)] for i in range(tasks)] if tasks > 1 else []
+    for t in tasks:
+        if t not in op.task_ids:
+            raise UnknownTask(
+                f"operator {operator!r} has no task {t!r} (tasks: {', '.join(op.task_ids)})"
+            )
+    return Plan(abstraction.version, (SplitKey(operator, key, tuple(tasks)),))
 
 
 def add_partitions(abstraction: Abstraction, operator: str, found: Sequence[str]) -> Plan:

@@ -31,6 +31,8 @@ from .parts import (
     Worker,
     Workload,
     current_logic,
+    json_key,
+    split_key,
     task_index,
 )
 
@@ -56,9 +58,16 @@ class Operator:
     max_parallelism: int | None
     inputs: tuple[Input, ...]
     tasks: tuple[Task, ...]
+    # The partial side of a combinable aggregation (runtime.aggregate) and its split keys:
+    # (key, the key groups of its parts, the home group first), in the order split.
+    combinable: bool = False
+    split_keys: tuple[tuple[Any, tuple[int, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         where = f"operator {self.name!r}"
+        if self.split_keys and not self.combinable:
+            raise SchemaError(f"{where}: only a combinable aggregation splits keys")
+        object.__setattr__(self, "split_keys", tuple((k, tuple(gs)) for k, gs in self.split_keys))
         if not isinstance(self.name, str) or not self.name or "-" in self.name:
             raise SchemaError(f"{where}: a name is a non-empty string without '-'")
         if self.kind not in DESIGN_KINDS:
@@ -112,8 +121,22 @@ class Operator:
         """The logic new tasks of this operator get (see :func:`current_logic`)."""
         return current_logic(self.tasks)
 
+    def owner_of_groups(self) -> dict[int, str]:
+        """Key group -> the task owning it (empty unless keyed)."""
+        return {g: t.id for t in self.tasks for g in t.workload.key_groups or ()}
+
+    def owner_of_key(self, key: Any) -> str:
+        """The task owning ``key``'s own key group (keyed operators)."""
+        from runtime.keygroups import key_group
+
+        return self.owner_of_groups()[key_group(key, self.max_parallelism or 1)]
+
+    def splits(self) -> dict[Any, tuple[int, ...]]:
+        """Split key -> the key groups of its parts (empty: no key is split)."""
+        return dict(self.split_keys)
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "name": self.name,
             "kind": self.design_kind,
             "transform": self.kind,
@@ -121,12 +144,34 @@ class Operator:
             "inputs": [i.to_dict() for i in self.inputs],
             "tasks": [t.to_dict() for t in self.tasks],
         }
+        if self.combinable:
+            d["combinable"] = True
+            d["split_keys"] = [
+                {"key": json_key(k), "groups": list(gs)} for k, gs in self.split_keys
+            ]
+        return d
 
     @classmethod
     def from_dict(cls, data: Any, path: str = "operator") -> Operator:
         d = shape.obj(
-            data, path, ("name", "kind", "transform", "max_parallelism", "inputs", "tasks")
+            data,
+            path,
+            ("name", "kind", "transform", "max_parallelism", "inputs", "tasks"),
+            ("combinable", "split_keys"),
         )
+        splits = []
+        for i, x in enumerate(shape.array(d.get("split_keys", []), f"{path}.split_keys")):
+            e = shape.obj(x, f"{path}.split_keys[{i}]", ("key", "groups"))
+            groups = shape.array(e["groups"], f"{path}.split_keys[{i}].groups")
+            splits.append(
+                (
+                    split_key(e["key"], f"{path}.split_keys[{i}].key"),
+                    tuple(
+                        shape.integer(g, f"{path}.split_keys[{i}].groups[{j}]")
+                        for j, g in enumerate(groups)
+                    ),
+                )
+            )
         kind = shape.string(d["transform"], f"{path}.transform")
         if DESIGN_KINDS.get(kind, d["kind"]) != d["kind"]:
             raise SchemaError(f"{path}.kind: {d['kind']!r} does not match transform {kind!r}")
@@ -143,6 +188,8 @@ class Operator:
                     Task.from_dict(x, f"{path}.tasks[{i}]")
                     for i, x in enumerate(shape.array(d["tasks"], f"{path}.tasks"))
                 ),
+                shape.boolean(d.get("combinable", False), f"{path}.combinable"),
+                tuple(splits),
             )
         except SchemaError as exc:
             if str(exc).startswith(path):
@@ -220,7 +267,7 @@ class Abstraction:
 
     def owner_of(self, operator: str) -> dict[int, str]:
         """Key group -> owning task id of a keyed operator (empty for others)."""
-        return {g: t.id for t in self.operator(operator).tasks for g in t.workload.key_groups or ()}
+        return self.operator(operator).owner_of_groups()
 
     def upstream(self, operator: str) -> tuple[tuple[Operator, Input], ...]:
         """The operators ``operator`` reads from, with the input of each edge."""
@@ -337,6 +384,8 @@ def from_graph(
                 spec.max_parallelism if spec.keyed else None,
                 tuple(Input(i.upstream, i.partitioning) for i in spec.inputs),
                 tuple(tasks),
+                spec.combinable,
+                tuple(layout.splits.get(spec.name, {}).items()),
             )
         )
     return Abstraction(job_id, graph.name, 1, status, tuple(operators), infos)

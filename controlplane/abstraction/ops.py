@@ -1,6 +1,6 @@
 """The atomic operations of docs/design.md (section 2) and the plans that group them.
 
-Three operations, serialized with Trisk's names in an ``"op"`` field:
+Four operations, serialized with Trisk's names (and one of ours) in an ``"op"`` field:
 
 - :class:`AssignWorkload` ``{"op": "assignWorkload", "operator", "workload"}``: the named
   tasks get exactly the given key groups (keyed) or weight (others); tasks not named keep
@@ -10,6 +10,11 @@ Three operations, serialized with Trisk's names in an ``"op"`` field:
   (``worker: null``, only once it owns no work), or ask for a fresh worker (``"new"``).
 - :class:`AssignLogic` ``{"op": "assignLogic", "operator", "tasks", "ref"}``: swap the logic
   of the listed tasks, or of ``"all"`` the operator's tasks at that point of the plan.
+- :class:`SplitKey` ``{"op": "splitKey", "operator", "key", "tasks"}``: spread the records
+  of one hot key of a combinable aggregation over the listed tasks (two or more), each
+  folding its share into a partial result that the aggregation's merge adds up (TAG's
+  key splitting, :mod:`runtime.aggregate`); ``tasks: []`` routes the key to its own key
+  group again.
 
 Constructors check the values that need no abstraction and raise :class:`InvalidPlan` (or
 :class:`KeyGroupConflict` for a key group listed twice); ``from_dict`` raises
@@ -25,8 +30,18 @@ from typing import Any, Literal
 
 from . import _shape as shape
 from .errors import InvalidPlan, KeyGroupConflict, PartitionConflict, SchemaError
+from .parts import json_key, split_key
 
-__all__ = ["MODES", "AssignLogic", "AssignResource", "AssignWorkload", "Op", "Plan", "op_from_dict"]
+__all__ = [
+    "MODES",
+    "AssignLogic",
+    "AssignResource",
+    "AssignWorkload",
+    "Op",
+    "Plan",
+    "SplitKey",
+    "op_from_dict",
+]
 
 MODES = ("pause", "fluid")
 
@@ -242,17 +257,74 @@ class AssignLogic:
         )
 
 
-Op = AssignWorkload | AssignResource | AssignLogic
-_OPS: dict[str, type[AssignWorkload] | type[AssignResource] | type[AssignLogic]] = {
+@dataclass(frozen=True)
+class SplitKey:
+    """Split ``key`` of the combinable aggregation ``operator`` over ``tasks`` (two or more
+    distinct task ids; each holds a part of the key in one of its key groups), or, with
+    no tasks, stop splitting it. ``key`` is a string, number, boolean, None or a tuple of
+    those (an array in JSON)."""
+
+    operator: str
+    key: Any
+    tasks: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        _name(self.operator, "splitKey: operator")
+        try:
+            key = split_key(self.key, f"splitKey on {self.operator!r}: key")
+        except SchemaError as exc:
+            raise InvalidPlan(str(exc)) from None
+        if isinstance(self.tasks, str) or not isinstance(self.tasks, list | tuple):
+            raise InvalidPlan(f"splitKey on {self.operator!r}: tasks must be a list of task ids")
+        tasks = tuple(_name(t, f"splitKey on {self.operator!r}: task id") for t in self.tasks)
+        if len(set(tasks)) != len(tasks):
+            raise InvalidPlan(f"splitKey on {self.operator!r}: a task is listed twice")
+        if len(tasks) == 1:
+            raise InvalidPlan(
+                f"splitKey on {self.operator!r}: a key splits over two tasks or more "
+                "(tasks: [] stops splitting it)"
+            )
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "tasks", tasks)
+
+    def describe(self) -> str:
+        return f"splitKey {self.key!r} of {self.operator!r}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "op": "splitKey",
+            "operator": self.operator,
+            "key": json_key(self.key),
+            "tasks": list(self.tasks),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str = "op") -> SplitKey:
+        d = shape.obj(data, path, ("op", "operator", "key", "tasks"))
+        return cls(
+            shape.string(d["operator"], f"{path}.operator"),
+            split_key(d["key"], f"{path}.key"),
+            tuple(
+                shape.string(t, f"{path}.tasks[{i}]")
+                for i, t in enumerate(shape.array(d["tasks"], f"{path}.tasks"))
+            ),
+        )
+
+
+Op = AssignWorkload | AssignResource | AssignLogic | SplitKey
+_OPS: dict[str, type[AssignWorkload | AssignResource | AssignLogic | SplitKey]] = {
     "assignWorkload": AssignWorkload,
     "assignResource": AssignResource,
     "assignLogic": AssignLogic,
+    "splitKey": SplitKey,
 }
 
 
 def op_from_dict(data: Any, path: str = "op") -> Op:
     """One operation from its JSON form; :class:`SchemaError` for a bad shape or op name."""
-    d = shape.obj(data, path, ("op",), ("operator", "workload", "task", "worker", "tasks", "ref"))
+    d = shape.obj(
+        data, path, ("op",), ("operator", "workload", "task", "worker", "tasks", "ref", "key")
+    )
     name = d["op"]
     if name not in _OPS:
         raise SchemaError(f"{path}.op: {name!r} is not one of {', '.join(_OPS)}")
@@ -291,7 +363,7 @@ class Plan:
         if not isinstance(self.ops, list | tuple):
             raise InvalidPlan(f"ops must be a list of operations, got {type(self.ops).__name__}")
         for i, op in enumerate(self.ops):
-            if not isinstance(op, AssignWorkload | AssignResource | AssignLogic):
+            if not isinstance(op, AssignWorkload | AssignResource | AssignLogic | SplitKey):
                 raise InvalidPlan(f"ops[{i}] is not an operation: {op!r}")
         if self.mode not in MODES:
             raise InvalidPlan(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")

@@ -31,7 +31,9 @@ __all__ = [
     "Worker",
     "Workload",
     "current_logic",
+    "json_key",
     "next_placeholder",
+    "split_key",
     "task_index",
 ]
 
@@ -50,6 +52,27 @@ DESIGN_KINDS: Mapping[str, str] = {
 }
 PARTITIONINGS = ("forward", "rebalance", "key_groups", "broadcast")
 _INDEX = re.compile(r"0|[1-9][0-9]*")
+
+
+def split_key(value: Any, path: str) -> Any:
+    """A key as a plan names it in JSON (a string, number, boolean, null, or an array of
+    those for a tuple key), as the runtime sees it (arrays become tuples); SchemaError
+    for anything else (a key the runtime could not hash the same way everywhere)."""
+    if isinstance(value, list | tuple):
+        return tuple(split_key(v, f"{path}[{i}]") for i, v in enumerate(value))
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        return shape.number(value, path)
+    raise SchemaError(
+        f"{path}: a key is a string, number, boolean, null or an array of those, "
+        f"got {shape.json_type(value)}"
+    )
+
+
+def json_key(key: Any) -> Any:
+    """``key`` in JSON: tuples as arrays."""
+    return [json_key(k) for k in key] if isinstance(key, tuple) else key
 
 
 def task_index(task_id: str, operator: str) -> int | None:

@@ -23,6 +23,11 @@ changes nothing. Rules:
   resolve through ``resolve_logic`` to a callable, or to a
   :class:`~runtime.dataflow.LogicRef` (a ref a resolver accepts without importing it, as
   the control plane's does: :mod:`controlplane.code.registry`).
+- ``splitKey`` applies to the partial side of a combinable aggregation (``combinable``):
+  each listed task holds the key's part in one key group it owns at that point of the
+  plan (the key's own group for its owner, the task's lowest group for the others),
+  the key's own group first; a split's groups are distinct and in range. Its logic is
+  not swapped (resubmit to change the aggregate).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from dataclasses import replace
 from typing import Any
 
 from runtime.dataflow import LogicRef, resolve_ref
+from runtime.keygroups import key_group
 
 from .errors import (
     BadLogic,
@@ -49,7 +55,7 @@ from .errors import (
     WorkerOverCapacity,
 )
 from .model import Abstraction, Operator
-from .ops import AssignLogic, AssignResource, AssignWorkload, Op, Plan
+from .ops import AssignLogic, AssignResource, AssignWorkload, Op, Plan, SplitKey
 from .parts import (
     NEW_WORKER,
     PLACEABLE_STATUSES,
@@ -147,6 +153,9 @@ class _Draft:
             op.name: {t.id: t for t in op.tasks} for op in base.operators
         }
         self.workers: dict[str, Worker] = {w.id: w for w in base.workers}
+        self.splits: dict[str, dict[Any, tuple[int, ...]]] = {
+            op.name: op.splits() for op in base.operators
+        }
 
     def task(self, op: Operator, task_id: str) -> Task:
         task = self.tasks[op.name].get(task_id)
@@ -181,7 +190,12 @@ class _Draft:
         before = {w.id for w in self.base.workers}
         workers = tuple(w for w in self.workers.values() if w.id in before or w.id in used)
         operators = tuple(
-            replace(op, tasks=tuple(self.tasks[op.name].values())) for op in self.base.operators
+            replace(
+                op,
+                tasks=tuple(self.tasks[op.name].values()),
+                split_keys=tuple(self.splits[op.name].items()),
+            )
+            for op in self.base.operators
         )
         return replace(
             self.base, version=self.base.version + 1, operators=operators, workers=workers
@@ -194,6 +208,8 @@ def _apply(draft: _Draft, op: Op, resolve_logic: Resolver) -> None:
         _assign_workload(draft, operator, op)
     elif isinstance(op, AssignResource):
         _assign_resource(draft, operator, op)
+    elif isinstance(op, SplitKey):
+        _split_key(draft, operator, op)
     else:
         _assign_logic(draft, operator, op, resolve_logic)
 
@@ -308,10 +324,42 @@ def _assign_resource(draft: _Draft, operator: Operator, op: AssignResource) -> N
     tasks[op.task] = Task(op.task, current_logic(tasks.values()), empty, worker.resources())
 
 
+def _split_key(draft: _Draft, operator: Operator, op: SplitKey) -> None:
+    name, mp = operator.name, operator.max_parallelism
+    if not operator.combinable:
+        raise InvalidPlan(
+            f"operator {name!r} is not a combinable aggregation: only the first operator of "
+            "key_by(...).aggregate(...) can split a key (its merge adds the parts up)"
+        )
+    assert mp is not None
+    splits = draft.splits[name]
+    if not op.tasks:
+        if splits.pop(op.key, None) is None:
+            raise InvalidPlan(f"key {op.key!r} of operator {name!r} is not split")
+        return
+    home = key_group(op.key, mp)
+    groups: list[int] = []
+    for task_id in op.tasks:
+        owned = draft.task(operator, task_id).workload.key_groups or ()
+        if not owned:
+            raise InvalidPlan(
+                f"task {task_id!r} owns no key groups: a split key's part lives in one of "
+                "its task's key groups (give it some first)"
+            )
+        groups.append(home if home in owned else min(owned))
+    groups.sort(key=lambda g: g != home)  # the key's own group first, if split there
+    splits[op.key] = tuple(groups)
+
+
 def _assign_logic(
     draft: _Draft, operator: Operator, op: AssignLogic, resolve_logic: Resolver
 ) -> None:
     name = operator.name
+    if operator.combinable:
+        raise InvalidPlan(
+            f"operator {name!r} is a combinable aggregation: its aggregate is part of the "
+            "job's graph (with its merge); resubmit the job to change it"
+        )
     if operator.kind in ("source", "sink"):
         raise InvalidPlan(
             f"operator {name!r} is a {operator.kind}: its logic is an object configured when the "
@@ -387,6 +435,7 @@ def _check_operator(result: Abstraction, op: Operator) -> None:
         result.worker(t.worker)
     if op.keyed:
         _check_key_groups(op)
+        _check_splits(op)
     elif op.kind != "source" and not any(t.workload.weight for t in op.tasks):
         raise InvalidPlan(f"every task of {where} has weight 0: at least one must receive records")
 
@@ -441,3 +490,15 @@ def _check_key_groups(op: Operator) -> None:
         raise KeyGroupConflict(
             f"key group(s) {format_groups(missing)} of operator {op.name!r} are owned by no task"
         )
+
+
+def _check_splits(op: Operator) -> None:
+    mp = op.max_parallelism
+    assert mp is not None
+    for key, groups in op.split_keys:
+        where = f"split key {key!r} of operator {op.name!r}"
+        if len(set(groups)) != len(groups) or len(groups) < 2:
+            raise InvalidPlan(f"{where}: its parts need two or more distinct key groups")
+        outside = [g for g in groups if not 0 <= g < mp]
+        if outside:
+            raise KeyGroupConflict(f"{where}: key group {outside[0]} is outside 0..{mp - 1}")

@@ -76,7 +76,8 @@ def layout_of(new: Abstraction, graph: JobGraph, old: Abstraction, current: Layo
                     logic[t.id] = current.logic[donor]
             elif not (t.logic.version == 1 and t.logic.ref == base):
                 logic[t.id] = pickle.dumps(LogicRef(t.logic.ref))
-    return Layout(placement, assignment, weights, logic, partitions)
+    splits = {op.name: op.splits() for op in new.operators if op.split_keys}
+    return Layout(placement, assignment, weights, logic, partitions, splits)
 
 
 def _has_op(a: Abstraction, name: str) -> bool:

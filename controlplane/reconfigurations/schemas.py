@@ -27,6 +27,7 @@ __all__ = [
     "ReconfigurationRead",
     "ReconfigurationStatus",
     "ScaleRequest",
+    "SplitKeyOp",
     "Timings",
 ]
 
@@ -70,7 +71,23 @@ class AssignLogicOp(_Strict):
     ref: str
 
 
-OpBody = Annotated[AssignWorkloadOp | AssignResourceOp | AssignLogicOp, Field(discriminator="op")]
+KeyValue = str | int | float | bool | None | list[Any]
+
+
+class SplitKeyOp(_Strict):
+    """Spread the records of one hot key of a combinable aggregation over the listed tasks
+    (two or more; their parts are merged downstream), or route it to its own key group
+    again (``tasks: []``)."""
+
+    op: Literal["splitKey"]
+    operator: str
+    key: KeyValue = Field(examples=["the", 42, ["eu", 7]])
+    tasks: list[str] = Field(examples=[["count-0", "count-1", "count-2"], []])
+
+
+OpBody = Annotated[
+    AssignWorkloadOp | AssignResourceOp | AssignLogicOp | SplitKeyOp, Field(discriminator="op")
+]
 
 
 class _Paced(_Strict):

@@ -73,6 +73,17 @@ class TaskRead(BaseModel):
     resources: ResourcesRead
 
 
+class SplitKeyRead(BaseModel):
+    key: Any = Field(description="the key (an array for a tuple key)")
+    groups: list[int] = Field(description="the key groups holding its parts, its own first")
+
+
+class SplitChangeRead(BaseModel):
+    key: Any
+    before: list[int] = Field(description="its parts' groups before (empty: not split)")
+    after: list[int] = Field(description="its parts' groups after (empty: not split)")
+
+
 class OperatorRead(BaseModel):
     name: str
     kind: Literal["source", "map", "keyed", "sink"]
@@ -80,6 +91,12 @@ class OperatorRead(BaseModel):
     max_parallelism: int | None = Field(description="key groups of a keyed operator")
     inputs: list[InputRead]
     tasks: list[TaskRead]
+    combinable: bool = Field(
+        False, description="the partial side of key_by(...).aggregate(...): keys may split"
+    )
+    split_keys: list[SplitKeyRead] = Field(
+        default_factory=list, description="keys split over several tasks, their parts' groups"
+    )
 
 
 class WorkerRead(BaseModel):
@@ -124,6 +141,7 @@ class OperatorDiffRead(BaseModel):
     removed_tasks: list[str]
     moved_tasks: list[tuple[str, str, str]] = Field(description="(task, from worker, to)")
     logic_changes: list[tuple[str, LogicRead, LogicRead]] = Field(description="(task, old, new)")
+    split_changes: list[SplitChangeRead] = Field(default_factory=list)
 
 
 class DiffRead(BaseModel):

@@ -12,11 +12,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from ..aggregate import PartialAggregate
 from ..dataflow import OperatorSpec
 from ..metrics import TaskMetrics
 from ..partitioning import Outputs
 from ..state import TIMERS, KeyedState
 from ..timers import has_timers
+from .aggregate import AggregateProcessor
 from .basic import (
     FilterProcessor,
     FlatMapProcessor,
@@ -29,6 +31,7 @@ from .basic import (
 from .timed import TimedKeyedProcessor
 
 __all__ = [
+    "AggregateProcessor",
     "KeyedProcessor",
     "Processor",
     "SinkProcessor",
@@ -79,6 +82,8 @@ def make_processor(
         assert state is not None
         if has_timers(op.logic):
             return TimedKeyedProcessor(task_id, op, outputs, metrics, state)
+        if isinstance(op.logic, PartialAggregate):
+            return AggregateProcessor(task_id, op, outputs, metrics, state)
         return KeyedProcessor(task_id, op, outputs, metrics, state)
     if op.kind == "sink":
         return SinkProcessor(task_id, op, outputs, metrics, index)
