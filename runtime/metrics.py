@@ -4,8 +4,10 @@ Each task keeps cumulative counters (:class:`TaskMetrics`); the worker's reporte
 :meth:`TaskMetrics.snapshot` every second, which returns what happened since the previous
 snapshot as a msgpack-able dict:
 
-``records_in``, ``records_out``, ``busy_s``, ``idle_s``, ``backpressure_s`` (time spent
-processing, waiting for input, waiting for output credit), ``queued`` (records waiting per
+``span_s`` (the seconds since the previous snapshot: what rates are per), ``records_in``,
+``records_out``, ``busy_s``, ``idle_s``, ``backpressure_s`` (time spent processing,
+waiting for input, waiting for output credit; their sum falls short of ``span_s`` by the
+time the task waited for its worker's other tasks), ``queued`` (records waiting per
 input channel), ``key_groups`` (records per key group, keyed tasks), ``hot_keys`` (keyed
 tasks: the heaviest keys, see below), ``channels`` (per output channel: records and bytes;
 the traffic matrix), and at sinks ``latency`` (a sparse :class:`LatencyHistogram` of
@@ -44,6 +46,7 @@ __all__ = [
     "HOT_KEY_SAMPLES",
     "LatencyHistogram",
     "TaskMetrics",
+    "covered",
     "summarize_latency",
 ]
 
@@ -184,6 +187,7 @@ class TaskMetrics:
     """Cumulative counters of one task; the task loop updates the fields directly."""
 
     __slots__ = (
+        "_since",
         "backpressure_s",
         "busy_s",
         "channel_bytes",
@@ -214,10 +218,14 @@ class TaskMetrics:
         self.latency = LatencyHistogram() if sink else None
         self.watermark: float | None = None  # the task's event-time watermark, once it has one
         self.late_records = 0  # records a window took as late (dropped or sent apart)
+        self._since = time.perf_counter()  # when the counters started (the last snapshot)
 
     def snapshot(self, queued: Mapping[str, int]) -> dict[str, Any]:
         """What happened since the last snapshot; resets the counters."""
+        now = time.perf_counter()
+        span, self._since = now - self._since, now
         out: dict[str, Any] = {
+            "span_s": round(span, 6),
             "records_in": self.records_in,
             "records_out": self.records_out,
             "busy_s": round(self.busy_s, 6),
@@ -268,6 +276,21 @@ def _portable(key: object) -> bool:
     if kind is float:
         return math.isfinite(key)
     return kind is tuple and all(_portable(k) for k in key)
+
+
+def covered(agg: Mapping[str, float], window_s: float) -> float:
+    """The seconds a task's reports in a window cover (each report's ``span_s``: the time
+    since the task's previous one; from workers that do not say, busy + idle +
+    backpressured), or the window when they cover none. Reports are stamped when they
+    arrive, so a window holds one, two or three of a task's per-second reports: dividing
+    by the time they cover, not by the window, keeps its rates right; and by the time
+    that passed, not the time the task accounted for, since a task waiting for its
+    worker's other tasks accounts for none of that wait (a backpressured source's rate
+    came out several times its real one)."""
+    seconds = agg.get("span_s", 0.0) or (
+        agg.get("busy_s", 0.0) + agg.get("idle_s", 0.0) + agg.get("backpressure_s", 0.0)
+    )
+    return seconds if seconds > 0 else window_s
 
 
 def event_time_report(watermark: float, late: int) -> dict[str, Any]:

@@ -172,6 +172,8 @@ def test_snapshot_reports_since_last_and_resets() -> None:
 
     snap = m.snapshot({"src-0": 12})
     latency = snap.pop("latency")
+    span = snap.pop("span_s")  # the seconds since the TaskMetrics was made
+    assert 0 <= span < 60
     assert snap == {
         "records_in": 10,
         "records_out": 7,
@@ -187,6 +189,7 @@ def test_snapshot_reports_since_last_and_resets() -> None:
     assert unpackb(packb(snap)) == snap  # msgpack-able as it is
 
     again = m.snapshot({})
+    assert 0 <= again.pop("span_s") < 60  # since the snapshot before
     assert again == {
         "records_in": 0,
         "records_out": 0,
@@ -216,3 +219,14 @@ def test_snapshot_does_not_alias_the_queued_mapping() -> None:
     snap = TaskMetrics().snapshot(queued)
     queued["src-0"] = 99
     assert snap["queued"] == {"src-0": 1}
+
+
+def test_rates_are_per_second_that_passed_not_per_second_a_task_accounted_for() -> None:
+    """A task waiting for its worker's other tasks accounts for none of that wait: its
+    reports' spans, not busy + idle + backpressured, are what its counts are per."""
+    from runtime.metrics import covered
+
+    waited = {"span_s": 2.0, "busy_s": 0.1, "idle_s": 0.1, "backpressure_s": 0.05}
+    assert covered(waited, 10.0) == 2.0
+    assert covered({"busy_s": 0.5, "idle_s": 0.25}, 10.0) == 0.75  # a worker that does not say
+    assert covered({}, 10.0) == 10.0

@@ -7,7 +7,7 @@ import time
 from collections import deque
 from typing import Any
 
-from runtime.metrics import LatencyHistogram, summarize_latency
+from runtime.metrics import LatencyHistogram, covered, summarize_latency
 
 __all__ = ["JobMetrics"]
 
@@ -72,6 +72,7 @@ class JobMetrics:
             agg = per_task.setdefault(
                 task,
                 {
+                    "span_s": 0.0,
                     "records_in": 0,
                     "records_out": 0,
                     "busy_s": 0.0,
@@ -85,8 +86,9 @@ class JobMetrics:
                 latency.merge(LatencyHistogram.from_dict(snap["latency"]))
         rates = {}
         for task, agg in per_task.items():
-            # Reports are stamped on arrival: divide by the time they cover, not the window.
-            span = agg["busy_s"] + agg["idle_s"] + agg["backpressure_s"] or seconds
+            # Reports are stamped on arrival: divide by the time they cover, not the window
+            # (runtime.metrics.covered).
+            span = covered(agg, seconds)
             rates[task] = {
                 "in_per_s": agg["records_in"] / span,
                 "out_per_s": agg["records_out"] / span,

@@ -195,7 +195,9 @@ def series(job_id: int, view: MetricsView, step_s: float) -> JobSeriesRead:
         previous[task] = t
         i = _step_of(t, ends[0], step_s, count)
         if i is not None:
-            span = t - before if before is not None and t > before else _accounted(snap)
+            span = float(snap.get("span_s") or 0) or (
+                t - before if before is not None and t > before else _accounted(snap)
+            )
             gathered[i].add(task, snap, span)
 
     tasks_of: dict[str, list[str]] = {op: [] for op in view.kinds}

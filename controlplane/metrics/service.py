@@ -25,7 +25,7 @@ from controlplane.errors import JobNotRunning
 from controlplane.jobs import service as jobs
 from controlplane.jobs.models import JOB_STATUSES, TERMINAL_JOB_STATUSES, JobRecord
 from controlplane.reconfigurations.models import RECONFIGURATION_STATUSES, ReconfigurationRecord
-from runtime.metrics import HOT_KEYS_REPORTED, LatencyHistogram, summarize_latency
+from runtime.metrics import HOT_KEYS_REPORTED, LatencyHistogram, covered, summarize_latency
 
 from . import checkpoints
 from .schemas import (
@@ -42,15 +42,6 @@ from .schemas import (
 __all__ = ["PROMETHEUS_WINDOW_S", "job_metrics", "prometheus_text", "summarize"]
 
 PROMETHEUS_WINDOW_S = 10.0  # rates and latency exported to Prometheus cover this window
-
-
-def covered(agg: Mapping[str, float], window_s: float) -> float:
-    """The seconds a task's reports in a window account for (busy + idle + backpressured),
-    or the window when they account for none. Reports are stamped when they arrive, so a
-    window holds one, two or three of a task's per-second reports: dividing by the time
-    they cover, not by the window, keeps its rates right."""
-    seconds = agg.get("busy_s", 0.0) + agg.get("idle_s", 0.0) + agg.get("backpressure_s", 0.0)
-    return seconds if seconds > 0 else window_s
 
 
 class HotKeySums:
@@ -110,7 +101,7 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
     latency = LatencyHistogram()
     for _t, task, snap in view.samples:  # oldest first: the last queue level wins
         agg = sums.setdefault(task, Counter())
-        for k in ("records_in", "records_out", "busy_s", "backpressure_s", "idle_s"):
+        for k in ("span_s", "records_in", "records_out", "busy_s", "backpressure_s", "idle_s"):
             agg[k] += float(snap.get(k, 0) or 0)
         queued[task] = {str(u): int(n) for u, n in dict(snap.get("queued") or {}).items()}
         if snap.get("state"):
