@@ -61,8 +61,12 @@ from controlplane.abstraction import (
 from .base import DEFAULT_INTERVAL_S, Controller, decision_of
 from .builtin import (
     BUILTINS,
+    Ds2Autoscaler,
+    Ds2AutoscalerConfig,
     DscPlacement,
     DscPlacementConfig,
+    FlinkAutoscaler,
+    FlinkAutoscalerConfig,
     LatencyAutoscaler,
     LatencyAutoscalerConfig,
     LoadBalancer,
@@ -72,7 +76,15 @@ from .builtin import (
 )
 from .config import parse_config
 from .errors import ConfigError, ControllerError, DecisionError, ViewError
-from .metrics import Channel, Latency, MetricsWindow, OperatorSample, TaskSample, WorkerUsage
+from .metrics import (
+    Channel,
+    HotKey,
+    Latency,
+    MetricsWindow,
+    OperatorSample,
+    TaskSample,
+    WorkerUsage,
+)
 from .plans import PlanBuilder, preview
 from .safety import SafetyConfig, Verdict, count_moves, state_sizes
 from .safety import check as check_safety
@@ -91,8 +103,13 @@ __all__ = [
     "Controller",
     "ControllerError",
     "DecisionError",
+    "Ds2Autoscaler",
+    "Ds2AutoscalerConfig",
     "DscPlacement",
     "DscPlacementConfig",
+    "FlinkAutoscaler",
+    "FlinkAutoscalerConfig",
+    "HotKey",
     "Latency",
     "LatencyAutoscaler",
     "LatencyAutoscalerConfig",
