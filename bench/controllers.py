@@ -44,6 +44,14 @@ Scenarios (``--scenario``, default all):
   second crossing workers (traffic matrix x placement) and throughput (words per second
   counted).
 
+- ``hotkeys``: the word count counting with ``aggregate`` (``HOT_WORK_US`` of simulated
+  compute per word counted), Zipf 2.0 over 10,000 words (the top word is about 61% of
+  them: more than one count task can take), 3 count tasks on 3 workers. First
+  unthrottled, with the top word split 1, 2 and 3 ways (a ``splitKey`` plan before
+  measuring): words counted per second; then at a fixed rate halfway between what 1 and
+  2 ways counted, static against ``load_balancer`` (which splits the word when it finds
+  it too hot for its task): words per second and p99 latency.
+
 Figures are summarized over the samples after ``WARMUP_S``. Writes
 ``bench/results/controllers_<scenario>.json`` (every sample, reconfiguration and decision,
 and the summaries) and ``.png`` (``--results DIR`` writes and reads them in ``DIR``
@@ -77,6 +85,7 @@ from controlplane.cli.client import Client
 from controlplane.cli.demo import attach_builtin, epoch_s, free_port, local_server, ops_summary
 from controlplane.cli.server import server_settings
 from controlplane.cli.tokens import create_token_in_database
+from runtime.keygroups import key_group
 
 RESULTS = Path(__file__).parent / "results"
 SAMPLE_S = 2.0  # one metrics read per this many seconds, over a window as long (default)
@@ -175,6 +184,7 @@ def run(setup: Setup, duration: float, sample_s: float = SAMPLE_S) -> Run:
         settings = server_settings(database_url=f"sqlite:///{tmp}/bench.db")
         token = create_token_in_database(settings, "bench", ["admin"])
         log = Path(tmp, "server.log")
+        os.environ["STREAMPILOT_DATA_DIR"] = str(Path(tmp, "data"))  # the server's, not ./
         with (
             local_server(settings.database_url, free_port(), setup.workers, log) as base,
             Client(base, token) as api,
@@ -327,7 +337,8 @@ class Scenario:
     """Its runs, what it reports of a run, its plot, and how often its runs are sampled."""
 
     name: str
-    runs: Callable[[float], list[Setup]]
+    # Its runs in order; an entry may be a function of the runs before it (their results)
+    runs: Callable[[float], list[Setup | Callable[[dict[str, Run]], Setup]]]
     summarize: Callable[[Run, float], dict[str, Any]]
     plot: Callable[[Any, dict[str, Run], float], None]
     sample_s: float = SAMPLE_S
@@ -468,6 +479,18 @@ def after_step(r: Run, start: float, end: float) -> dict[str, Any]:
     }
 
 
+def scaled_in_s(r: Run, up: float, down: float) -> float | None:
+    """Seconds from the step down until the autoscaled operators have no more tasks than
+    before the step up (0: they never grew; None: not by the end of the run)."""
+    per_op = [task_counts(r.samples, op) for op in AUTOSCALED]
+    totals = [(s["t"], sum(c[i] for c in per_op)) for i, s in enumerate(r.samples)]
+    before = max((n for t, n in totals if t < up), default=None)
+    if before is None or all(n <= before for t, n in totals if t >= up):
+        return 0.0
+    back = next((t for t, n in totals if t >= down and n <= before), None)
+    return None if back is None else round(back - down, 1)
+
+
 def autoscaler_summary(r: Run, duration: float) -> dict[str, Any]:
     up, down = step_times(duration)
     xs = steady(r.samples)
@@ -480,6 +503,8 @@ def autoscaler_summary(r: Run, duration: float) -> dict[str, Any]:
     return {
         **common(r),
         "steps": {"up": after_step(r, up, down), "down": after_step(r, down, duration + 1)},
+        "scaled_in_s": scaled_in_s(r, up, down),
+        "steady_reconfigurations": sum(WARMUP_S <= x["t_start"] < up for x in applied(r)),
         "task_seconds": task_seconds(r, WARMUP_S, duration + 1),
         "p99_ms_by_phase": {k: spread(p99s(v)) for k, v in phases.items()},
         "orders_per_s_by_phase": {
@@ -599,6 +624,132 @@ def balancer_plot(axes: Any, runs: dict[str, Run], duration: float) -> None:
     top.set_title("word count, Zipf 1.2 reshuffled every 30 s: load_balancer vs static")
 
 
+# (d) Hot keys: Zipf 2.0 word count whose top word is more than one count task can take.
+# Counting a word costs HOT_WORK_US of simulated compute; the top word of Zipf 2.0 over
+# 10,000 words is about 61% of them, so the task that owns it saturates while the others
+# idle, whatever the balancer does with key groups. Splitting the word is the one relief.
+HOT_WORK_US = 20.0
+HOT_TASKS = 3  # count tasks, one per worker: a part on each of them at 3 ways
+
+
+def hot_params(rate: float = 0.0) -> dict[str, Any]:
+    return {
+        "records": 0,
+        "rate": rate,
+        "keys": 10_000,
+        "zipf": 2.0,
+        "parallelism": HOT_TASKS,
+        "aggregate": True,
+        "work_us": HOT_WORK_US,
+    }
+
+
+def hottest_word(params: dict[str, Any]) -> str:
+    """The most frequent word of the job's stream (from its seeded generator)."""
+    from collections import Counter
+
+    from examples import wordcount
+
+    p = wordcount.Params(**{**params, "records": 2_000, "rate": 0.0})
+    reader = wordcount.source_of(p).open(0, 1, 0.0)
+    words: Counter[str] = Counter()
+    while (polled := reader.poll(float("inf"), 65536)) is not None:
+        for sentence in polled[0]:
+            words.update(sentence.split())
+    return words.most_common(1)[0][0]
+
+
+def split_ways(ways: int) -> Callable[[Client, int], None]:
+    """A preparation splitting the hottest word over ``ways`` count tasks (its owner first,
+    then the next ones by index), followed to its end."""
+
+    def prepare(api: Client, job_id: int) -> None:
+        if ways < 2:
+            return
+        a = api.get(f"/jobs/{job_id}/abstraction")
+        count = next(o for o in a["operators"] if o["name"] == "count")
+        word = hottest_word(hot_params())
+        home = key_group(word, count["max_parallelism"])
+        ids = [t["id"] for t in count["tasks"]]
+        owner = next(i for i, t in enumerate(count["tasks"]) if home in t["workload"]["key_groups"])
+        tasks = [ids[(owner + i) % len(ids)] for i in range(ways)]
+        op = {"op": "splitKey", "operator": "count", "key": word, "tasks": tasks}
+        rec = api.post(
+            f"/jobs/{job_id}/reconfigurations", {"base_version": a["job"]["version"], "ops": [op]}
+        )
+        rec = api.wait_reconfiguration(job_id, rec["id"], RECONFIG_TIMEOUT_S)
+        if rec["status"] != "completed":
+            raise RuntimeError(
+                f"split {ways} ways: reconfiguration {rec['status']}: {rec['error']}"
+            )
+
+    return prepare
+
+
+HOT_BALANCER = {
+    "builtin": "load_balancer",
+    "config": {"interval_s": 3.0, "threshold": 0.2, "target": 0.05},
+    "safety": {"cooldown_s": 10.0},
+}
+WAYS = ("1 way", "2 ways", "3 ways")
+
+
+def counted(r: Run) -> float:
+    """Median words per second counted over the run's steady samples."""
+    return statistics.median([s["rates"].get("count_in", 0.0) for s in steady(r.samples)] or [0])
+
+
+def offered(runs: dict[str, Run]) -> dict[str, Any]:
+    """Sentences per second halfway between what one way and two ways counted: more than
+    the task owning the hot word can take unsplit, less than the job can split."""
+    words = (counted(runs[WAYS[0]]) + counted(runs[WAYS[1]])) / 2
+    return hot_params(round(words / 8, 1))  # 8 words a sentence
+
+
+def hotkeys_runs(_duration: float) -> list[Setup | Callable[[dict[str, Run]], Setup]]:
+    job = "examples.wordcount:build"
+    sweep: list[Setup | Callable[[dict[str, Run]], Setup]] = [
+        Setup(label, job, hot_params(), HOT_TASKS, None, split_ways(i + 1))
+        for i, label in enumerate(WAYS)
+    ]
+    return [
+        *sweep,
+        lambda runs: Setup("static", job, offered(runs), HOT_TASKS),
+        lambda runs: Setup("balancer", job, offered(runs), HOT_TASKS, HOT_BALANCER),
+    ]
+
+
+def count_busy(s: Sample) -> list[float]:
+    return [s["busy"][t] for t in tasks_of(s, "count")]
+
+
+def hotkeys_summary(r: Run, _duration: float) -> dict[str, Any]:
+    xs = steady(r.samples)
+    return {
+        **common(r),
+        "words_per_s": spread([s["rates"].get("count_in", 0.0) for s in xs]),
+        "offered_words_per_s": mean([s["rates"].get("source_out", 0.0) * 8 for s in xs]),
+        "count_busy": spread([max(count_busy(s), default=0.0) for s in xs]),
+        "splits": [x["ops"] for x in applied(r) if "split" in x["ops"] or "merged" in x["ops"]],
+    }
+
+
+def hotkeys_plot(axes: Any, runs: dict[str, Run], _duration: float) -> None:
+    top, bottom = axes
+    for label, r in runs.items():
+        top.plot(*series(r, lambda s: s["rates"].get("count_in")), label=f"words/s, {label}")
+        bottom.plot(*series(r, p99_of), label=f"p99, {label}")
+    if "balancer" in runs:
+        mark_reconfigurations(bottom, runs["balancer"])
+    top.set_ylabel("words/s counted")
+    bottom.set_ylabel("p99 latency (ms)")
+    bottom.set_yscale("log")
+    top.set_title(
+        f"word count, Zipf 2.0, {HOT_WORK_US:g} us per word counted: the top word split "
+        "1-3 ways (unthrottled), and at a fixed rate static vs load_balancer"
+    )
+
+
 # (c) Placement: word count, round-robin placement.
 DSC = {
     "builtin": "dsc_placement",
@@ -688,6 +839,7 @@ SCENARIOS = {
         Scenario("autoscaler", autoscaler_runs, autoscaler_summary, autoscaler_plot, 1.0),
         Scenario("balancer", balancer_runs, balancer_summary, balancer_plot),
         Scenario("placement", placement_runs, placement_summary, placement_plot),
+        Scenario("hotkeys", hotkeys_runs, hotkeys_summary, hotkeys_plot),
     )
 }
 
@@ -714,9 +866,11 @@ def plot(scenario: Scenario, runs: dict[str, Run], duration: float, path: Path) 
 
 
 def run_scenario(scenario: Scenario, duration: float, started: str, directory: Path) -> None:
-    setups = scenario.runs(duration)
+    setups: list[Setup] = []
     runs: dict[str, Run] = {}
-    for setup in setups:
+    for entry in scenario.runs(duration):
+        setup = entry(runs) if callable(entry) else entry  # set up from the runs before it
+        setups.append(setup)
         print(f"{scenario.name}: {setup.label} run, {duration:g} s", flush=True)
         runs[setup.label] = run(setup, duration, scenario.sample_s)
     first = next((s for s in setups if s.controller is not None), setups[0])

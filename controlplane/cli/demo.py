@@ -144,13 +144,17 @@ def epoch_s(timestamp: str) -> float:
 
 def ops_summary(plan: dict[str, Any]) -> str:
     """A plan's operations in a few words: which tasks get key groups or weights, which
-    tasks are placed, moved or removed, which logic is swapped."""
+    tasks are placed, moved or removed, which logic is swapped, which keys split."""
     parts = []
     for op in plan.get("ops", []):
         if op["op"] == "assignWorkload":
             parts.append(f"workload of {len(op['workload'])} {op['operator']} tasks")
         elif op["op"] == "assignResource":
             parts.append(f"{op['task']} -> {op['worker'] or 'removed'}")
+        elif op["op"] == "splitKey":
+            ways = len(op["tasks"])
+            split = f"split {ways} ways" if ways else "merged back"
+            parts.append(f"{op['operator']} key {op['key']!r} {split}")
         else:
             parts.append(f"logic of {op['operator']} -> {op['ref']}")
     return ", ".join(parts) or "no operation"
