@@ -1,4 +1,4 @@
-"""Screenshots of the console's views of a job a controller reconfigures (issue 35, item 4).
+"""Screenshots of the console's views of a job a controller reconfigures.
 
 1. Start ``streampilot server`` (SQLite and its data in a temporary directory, 3 local workers:
    :func:`controlplane.cli.demo.local_server`) with an admin token made in its database.

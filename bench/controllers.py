@@ -1,5 +1,4 @@
-"""Built-in controllers against static configurations, in the shape of Trisk's evaluation
-(issue 5, item 6).
+"""Built-in controllers against static configurations, in the shape of Trisk's evaluation.
 
 Each scenario runs the same job several times, one run after the other on the same
 machine: with a built-in controller attached over REST, and without one (static); the

@@ -1,5 +1,5 @@
 """The decision rule of the Flink Kubernetes operator's autoscaler, as a policy to compare
-with (issue 35).
+with.
 
 Reimplemented from the operator's documentation, release 1.10 (the autoscaler page and
 the "Autoscaler Configuration" table of the configuration page):
