@@ -729,6 +729,10 @@ def hotkeys_summary(r: Run, _duration: float) -> dict[str, Any]:
         "words_per_s": spread([s["rates"].get("count_in", 0.0) for s in xs]),
         "offered_words_per_s": mean([s["rates"].get("source_out", 0.0) * 8 for s in xs]),
         "count_busy": spread([max(count_busy(s), default=0.0) for s in xs]),
+        # p99 once the controller's last change was done (all of it without one)
+        "p99_ms_settled": spread(
+            p99s([s for s in xs if s["t"] > max((x["t_end"] or 0 for x in applied(r)), default=0)])
+        ),
         "splits": [x["ops"] for x in applied(r) if "split" in x["ops"] or "merged" in x["ops"]],
     }
 
@@ -744,8 +748,8 @@ def hotkeys_plot(axes: Any, runs: dict[str, Run], _duration: float) -> None:
     bottom.set_ylabel("p99 latency (ms)")
     bottom.set_yscale("log")
     top.set_title(
-        f"word count, Zipf 2.0, {HOT_WORK_US:g} us per word counted: the top word split "
-        "1-3 ways (unthrottled), and at a fixed rate static vs load_balancer"
+        f"Zipf 2.0 word count, {HOT_WORK_US:g} us a word: top word split 1-3 ways "
+        "(unthrottled); static vs load_balancer at a fixed rate"
     )
 
 
