@@ -11,7 +11,7 @@ questions policies ask::
     m.input_rate("count")            # records/s into the operator
     m.key_group_loads("count")       # {key group: records/s}
     m.state_bytes("count")           # {task: estimated bytes of keyed state}
-    m.source_lag("src")              # {partition: records behind the head} (partitioned)
+    m.source_lag("src")              # {partition (or task): records behind the head}
     m.stalled("src")                 # {partition: why it cannot be read now}
     m.key_group_state_bytes("count") # {key group: estimated bytes of its state}
     m.processing_speeds("count")     # {task: records per busy second} (measured tasks only)
@@ -159,6 +159,7 @@ class TaskSample(_Record):
     # a partitioned source's task: partition -> {"lag": records behind or None, "stalled"}
     partitions: Mapping[str, Mapping[str, Any]] | None = None
     hot_keys: tuple[HotKey, ...] = ()  # its heaviest keys, heaviest first (keyed tasks)
+    lag: int | None = None  # records behind (a source task that is not partitioned; latest)
 
     _special: ClassVar[Mapping[str, Callable[[Any, str], Any]]] = {
         "queued": js.str_keys,
@@ -311,14 +312,17 @@ class MetricsWindow:
 
     def source_lag(self, operator: str) -> dict[str, int]:
         """Records each partition of the partitioned source ``operator`` is behind the head
-        of its input, as its reader last saw it (partitions whose lag is unknown are left
-        out): what an autoscaler drains."""
-        return {
+        of its input, as its reader last saw it, or for a source that is not partitioned,
+        each task (a throttled generator's records due and not read yet); those whose lag
+        is unknown are left out: what an autoscaler drains."""
+        lags = {
             p: h["lag"]
             for t in self.tasks_of(operator)
             for p, h in (t.partitions or {}).items()
             if h.get("lag") is not None
         }
+        lags.update({t.task: t.lag for t in self.tasks_of(operator) if t.lag is not None})
+        return lags
 
     def stalled(self, operator: str) -> dict[str, str]:
         """Partitions of ``operator`` that cannot be read now, and why."""

@@ -447,6 +447,8 @@ class SourceTask(BaseTask):
         snap = super().snapshot_metrics()
         if isinstance(self.reader, PartitionSetReader):  # levels, like the queues
             snap["partitions"] = self.reader.health()
+        elif self.reader is not None and (lag := self.reader.lag()) is not None:
+            snap["lag"] = lag  # records due and not read yet: what it is behind
         return snap
 
     def checkpointed(self, checkpoint_id: int, position: Any) -> None:

@@ -66,6 +66,10 @@ def test_job_metrics_window_is_plausible(api: Api, job: int) -> None:
     unkeyed = [t for t in tasks.values() if t["operator"] != "count"]
     assert all(t["state_keys"] is None and t["state_bytes"] is None for t in unkeyed)
     assert all(o["state_bytes"] is None for name, o in ops.items() if name != "count")
+    # The throttled generator's tasks say how far behind their schedule they are.
+    sources = [t for t in tasks.values() if t["operator"] == "sentences"]
+    assert sources and all(isinstance(t["lag"], int) and t["lag"] >= 0 for t in sources)
+    assert all(t["lag"] is None for t in tasks.values() if t["operator"] != "sentences")
 
     cells = {(c["source"], c["target"]): c for c in body["traffic"]}
     assert cells and all(s in tasks and t in tasks for s, t in cells)

@@ -307,3 +307,33 @@ def test_registered_and_config_checked() -> None:
         with pytest.raises(ConfigError) as info:
             Ds2Autoscaler(bad)
         assert fragment in str(info.value)
+
+
+def test_a_source_falling_behind_is_sized_for_what_arrives_not_what_it_delivers() -> None:
+    """A throttled generator that cannot deliver its rate reports its backlog as lag: its
+    growth per second (records that arrived and could not go out) counts in the rate to
+    sustain, so the first decision sizes for the offered rate, not the delivered one."""
+    pipeline = Pipeline(at(A, 3, 2))
+    c = Ds2Autoscaler({**CONFIG, "backlog_drain_s": 10.0})
+
+    def view(lag: int, now: float) -> View:
+        tasks = _tasks(pipeline.period(1000.0, 0.0))
+        tasks = [metrics(t, lag=lag) if t.task == "lines-0" else t for t in tasks]
+        return view_of(pipeline.a, window(tasks, p99_ms=50.0), now=now)
+
+    first = view(0, 10_000.0)
+    assert stages(first.abstraction, first.metrics, Ds2AutoscalerConfig())  # measured
+    assert first.metrics.source_lag("lines") == {"lines-0": 0}
+    c.decide(first)
+    second = view(6_000, 10_000.0 + DT)  # 3,000 records/s more arrived than went out
+    behind = c._falling_behind(second)
+    assert behind == {"lines": pytest.approx(3000.0)}
+    rates = {
+        s.operators: s.rates
+        for s in stages(second.abstraction, second.metrics, c.config, behind)
+    }
+    # 1,000/s delivered + 3,000/s falling behind + 6,000 behind / 10 s.
+    assert rates[("split",)]["split"][0] == pytest.approx(1000 + 3000 + 600)
+    plan = c.decide(second)
+    assert plan is not None
+    assert apply_plan(pipeline.a, plan).operator("split").parallelism >= 7

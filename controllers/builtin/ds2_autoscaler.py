@@ -14,8 +14,10 @@ period (``interval_s``):
    rate over its true processing rate (out/in: both are per the same busy seconds).
 2. *Required rates* (:func:`required_inputs`), in topological order over the
    abstraction's operators and their inputs: a source must deliver what it delivered in
-   the window (:func:`source_output`) plus its lag (partitioned sources) drained within
-   ``backlog_drain_s``; every
+   the window (:func:`source_output`), plus what it fell behind by (its lag's growth since
+   the last period, per second: records that arrived and could not be delivered), plus
+   its lag (a partitioned source's partitions', a throttled generator's backlog) drained
+   within ``backlog_drain_s``; every
    other operator must take in what its upstream operators must deliver (their required
    input times their selectivity) plus its own queued records drained within
    ``backlog_drain_s``.
@@ -234,18 +236,28 @@ def group_cap(a: Abstraction, group: Sequence[str], max_tasks: int) -> int:
     return min([max_tasks] + [a.operator(n).max_parallelism or max_tasks for n in group])
 
 
-def stages(a: Abstraction, m: MetricsWindow, cfg: Ds2AutoscalerConfig) -> list[Stage]:
+def stages(
+    a: Abstraction,
+    m: MetricsWindow,
+    cfg: Ds2AutoscalerConfig,
+    falling_behind: Mapping[str, float] | None = None,
+) -> list[Stage]:
     """The stages to size this period (steps 1 and 2 of the module docstring), in
     topological order: each member's required input rate and true processing rate per
-    task. Groups some current task of which did not report in the window are left out."""
+    task. ``falling_behind`` is, per source, how fast its lag grew since the last period
+    (records/s): what arrived that it could not deliver, part of the rate to sustain.
+    Groups some current task of which did not report in the window are left out."""
     selectivity = {
         op.name: m.output_rate(op.name) / rate
         for op in a.operators
         if (rate := m.input_rate(op.name)) > 0
     }
     drain = cfg.backlog_drain_s
+    behind = falling_behind or {}
     source_out = {
-        op.name: source_output(a, m, op.name) + sum(m.source_lag(op.name).values()) / drain
+        op.name: source_output(a, m, op.name)
+        + behind.get(op.name, 0.0)
+        + sum(m.source_lag(op.name).values()) / drain
         for op in a.operators
         if op.kind == "source"
     }
@@ -319,7 +331,7 @@ class Ds2Autoscaler(Controller):
     def decide(self, view: View) -> Plan | None:
         cfg = self.config
         self._note_changes(view)
-        chain = stages(view.abstraction, view.metrics, cfg)
+        chain = stages(view.abstraction, view.metrics, cfg, self._falling_behind(view))
         symptoms = self.symptoms(view, chain)
         if self._changed_at is not None and view.now - self._changed_at < cfg.cooldown_s:
             self._overloaded = 0
@@ -392,6 +404,18 @@ class Ds2Autoscaler(Controller):
                 lag = sum(m.source_lag(op.name).values())
                 if self._grew(f"lag:{op.name}", lag, m.output_rate(op.name), view.now):
                     found.append(f"lag of {op.name} growing ({lag} records)")
+        return found
+
+    def _falling_behind(self, view: View) -> dict[str, float]:
+        """Per source, records/s its lag grew since the previous period (0 if it shrank or
+        was not measured): the part of its input rate it could not deliver."""
+        found = {}
+        for op in view.abstraction.operators:
+            before = self._levels.get(f"lag:{op.name}")
+            if op.kind != "source" or before is None or view.now <= before[0]:
+                continue
+            lag = sum(view.metrics.source_lag(op.name).values())
+            found[op.name] = max(0.0, (lag - before[1]) / (view.now - before[0]))
         return found
 
     def _grew(self, key: str, level: float, rate: float, now: float) -> bool:

@@ -74,6 +74,11 @@ class TaskMetrics(BaseModel):
     partitions: dict[str, PartitionHealth] | None = Field(
         None, description="each partition it reads (a partitioned source's tasks; latest)"
     )
+    lag: int | None = Field(
+        None,
+        description="records behind the head of its input (a source task that is not "
+        "partitioned and knows it, e.g. a throttled generator's backlog; latest)",
+    )
     watermark: float | None = Field(
         None,
         description="its event-time watermark, seconds since the epoch (jobs on event time; "

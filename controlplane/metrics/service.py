@@ -93,6 +93,7 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
     state_bytes: dict[str, int | None] = {}  # None: the task's state does not pickle
     state_groups: dict[str, dict[int, int]] = {}
     partitions: dict[str, dict[str, PartitionHealth]] = {}
+    lags: dict[str, int] = {}  # a source task that is not partitioned: its latest lag
     groups: dict[str, Counter[int]] = {}
     hot_keys: dict[str, HotKeySums] = {}
     event_time: dict[str, dict] = {}  # task -> its latest event-time report
@@ -110,6 +111,8 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
             state_bytes[task] = None if size is None else int(size)
             shares = dict(snap["state"].get("groups") or {})
             state_groups[task] = {int(g): int(n) for g, n in sorted(shares.items())}
+        if snap.get("lag") is not None:
+            lags[task] = int(snap["lag"])
         if snap.get("partitions") is not None:
             partitions[task] = {
                 str(p): PartitionHealth(lag=h.get("lag"), stalled=h.get("stalled"))
@@ -147,6 +150,7 @@ def summarize(job_id: int, view: MetricsView) -> JobMetricsRead:
             state_bytes=state_bytes.get(task),
             state_key_groups=state_groups.get(task),
             partitions=partitions.get(task),
+            lag=lags.get(task),
             watermark=event_time.get(task, {}).get("watermark"),
             watermark_lag_s=event_time.get(task, {}).get("lag_s"),
             late_records=late[task],
