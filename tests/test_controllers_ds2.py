@@ -329,8 +329,7 @@ def test_a_source_falling_behind_is_sized_for_what_arrives_not_what_it_delivers(
     behind = c._falling_behind(second)
     assert behind == {"lines": pytest.approx(3000.0)}
     rates = {
-        s.operators: s.rates
-        for s in stages(second.abstraction, second.metrics, c.config, behind)
+        s.operators: s.rates for s in stages(second.abstraction, second.metrics, c.config, behind)
     }
     # 1,000/s delivered + 3,000/s falling behind + 6,000 behind / 10 s.
     assert rates[("split",)]["split"][0] == pytest.approx(1000 + 3000 + 600)
