@@ -42,8 +42,12 @@ def test_a_windowed_job_shows_its_watermarks_and_stays_exact_through_live_change
             def watermarked() -> dict[str, Any] | None:
                 m = metrics(http, job_id)
                 ops = {o["operator"]: o for o in m["operators"]}
-                done = ops.get("window", {}).get("watermark") and ops.get("out", {}).get(
-                    "watermark"
+                windowed = [t for t in m["tasks"] if t["operator"] == "window"]
+                done = (
+                    ops.get("window", {}).get("watermark")
+                    and ops.get("out", {}).get("watermark")
+                    and windowed
+                    and all(t["watermark"] is not None for t in windowed)
                 )
                 return m if done else None
 
