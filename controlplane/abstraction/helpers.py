@@ -293,19 +293,14 @@ def split_key(
     (task ids; or a number of ways: the key's owner and the tasks after it, by index,
     round the operator), or with ``[]`` (or ``0`` or ``1`` ways) merging it back. Raises
     :class:`UnknownOperator`, :class:`UnknownTask` or :class:`InvalidPlan`."""
-    from runtime.keygroups import key_group
-
     op = abstraction.operator(operator)
     if isinstance(tasks, int):
         if tasks > op.parallelism:
             raise InvalidPlan(
                 f"cannot split a key of {operator!r} {tasks} ways: it has {op.parallelism} tasks"
             )
-        home = op.max_parallelism and key_group(key, op.max_parallelism)
-        owner = next(
-            (i for i, t in enumerate(op.tasks) if home in (t.workload.key_groups or ())), 0
-        )
         ids = op.task_ids
+        owner = ids.index(op.owner_of_key(key)) if op.keyed else 0  # validation refuses others
         tasks = [ids[(owner + i) % len(ids)] for i in range(tasks)] if tasks > 1 else []
     for t in tasks:
         if t not in op.task_ids:
