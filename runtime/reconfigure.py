@@ -180,7 +180,9 @@ def barrier_aligned(job: JobRuntime, task: BaseTask, barrier: Barrier) -> bool:
     if p.stages and tid not in p.involved[0]:  # its part comes in a later stage
         return False
     if tid in p.in_place:  # fluid: only the key groups it gains wait, for their state
-        keyed_processor(task).await_groups(p.first.assignment[tid])
+        processor = keyed_processor(task)
+        processor.await_groups(p.first.assignment[tid])
+        processor.give_away(set(job.layout.assignment[tid]) - set(p.first.assignment[tid]))
         return False
     p.paused.add(tid)
     return True
@@ -200,8 +202,10 @@ def abort(job: JobRuntime, rid: int) -> None:
     p.precopied.clear()
     for tid in p.in_place:
         processor = keyed_processor(job.tasks.get(tid))
-        if processor is not None and processor.cancel_awaiting():
-            logger.error("task %s had records of key groups it was to gain", tid)
+        if processor is not None:
+            processor.keep_all()
+            if processor.cancel_awaiting():
+                logger.error("task %s had records of key groups it was to gain", tid)
     job.abort_barrier(p.barrier_id)
     for key in p.new_inputs:
         job.unregister_input(key)

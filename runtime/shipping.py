@@ -67,16 +67,22 @@ async def ship_out(
     for g in leaving:
         dest = owner_of[g]
         dest_worker = new.placement[dest]
+        part: Any = None
         if dest_worker == job.me:
             job.worker.state.put(p.rid, job.mailbox(dest), g, state.group(g))  # as is
         elif (tid, g) in p.precopied:  # copied ahead: only what changed since
             touched = processor.untrack(g) or ()
-            delta = precopy.export_delta(state.group(g), touched, p.precopied.pop((tid, g)))
+            data = precopy.export_delta(state.group(g), touched, p.precopied.pop((tid, g)))
             part = precopy.part_name("delta", g)
-            await send_part(job, p.rid, dest, dest_worker, part, delta, raw=True)
         else:
-            await send_part(job, p.rid, dest, dest_worker, g, state.export_group(g), raw=True)
+            data, part = state.export_group(g), g
+        # Let go of it before the send yields: a task still running (fluid) would
+        # otherwise fire the group's timers on the state just exported, and its new owner
+        # fire them again (a window emitted twice).
         state.drop_group(g)
+        processor.shipped(g)
+        if part is not None:
+            await send_part(job, p.rid, dest, dest_worker, part, data, raw=True)
         if p.fluid:
             await asyncio.sleep(0)  # the worker's running tasks go on between groups
 

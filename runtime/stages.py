@@ -194,6 +194,7 @@ def _part(job: JobRuntime, p: Change, k: int, task: BaseTask, has_aligned: bool)
         )
     if has_aligned:
         processor.await_groups(gained)
+        processor.give_away(set(prev.assignment[tid]) - set(nxt.assignment[tid]))
 
     async def part() -> None:
         # An ended task takes its groups in directly: no record of them can come.

@@ -138,14 +138,9 @@ def random_plan(
     return kind, plan
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known race, open: once in two full-suite runs on 2026-11-27 (a loaded machine), "
-    "tumbling seed 1 (fluid scale-outs and partition moves of the window operator) emitted "
-    "one window with a different count and one window more than the reference; it passed "
-    "in the other run and alone; quarantined until found (see the issue notes)",
-)
-@pytest.mark.parametrize("window,seed", [("tumbling", 1), ("sliding", 2), ("session", 3)])
+# Seeds 111 and 103 were among 4 of 30 that emitted a window twice on a loaded machine when
+# a fluid move's old task could still fire the timers of a group on its way (runtime.shipping).
+@pytest.mark.parametrize("window,seed", [("tumbling", 111), ("sliding", 103), ("session", 3)])
 def test_windows_stay_exact_through_random_live_plans(
     cluster: BackgroundCluster, tmp_path: Path, held_end: Path, window: str, seed: int
 ) -> None:

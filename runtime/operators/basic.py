@@ -167,6 +167,7 @@ class KeyedProcessor(Processor):
         self.key_group = key_group_fn(op.max_parallelism)
         self._value_state = ValueState()
         self.awaiting: dict[int, list[tuple[Any, Any, float]]] = {}
+        self.leaving: set[int] = set()  # groups given away while it runs (:meth:`give_away`)
         self.touched: dict[int, set] = {}  # tracked key group -> keys touched since
         # Key group -> keys touched since the last checkpoint capture (None: not noted),
         # and the chains of its checkpoint parts (runtime.checkpoints.taking).
@@ -201,6 +202,20 @@ class KeyedProcessor(Processor):
         for g in groups:
             if not self.state.owns(g):
                 self.awaiting.setdefault(g, [])
+
+    def give_away(self, groups: Iterable[int]) -> None:
+        """From this task's barrier on, records of ``groups`` go to their new owners while
+        it runs (fluid) and still holds their state until it is shipped: nothing of them
+        may be decided here any more (their timers fire where the state goes, with the
+        records that went there). Shipping a group ends its entry (:meth:`shipped`)."""
+        self.leaving.update(groups)
+
+    def shipped(self, group: int) -> None:
+        self.leaving.discard(group)
+
+    def keep_all(self) -> None:
+        """The change that would have taken :attr:`leaving` away was aborted: they stay."""
+        self.leaving.clear()
 
     def cancel_awaiting(self) -> int:
         """Stop waiting for any key group (an aborted reconfiguration); returns how many

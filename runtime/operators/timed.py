@@ -17,7 +17,9 @@ change tracking for checkpoints and copies made ahead) and also:
    came), then its timers due by then fired;
 5. at the end of its input, fires every timer left, event time first.
 
-A heap entry whose group left, or whose time no longer holds a timer, is skipped.
+A heap entry whose group left, or whose time no longer holds a timer, is skipped; so is
+one of a group being given away while the task runs (fluid): records of it go to the new
+owner from the barrier on, so only there can its timers fire on everything.
 """
 
 from __future__ import annotations
@@ -199,6 +201,13 @@ class TimedKeyedProcessor(KeyedProcessor):
         for g in [g for g in self._indexed if g not in arrivals]:
             del self._indexed[g]
 
+    def keep_all(self) -> None:
+        """The groups that were to leave stay: their timers (skipped meanwhile) are put
+        back in the heaps."""
+        for g in self.leaving:
+            self._indexed.pop(g, None)
+        super().keep_all()
+
     def on_watermark(self, watermark: float) -> None:
         """The task's watermark rose to ``watermark``: fire the event-time timers due."""
         self.watermark = max(self.watermark, watermark)
@@ -221,6 +230,8 @@ class TimedKeyedProcessor(KeyedProcessor):
         try:
             while heap and heap[0][0] <= upto:
                 t, g = heapq.heappop(heap)
+                if g in self.leaving:  # fires where it goes (KeyedProcessor.give_away)
+                    continue
                 store = groups.get(g)
                 table = None if store is None else store.get(TIMERS)
                 times = None if table is None else (table.processing if processing else table.event)
