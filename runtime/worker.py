@@ -257,11 +257,13 @@ class WorkerProcess:
             reader_of_copies.cancel()
             for t in list(self._background):
                 t.cancel()
-            for job in list(self.jobs.values()):
-                await job.stop()
-            self.checkpoint_writer.close()
-            await self.data.close()
-            writer.close()
+            try:
+                for job in list(self.jobs.values()):
+                    await job.stop()
+            finally:  # even if a second signal cuts the stop short
+                self.checkpoint_writer.close()  # its local copies go before the process exits
+                await self.data.close()
+                writer.close()
 
     async def _control_loop(self, reader: asyncio.StreamReader) -> None:
         """Obey the coordinator's messages, in order, until it says ``shutdown`` or goes

@@ -551,7 +551,7 @@ def test_a_job_s_checkpoints_and_its_recovery_are_shown_after_a_worker_is_killed
         (recovering,) = http.get(
             "/api/v1/events", params={"job_id": job_id, "kind": "job.recovering"}
         ).json()["items"]
-        assert recovering["data"]["cause"] == why["reason"]
+        assert recovering["data"]["cause"] in why["reason"]  # which leads with the loss
         watched.assert_clean()
 
 

@@ -152,7 +152,9 @@ def test_a_recovered_job_s_checkpoints_and_recovery_are_in_the_metrics_and_event
         (made,) = events(http, job_id, "job.recovered")
         assert recovering["id"] < made["id"]
         assert victim in recovering["data"]["cause"] and victim in recovering["message"]
-        assert recovering["data"]["cause"] == recovery["recovery"]["reason"]
+        # The recovery began with the first failure heard (maybe a survivor's broken data
+        # link to the victim); its reason leads with the victim's loss and keeps that.
+        assert recovering["data"]["cause"] in recovery["recovery"]["reason"]
         (first,) = events(http, job_id, "checkpoint.first_completed")
         done = [c for c in items if c["status"] in ("completed", "discarded")]
         oldest = min(done, key=lambda c: c["checkpoint_id"])

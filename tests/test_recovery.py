@@ -20,7 +20,7 @@ from jobs_for_tests import counts_reference, identity, running_counts
 from s3server import running_s3_server
 
 from controlplane.coordinator import RuntimeConfig
-from controlplane.coordinator.checkpoint_report import CheckpointPolicy
+from controlplane.coordinator.checkpoint_report import CheckpointPolicy, Failures
 from controlplane.statuses import JobStatus
 from controlplane.testing import BackgroundCluster
 from runtime import Dataflow
@@ -84,13 +84,36 @@ def test_a_worker_killed_while_its_job_runs_is_recovered_from_and_the_output_is_
     events.wait("a recovery", lambda: bool(events.recoveries))
     report, version = events.recoveries[0]
     assert report.status == "completed" and report.plan["origin"] == "recovery"
-    assert victim in report.plan["reason"] and report.plan["lost_workers"] == [victim]
+    # The root cause first: the victim's loss, though a survivor may have told of its
+    # broken data link to the victim before the coordinator saw the victim's connection close.
+    assert report.plan["reason"].startswith(f"worker {victim} (pid {pid} "), report.plan["reason"]
+    assert " died: " in report.plan["reason"] and report.plan["lost_workers"] == [victim]
     assert version["job"]["version"] == 2 and report.version == 2
     placed = {t["id"]: t["resources"]["worker"] for op in version["operators"] for t in op["tasks"]}
     assert victim not in placed.values()
     assert fault_cluster.wait(job, WAIT_S) == JobStatus.FINISHED, job.error
     out = sorted((k, n) for k, n in read_parts(tmp_path / "out"))
     assert out == reference()
+
+
+def test_a_recovery_s_reason_leads_with_a_worker_s_loss_heard_after_its_first_cause() -> None:
+    """What a recovery heard, in the order heard: a survivor's broken link first, then the
+    dead worker's loss, then another survivor's link. The reason names the loss first and
+    keeps the rest, each once; without a loss heard, it is the first cause alone."""
+    link = "worker w1: data link to worker w2 failed: [Errno 104] Connection reset by peer"
+    other = "worker w3: data link to worker w2 failed: EOF"
+    loss = "worker w2 (pid 7 on h) died: control connection lost"
+    rec = Failures()
+    rec.add(1.0, link)
+    for heard, lost in [(loss, True), (other, False), (link, False)]:
+        rec.hear(heard, lost=lost)
+    assert rec.reason() == f"{loss}; also heard: {link}; {other}"
+    assert rec.causes == [(1.0, link)]  # what the restart policy counts: one failure
+    rec.add(2.0, loss, lost=True)  # a recovery that began with the loss
+    assert rec.reason() == loss
+    rec.add(3.0, link)
+    rec.hear(other)
+    assert rec.reason() == link
 
 
 def test_sinks_moved_live_then_a_worker_killed_leave_the_committed_output_exact(

@@ -112,11 +112,37 @@ class RestartPolicy:
 @dataclass
 class Failures:
     """A job's failures (:mod:`.recovery`): ``causes`` every failure, oldest first, with
-    its time (monotonic); ``running`` the recovery under way, if any."""
+    its time (monotonic); ``running`` the recovery under way, if any; ``heard`` the
+    failure it began with, then those heard since, each with whether it is the loss of a
+    worker (:meth:`reason`)."""
 
     policy: RestartPolicy = field(default_factory=RestartPolicy)
     causes: list[tuple[float, str]] = field(default_factory=list)
     running: asyncio.Task[None] | None = None
+    heard: list[tuple[str, bool]] = field(default_factory=list)
+
+    def add(self, now: float, cause: str, *, lost: bool = False) -> None:
+        """A failure the restart policy counts, which begins a recovery (or fails the
+        job); ``lost``: it is the loss of a worker."""
+        self.causes.append((now, cause))
+        self.heard = [(cause, lost)]
+
+    def hear(self, cause: str, *, lost: bool = False) -> None:
+        """A failure heard while a recovery is under way, of the tasks it stops: not
+        counted, but told in its :meth:`reason`."""
+        self.heard.append((cause, lost))
+
+    def reason(self) -> str:
+        """Why the recovery under way recovers: the failure it began with, unless the loss
+        of a worker was heard since (a worker that dies is often first heard of through a
+        survivor's broken data link to it). Then that loss comes first, and everything
+        else heard after "also heard", each once."""
+        losses = list(dict.fromkeys(c for c, lost in self.heard if lost))
+        if not losses:
+            return self.heard[0][0]
+        rest = list(dict.fromkeys(c for c, lost in self.heard if not lost))
+        reason = "; ".join(losses)
+        return f"{reason}; also heard: {'; '.join(rest)}" if rest else reason
 
     def allows(self, now: float) -> bool:
         """Whether the failures within the window leave room for one more recovery."""

@@ -461,16 +461,19 @@ class Coordinator(Cluster):
         it can (:mod:`.recovery`), else it ends failed and is stopped everywhere."""
         self._failed(job, error)
 
-    def _failed(self, job: RunningJob, error: str) -> None:
-        """See :meth:`fail`. A failure while the job recovers is of its tasks before the
-        recovery (they are being stopped): the recovery goes on."""
+    def _failed(self, job: RunningJob, error: str, *, lost: bool = False) -> None:
+        """See :meth:`fail`; ``lost``: ``error`` is the loss of a worker. A failure while
+        the job recovers is of its tasks before the recovery (they are being stopped):
+        the recovery goes on, and its reason tells it (a worker's loss first:
+        :meth:`.Failures.reason`)."""
         if job.done:
             return
+        rec = job.failures
         if job.status == JobStatus.RECOVERING:
             logger.info("job %s (recovering): %s", job.id, error)
+            rec.hear(error, lost=lost)
             return
-        rec = job.failures
-        rec.causes.append((asyncio.get_running_loop().time(), error))
+        rec.add(asyncio.get_running_loop().time(), error, lost=lost)
         why = refusal(job) if job.status != JobStatus.STARTING else "it never started"
         if why is None:
             if job.active is not None:  # a reconfiguration under way ends with the error
@@ -478,7 +481,7 @@ class Coordinator(Cluster):
             job.status = JobStatus.RECOVERING
             logger.warning("job %s recovers: %s", job.id, error)
             self._tell_recovering(job, error)
-            rec.running = asyncio.ensure_future(recover(self, job, error))
+            rec.running = asyncio.ensure_future(recover(self, job))
             return
         if job.checkpointer is not None:
             error = f"{error} (not recovered: {why})"
@@ -532,7 +535,7 @@ class Coordinator(Cluster):
                 deploying.lost(info.id, msg)
                 continue
             if info.id in job.layout.workers_used():
-                self._failed(job, msg)
+                self._failed(job, msg, lost=True)
 
     def _on_message(self, info: WorkerInfo, msg: messages.ToCoordinator) -> None:
         """React to ``msg`` from worker ``info`` (decoded: see :mod:`runtime.messages`)."""

@@ -20,7 +20,9 @@ attempt, the coordinator recovers it instead of failing it (:func:`recover`):
    checkpoint; then start, with the job's clock origin. Records the sources emitted after the checkpoint are emitted
    again and their effects on state and sinks were rolled back: exactly once.
 4. **Record.** A new abstraction version: the checkpoint's version with the new
-   placement, with origin ``recovery`` and the reason naming what failed; the job runs.
+   placement, with origin ``recovery`` and the reason naming what failed: the loss of a
+   worker first when one was heard by the end of the halt (a survivor's broken data link
+   to it is often heard before: :meth:`.Failures.reason`); the job runs.
 
 An attempt that fails (a worker lost meanwhile, a deploy that fails) is a failure too.
 The restart policy allows ``max_failures`` recoveries within ``window_s`` (after
@@ -69,9 +71,10 @@ def refusal(job: RunningJob) -> str | None:
     return None
 
 
-async def recover(host: JobHost, job: RunningJob, cause: str) -> None:
-    """Recover ``job`` after the failure ``cause`` (module docstring); fails it, with
-    every cause listed, when the restart policy allows no more."""
+async def recover(host: JobHost, job: RunningJob) -> None:
+    """Recover ``job`` after the failure its ``failures`` were last told of
+    (:meth:`.Failures.add`; module docstring); fails it, with every cause listed, when
+    the restart policy allows no more."""
     rec = job.failures
     loop = asyncio.get_running_loop()
     while True:
@@ -85,11 +88,11 @@ async def recover(host: JobHost, job: RunningJob, cause: str) -> None:
         if rec.policy.delay_s:
             await asyncio.sleep(rec.policy.delay_s)
         try:
-            await _attempt(host, job, cause)
+            await _attempt(host, job)
             return
         except ReconfigurationError as exc:
             cause = f"recovery failed: {exc}"
-            rec.causes.append((loop.time(), cause))
+            rec.add(loop.time(), cause)
             logger.warning("job %s: %s", job.id, cause)
         if job.done:
             return
@@ -104,7 +107,7 @@ async def _give_up(host: JobHost, job: RunningJob, why: str) -> None:
         host.stop_everywhere(job)
 
 
-async def _attempt(host: JobHost, job: RunningJob, cause: str) -> None:
+async def _attempt(host: JobHost, job: RunningJob) -> None:
     checkpointer = job.checkpointer
     assert checkpointer is not None and checkpointer.latest is not None
     t0 = time.perf_counter()
@@ -114,6 +117,7 @@ async def _attempt(host: JobHost, job: RunningJob, cause: str) -> None:
             return
         await _halt(host, job)
         t1 = time.perf_counter()
+        cause = job.failures.reason()  # what was heard by now: a worker's loss first
         # Step 2. Place.
         manifest, layout, abstraction = checkpointer.latest
         checkpointer.suspend(f"the job is recovering: {cause}")

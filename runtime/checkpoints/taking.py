@@ -36,24 +36,21 @@ the writer also keeps a copy of each part it writes in a local directory of the 
 segment's checksum is checked, so a damaged copy is read from the store instead): tasks
 restored on the worker that took their checkpoint do not read the store (Flink's
 task-local recovery). Copies no chain of the worker's last two captures per task refers
-to are removed as the writer goes.
+to are removed as the writer goes; the directory of copies is removed when the writer
+closes, or, if the worker dies first, by the next worker that makes one
+(:mod:`runtime.checkpoints.local_copies`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import shutil
-import tempfile
-from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..errors import StreamRuntimeError
+from .local_copies import LocalCopies
 from .snapshot import GroupCapture, SnapshotError, capture_group, encode_part, materialize
 from .store import CheckpointStore, LocalStore, open_store
 
@@ -63,7 +60,6 @@ __all__ = [
     "CheckpointWriter",
     "GroupChains",
     "Link",
-    "LocalCopies",
     "part_path",
     "read_groups",
 ]
@@ -165,58 +161,6 @@ class GroupChains:
         return made
 
 
-class LocalCopies:
-    """The worker's copies of the parts it wrote to a remote store (module docstring), in
-    a directory of its own, removed by :meth:`close`."""
-
-    def __init__(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="streampilot-local-checkpoints-"))
-        self._refs: dict[str, deque[set[str]]] = {}  # task -> paths its last chains name
-
-    def _file(self, path: str) -> Path:
-        return self.root.joinpath(*path.split("/"))
-
-    def keep(self, path: str, chunks: Iterable[bytes | memoryview]) -> None:
-        """Copy a part just written (best effort: a copy that fails is only missing)."""
-        file = self._file(path)
-        try:
-            file.parent.mkdir(parents=True, exist_ok=True)
-            with file.open("wb") as f:
-                for chunk in chunks:
-                    f.write(chunk)
-        except OSError as exc:
-            logger.warning("no local copy of checkpoint part %s: %s", path, exc)
-            with contextlib.suppress(OSError):
-                file.unlink()
-
-    def read(self, path: str, offset: int, length: int) -> bytes | None:
-        """A segment of a copy, or None when there is no (whole) copy."""
-        try:
-            with self._file(path).open("rb") as f:
-                f.seek(offset)
-                data = f.read(length)
-        except OSError:
-            return None
-        return data if len(data) == length else None
-
-    def referenced(self, task: str, chains: dict[int, list[Link]]) -> None:
-        """``task``'s chains as of its last capture: copies that neither these nor those
-        of its capture before (nor any other task's) name are removed."""
-        self._refs.setdefault(task, deque(maxlen=2)).append(
-            {link.path for chain in chains.values() for link in chain}
-        )
-        wanted = set().union(*(r for refs in self._refs.values() for r in refs))
-        for dirpath, _dirs, files in os.walk(self.root):
-            for name in files:
-                file = Path(dirpath, name)
-                if file.relative_to(self.root).as_posix() not in wanted:
-                    with contextlib.suppress(OSError):
-                        file.unlink()
-
-    def close(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
-
-
 def read_groups(
     store: CheckpointStore, chains: dict[int, list[list]], local: LocalCopies | None = None
 ) -> tuple[dict[int, dict], dict[str, int]]:
@@ -301,7 +245,8 @@ class CheckpointWriter:
 
     def close(self) -> None:
         """Stop taking captures; what was submitted is still written, then the local
-        copies are removed."""
+        copies are removed, on the writer's thread (which the interpreter waits for on its
+        way out, so a worker that exits removes them)."""
         self._pool.submit(self._close_local)
         self._pool.shutdown(wait=False, cancel_futures=False)
 
@@ -360,6 +305,7 @@ class CheckpointWriter:
             groups[g] = [link.wire() for link in chain]
             size += sum(link.length for link in chain)
         if self.local is not None:
-            self.local.referenced(capture.task, capture.chains)
+            paths = {link.path for chain in capture.chains.values() for link in chain}
+            self.local.referenced(capture.task, paths)
         part = {"groups": groups, "position": capture.position, "sink": capture.sink}
         return part, written, size
