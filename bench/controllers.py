@@ -375,6 +375,11 @@ def autoscaler_params(duration: float) -> dict[str, Any]:
     }
 
 
+# The host's safety limits of every autoscaler: a scale-out may follow the last
+# reconfiguration after 3 s (a rate measured at one parallelism that does not hold at the
+# next needs a second step soon after the first), anything else waits 10 s.
+AUTOSCALER_SAFETY = {"cooldown_s": 10.0, "scale_out_cooldown_s": 3.0}
+
 # interval_s 5: chosen while the host's views covered at least 5 s of metrics, when with a
 # shorter period consecutive views overlapped and one latency spike counted in several of
 # eSault's periods (with interval_s 2, a single 0.4 s spike before the step was enough to
@@ -389,23 +394,23 @@ AUTOSCALER = {
         "peak_window": 10,
         "max_tasks": 3,
     },
-    "safety": {"cooldown_s": 10.0},
+    "safety": AUTOSCALER_SAFETY,
 }
 
 
 # DS2 decides every 2 s (its default: the host's shortest window, so consecutive views do not
 # overlap) with the same p99 limit and cap as eSault; Flink keeps its documented windows
 # (5 min of stabilization, a 15 min metrics window, a decision a minute) and gets the same
-# cap, as vertex.max-parallelism. The same host cooldown for all three.
+# cap, as vertex.max-parallelism. The same host safety limits for all three.
 DS2 = {
     "builtin": "ds2_autoscaler",
     "config": {"max_latency_ms": MAX_LATENCY_MS, "max_tasks": 3},
-    "safety": {"cooldown_s": 10.0},
+    "safety": AUTOSCALER_SAFETY,
 }
 FLINK = {
     "builtin": "flink_autoscaler",
     "config": {"vertex_max_parallelism": 3},
-    "safety": {"cooldown_s": 10.0},
+    "safety": AUTOSCALER_SAFETY,
 }
 # Run label -> controller. "autoscaler" (eSault) keeps the label of the two-run scenario,
 # which bench/report.py reads.

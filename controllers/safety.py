@@ -2,7 +2,8 @@
 
 The host calls :func:`check` with each plan a controller decides, before submitting it::
 
-    safety = SafetyConfig.from_dict({"cooldown_s": 120, "max_parallelism": {"*": 8},
+    safety = SafetyConfig.from_dict({"cooldown_s": 120, "scale_out_cooldown_s": 5,
+                                     "max_parallelism": {"*": 8},
                                      "max_moves_per_hour": 256, "dry_run": False})
     verdict = check(plan, view.abstraction, safety, view.history, now=view.now,
                     sizes=state_sizes(view))
@@ -14,9 +15,16 @@ Steps of :func:`check`, each adding a reason when its limit is broken:
 
 1. The plan must apply to the abstraction (:func:`controllers.plans.preview`; logic refs
    are resolved later by the control plane's own validation).
-2. Cooldown: no reconfiguration of this controller ended less than ``cooldown_s`` ago.
-   The outcomes that count are the applied ones (completed, failed, aborted) and dry-run
-   decisions (so a dry run records what would really happen); refusals do not.
+2. Cooldown: no reconfiguration of this controller ended less than ``cooldown_s`` ago,
+   or less than ``scale_out_cooldown_s`` ago for a plan that only scales out
+   (:func:`only_scales_out`: it adds tasks and moves work to them, and removes, moves or
+   changes the logic of no task, nor splits a key). An overloaded job hurts at once while
+   tasks added too many only cost resources, so a scale-out may follow the last
+   reconfiguration sooner (Kubernetes HPA's separate scale-up and scale-down behaviors);
+   every other plan, a scale-in among them, waits the full ``cooldown_s``, so no scale-in
+   follows a scale-out sooner. The outcomes that count
+   are the applied ones (completed, failed, aborted) and dry-run decisions (so a dry run
+   records what would really happen); refusals do not.
 3. Parallelism: an operator whose number of tasks the plan changes must end within its
    ``[min, max]`` (keys are operator names; ``"*"`` is the default for the others).
 4. Moves: the key-group moves of the plan (:func:`controlplane.abstraction.diff`) plus
@@ -39,6 +47,7 @@ from typing import Any, Literal
 
 from controlplane.abstraction import (
     Abstraction,
+    Diff,
     GroupBytes,
     Plan,
     PlanError,
@@ -52,7 +61,15 @@ from .config import config_to_dict, parse_config
 from .plans import accept_any_ref, preview
 from .view import Outcome, View
 
-__all__ = ["MOVES_WINDOW_S", "SafetyConfig", "Verdict", "check", "count_moves", "state_sizes"]
+__all__ = [
+    "MOVES_WINDOW_S",
+    "SafetyConfig",
+    "Verdict",
+    "check",
+    "count_moves",
+    "only_scales_out",
+    "state_sizes",
+]
 
 MOVES_WINDOW_S = 3600.0  # max_moves_per_hour counts the moves of the last hour
 DEFAULT = "*"  # the key of min_parallelism / max_parallelism that applies to other operators
@@ -60,10 +77,12 @@ DEFAULT = "*"  # the key of min_parallelism / max_parallelism that applies to ot
 
 @dataclass(frozen=True)
 class SafetyConfig:
-    """A controller's safety limits; the defaults: a minute of cooldown, no parallelism
-    bounds beyond 1 task, no move limit, applied for real."""
+    """A controller's safety limits; the defaults: a minute of cooldown (scale-outs too),
+    no parallelism bounds beyond 1 task, no move limit, applied for real.
+    ``scale_out_cooldown_s`` None means ``cooldown_s`` (:attr:`scale_out_wait_s`)."""
 
     cooldown_s: float = 60.0
+    scale_out_cooldown_s: float | None = None
     min_parallelism: Mapping[str, int] = field(default_factory=dict)
     max_parallelism: Mapping[str, int] = field(default_factory=dict)
     max_moves_per_hour: int | None = None
@@ -72,6 +91,13 @@ class SafetyConfig:
 
     def __post_init__(self) -> None:
         require(self.cooldown_s >= 0, "cooldown_s", "must be >= 0 seconds", self.cooldown_s)
+        if self.scale_out_cooldown_s is not None:
+            require(
+                0 <= self.scale_out_cooldown_s <= self.cooldown_s,
+                "scale_out_cooldown_s",
+                f"must be in [0, cooldown_s ({self.cooldown_s:g})] seconds (or null: cooldown_s)",
+                self.scale_out_cooldown_s,
+            )
         for name in ("min_parallelism", "max_parallelism"):
             for op, n in getattr(self, name).items():
                 require(n >= 1, f"{name}.{op}", "must be >= 1", n)
@@ -92,6 +118,11 @@ class SafetyConfig:
                 "must be >= 1 byte (or null: no limit)",
                 self.max_state_bytes_per_step,
             )
+
+    @property
+    def scale_out_wait_s(self) -> float:
+        """The cooldown of a plan that only scales out."""
+        return self.cooldown_s if self.scale_out_cooldown_s is None else self.scale_out_cooldown_s
 
     def bounds(self, operator: str) -> tuple[int, float]:
         """``(min, max)`` tasks of ``operator`` (max is ``inf`` when unbounded)."""
@@ -127,7 +158,22 @@ class Verdict:
 
 def count_moves(before: Abstraction, after: Abstraction) -> int:
     """Key groups that change owner from ``before`` to ``after``, over all operators."""
-    return sum(len(d.key_group_moves) for d in diff(before, after).operators)
+    return _moves(diff(before, after))
+
+
+def _moves(d: Diff) -> int:
+    return sum(len(op.key_group_moves) for op in d.operators)
+
+
+def only_scales_out(d: Diff) -> bool:
+    """Whether the change ``d`` only scales out: some operator gains tasks, and no task is
+    removed, moved to another worker or given other logic, and no key is split or merged
+    back (key-group, partition and weight moves are allowed: they give the new tasks their
+    work). The parallelism of every operator it changes grows."""
+    ops = d.operators
+    return any(op.new_tasks for op in ops) and not any(
+        op.removed_tasks or op.moved_tasks or op.logic_changes or op.split_changes for op in ops
+    )
 
 
 def state_sizes(view: View) -> GroupBytes:
@@ -138,6 +184,27 @@ def state_sizes(view: View) -> GroupBytes:
     task_bytes = {t.task: float(t.state_bytes) for t in tasks if t.state_bytes is not None}
     shares = {t.task: dict(t.state_key_groups) for t in tasks if t.state_key_groups}
     return key_group_bytes(view.abstraction, task_bytes, shares)
+
+
+def _cooldown(safety: SafetyConfig, scale_out: bool, age: float) -> str | None:
+    """Why the cooldown that applies to the plan (step 2) holds it ``age`` seconds after
+    the last counted reconfiguration, or None when it does not."""
+    wait = safety.scale_out_wait_s if scale_out else safety.cooldown_s
+    if wait <= 0 or age >= wait:
+        return None
+    if safety.scale_out_cooldown_s is None:
+        which = f"the cooldown is {wait:g} s (cooldown_s)"
+    elif scale_out:
+        which = f"the cooldown of a plan that only scales out is {wait:g} s (scale_out_cooldown_s)"
+    else:
+        which = (
+            f"the cooldown is {wait:g} s (cooldown_s: the plan does more than scale out, "
+            f"which waits scale_out_cooldown_s, {safety.scale_out_cooldown_s:g} s)"
+        )
+    return (
+        f"cooldown: the last reconfiguration was {age:.1f} s ago and {which} (next plan "
+        f"allowed in {wait - age:.1f} s)"
+    )
 
 
 def _size(n: float) -> str:
@@ -165,17 +232,15 @@ def check(
         result = preview(abstraction, plan)
     except PlanError as exc:
         return Verdict("refuse", (f"invalid plan: {exc}",))
-    moves = count_moves(abstraction, result)
+    change = diff(abstraction, result)
+    moves = _moves(change)
     counted = [o for o in history if o.applied]
     reasons: list[str] = []
     # Step 2.
-    if counted and safety.cooldown_s > 0:
-        age = now - max(o.time for o in counted)
-        if age < safety.cooldown_s:
-            reasons.append(
-                f"cooldown: the last reconfiguration was {age:.1f} s ago and the cooldown is "
-                f"{safety.cooldown_s:g} s (next plan allowed in {safety.cooldown_s - age:.1f} s)"
-            )
+    if counted:
+        held = _cooldown(safety, only_scales_out(change), now - max(o.time for o in counted))
+        if held is not None:
+            reasons.append(held)
     # Step 3.
     for op in result.operators:
         n, before = op.parallelism, abstraction.operator(op.name).parallelism

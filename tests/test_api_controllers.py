@@ -169,6 +169,32 @@ def test_dry_run_and_safety_limits_never_touch_the_job(api: Api, job: int) -> No
         assert version(http, job) == 1
 
 
+def test_safety_limits_are_recorded_as_read(api: Api, job: int) -> None:
+    """The safety JSON is kept as the host reads it, every limit shown: a scale-out
+    cooldown given, or null (the same as ``cooldown_s``) when not."""
+    with api.client() as http:
+        safety = '{"cooldown_s": 30, "scale_out_cooldown_s": 3}'
+        r = attach(http, job, builtin="load_balancer", dry_run="true", safety=safety)
+        assert r.status_code == 201, r.text
+        c = r.json()
+        http.post(f"/api/v1/controllers/{c['id']}/stop")
+        assert c["safety"] == {
+            "cooldown_s": 30.0,
+            "scale_out_cooldown_s": 3.0,
+            "min_parallelism": {},
+            "max_parallelism": {},
+            "max_moves_per_hour": None,
+            "max_state_bytes_per_step": None,
+            "dry_run": True,
+        }
+        assert controller(http, c["id"])["safety"] == c["safety"]
+        r = attach(http, job, builtin="load_balancer", dry_run="true", name="defaults")
+        assert r.status_code == 201, r.text
+        http.post(f"/api/v1/controllers/{r.json()['id']}/stop")
+        assert r.json()["safety"]["cooldown_s"] == 60.0
+        assert r.json()["safety"]["scale_out_cooldown_s"] is None
+
+
 @pytest.mark.parametrize(
     ("body", "reason"),
     [
@@ -224,6 +250,11 @@ def test_misbehaving_controllers_fail_without_touching_the_job(
         (None, {"builtin": "load_balancer", "config": "[1"}, ["config: not JSON"]),
         (SCALER, {"builtin": "load_balancer"}, ["either a .py file or the name of a built-in"]),
         (None, {"builtin": "load_balancer", "safety": '{"cooldown_s": -5}'}, ["cooldown_s"]),
+        (
+            None,
+            {"builtin": "load_balancer", "safety": '{"cooldown_s": 5, "scale_out_cooldown_s": 6}'},
+            ["safety: config.scale_out_cooldown_s: must be in [0, cooldown_s (5)] seconds"],
+        ),
     ],
 )
 def test_bad_controllers_are_refused_with_the_reason(

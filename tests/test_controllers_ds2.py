@@ -1,9 +1,13 @@
 """The DS2 autoscaler on simulated runs: a rate step gets every stage's target parallelism
-in one decision, the backlog drains, scale-in waits for its hysteresis and cool-down, and
-a steady load with noise never makes a second decision."""
+in one decision, the backlog drains, scale-in waits for its hysteresis and cool-down, a
+scale-out whose rates do not hold at the new parallelism is followed by a second one
+after the short scale-out cool-down, never by a scale-in before the long one, and a
+steady load with noise never makes a second decision."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -43,6 +47,17 @@ LIMIT_MS = 200.0
 CONFIG = {"max_latency_ms": LIMIT_MS}
 
 
+def steady(tasks: int) -> float:
+    """Sentences per busy second of one split task, whatever the number of tasks."""
+    return SPLIT_SPEED
+
+
+def contended(tasks: int) -> float:
+    """One split task's speed on a machine with room for 3 at full speed: more than 3
+    tasks share the cores, each at 60% of it (the rate measured at 3 does not hold)."""
+    return SPLIT_SPEED if tasks <= 3 else 0.6 * SPLIT_SPEED
+
+
 def parallelism(a: Abstraction) -> tuple[int, int]:
     return a.operator("split").parallelism, a.operator("count").parallelism
 
@@ -60,18 +75,21 @@ def metrics(t: TaskMetrics, **changes: float) -> TaskMetrics:
 @dataclass
 class Pipeline:
     """A fluid model of the job, one period of ``DT`` at a time: sentences arrive at
-    ``rate``, wait in split's queue, are split at SPLIT_SPEED per task into WORDS words,
-    which wait in count's queue and are counted at COUNT_SPEED per task. Queues are
-    unbounded, so the source is never backpressured; tasks upstream of a saturated stage
-    show half of their time blocked."""
+    ``rate``, wait in split's queue, are split at ``split_speed(tasks)`` per task (default
+    SPLIT_SPEED) into WORDS words, which wait in count's queue and are counted at
+    COUNT_SPEED per task. Queues are unbounded, so the source is never backpressured;
+    tasks upstream of a saturated stage show half of their time blocked. Each view's
+    window is its period, as the host's."""
 
     a: Abstraction
     queues: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    split_speed: Callable[[int], float] = steady
 
     def period(self, rate: float, now: float) -> View:
         k_split, k_count = parallelism(self.a)
         q_split, q_count = self.queues
-        split = min(rate + q_split / DT, k_split * SPLIT_SPEED)
+        speed = self.split_speed(k_split)
+        split = min(rate + q_split / DT, k_split * speed)
         words = WORDS * split
         count = min(words + q_count / DT, k_count * COUNT_SPEED)
         self.queues = [q_split + (rate - split) * DT, q_count + (words - count) * DT]
@@ -80,7 +98,7 @@ class Pipeline:
         tasks = [metrics(task("lines-0"), out_per_s=rate)]
         tasks += [
             metrics(
-                task(f"split-{i}", in_per_s=per_split, busy=per_split / SPLIT_SPEED),
+                task(f"split-{i}", in_per_s=per_split, busy=per_split / speed),
                 out_per_s=WORDS * per_split,
                 queued={"lines-0": round(q_split / k_split)},
                 backpressure=0.5 if q_count > 0 else 0.0,
@@ -105,9 +123,10 @@ class Pipeline:
         if q_split > 0 or q_count > 0:
             p99 = 1000.0 * (q_split / max(split, 1.0) + q_count / max(count, 1.0))
         else:
-            mean_s = sojourn_s(rate, SPLIT_SPEED, k_split) + sojourn_s(words, COUNT_SPEED, k_count)
-            p99 = 1000.0 * P99_OVER_MEAN * mean_s
-        return replace(view_of(self.a, window(tasks, p99_ms=p99)), now=now)
+            mean_s = sojourn_s(rate, speed, k_split) + sojourn_s(words, COUNT_SPEED, k_count)
+            # A stage at exactly its capacity has no steady state: a second of queueing.
+            p99 = 1000.0 * P99_OVER_MEAN * min(mean_s, 1.0)
+        return view_of(self.a, {**window(tasks, p99_ms=p99), "window_s": DT}, now=now)
 
 
 @dataclass
@@ -125,8 +144,9 @@ def drive(
     a: Abstraction,
     rates: list[float],
     safety: SafetyConfig | None = None,
+    split_speed: Callable[[int], float] = steady,
 ) -> Run:
-    pipeline, run, history = Pipeline(a), Run(), []
+    pipeline, run, history = Pipeline(a, split_speed=split_speed), Run(), []
     for i, rate in enumerate(rates):
         now = DT * i
         view = replace(pipeline.period(rate, now), history=tuple(history))
@@ -270,6 +290,97 @@ def test_scale_in_waits_for_the_streak_and_the_cool_down() -> None:
     assert [p is not None for p in decided] == [False] * 5 + [True, True]
 
 
+def test_a_rate_that_does_not_hold_gets_a_second_scale_out_after_the_short_cool_down() -> None:
+    """Split's speed drops beyond 3 tasks (contended cores): the step sizes it from the
+    rate measured at 3 (6 tasks), which does not hold at 6. The second scale-out, to the
+    rate measured at 6, follows once a window of the new configuration was measured (the
+    second period after the change: 4 s), under the host's scale-out cooldown of 3 s; with
+    the long cool-down for scale-outs too it waits 12 s. The scale-in still waits for its
+    streak (and the long cool-down), once."""
+    safety = SafetyConfig(cooldown_s=10.0, scale_out_cooldown_s=3.0)
+    schedule = [1200.0] * 10 + [3600.0] * 30 + [1200.0] * 30
+    c = Ds2Autoscaler({**CONFIG, "cooldown_s": 10.0})
+    assert c.config.scale_out_cooldown_s == 3.0
+    run = drive(c, A, schedule, safety, contended)
+    assert [i for i, _ in run.decisions] == [10, 12, 49]
+    assert (run.sizes[10], run.sizes[12], run.sizes[-1]) == ((6, 3), (9, 3), (4, 2))
+    slow = Ds2Autoscaler({**CONFIG, "cooldown_s": 10.0, "scale_out_cooldown_s": 10.0})
+    assert [i for i, _ in drive(slow, A, schedule, safety, contended).decisions] == [10, 16, 49]
+    # Steady speeds: the one-step size holds, the short cool-down adds no decision.
+    c = Ds2Autoscaler({**CONFIG, "cooldown_s": 10.0})
+    assert [i for i, _ in drive(c, A, schedule, safety).decisions] == [10, 49]
+
+
+def test_no_scale_in_sooner_than_the_long_cool_down_after_any_change() -> None:
+    """A scale-out followed at once by an idle job: the scale-in (a streak of 1 period)
+    waits the whole cool-down of 10 s. A scale-in followed at once by a rate step: the
+    scale-out waits it too (only a scale-out shortens the cool-down)."""
+    c = Ds2Autoscaler({**CONFIG, "scale_in_periods": 1})
+    run = drive(c, A, [1200.0] * 10 + [3600.0] + [300.0] * 20)
+    assert [i for i, _ in run.decisions] == [10, 16]  # 6 periods: 11.95 s after the outcome
+    assert run.sizes[15] == (6, 3) and run.sizes[16] == (1, 1)
+    c = Ds2Autoscaler({**CONFIG, "scale_in_periods": 1})
+    run = drive(c, at(A, 8, 6), [1000.0] + [3600.0] * 20)
+    assert [i for i, _ in run.decisions] == [0, 6]
+    assert run.sizes[5] == (2, 1) and run.sizes[6] == (8, 4)
+
+
+def test_within_the_cool_down_of_a_scale_out_a_decision_only_adds_tasks() -> None:
+    """Someone scaled count out to 8 (seen in the view); an overload at split 4 s later is
+    met by scaling split out alone (count, which the model would shrink to 3, keeps its
+    tasks until the cool-down is over), not before the window holds only the new
+    configuration (its 2 s plus a report's second after the change)."""
+    c = Ds2Autoscaler(CONFIG)
+    assert c.decide(Pipeline(A).period(1200.0, 0.0)) is None
+    wide = at(A, 3, 8)
+    assert c.decide(Pipeline(wide).period(3600.0, 2.0)) is None  # the change: now
+    assert c.cooling(Pipeline(wide).period(3600.0, 4.9)) == "all"
+    late = c.decide(Pipeline(wide).period(3600.0, 6.0))
+    assert late is not None and parallelism(apply_plan(wide, late)) == (6, 8)
+    c = Ds2Autoscaler(CONFIG)
+    c.decide(Pipeline(A).period(1200.0, 0.0))
+    c.decide(Pipeline(wide).period(3600.0, 2.0))
+    after = c.decide(Pipeline(wide).period(3600.0, 12.0))
+    assert after is not None and parallelism(apply_plan(wide, after)) == (6, 3)
+
+
+def changes(sizes: list[tuple[int, int]]) -> list[tuple[int, bool]]:
+    """(period, whether it only added tasks) of each change of parallelism in a run."""
+    return [
+        (i, all(n >= m for n, m in zip(sizes[i], sizes[i - 1], strict=True)))
+        for i in range(1, len(sizes))
+        if sizes[i] != sizes[i - 1]
+    ]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from([300.0, 1200.0, 2400.0, 3600.0, 6000.0]), st.integers(1, 12)),
+        min_size=1,
+        max_size=6,
+    ),
+    speed=st.sampled_from([steady, contended]),
+    scale_in_periods=st.integers(1, 4),
+)
+def test_only_a_scale_out_follows_a_scale_out_before_the_long_cool_down(
+    steps: list[tuple[float, int]],
+    speed: Callable[[int], float],
+    scale_in_periods: int,
+) -> None:
+    """Whatever the rate steps: two changes of parallelism are at least the short
+    cool-down apart (4 s: the second period), and a change that removes tasks, or any
+    change after one that did, at least the long one (no flapping)."""
+    c = Ds2Autoscaler({**CONFIG, "cooldown_s": 10.0, "scale_in_periods": scale_in_periods})
+    rates = [1200.0] * 3 + [rate for rate, n in steps for _ in range(n)]
+    found = changes(drive(c, A, rates, split_speed=speed).sizes)
+    for (p, grew), (q, grows) in itertools.pairwise(found):
+        age = (q - p) * DT - 0.05  # outcomes are known 0.05 s into their period
+        assert age >= c.config.scale_out_cooldown_s, found
+        if not (grew and grows):
+            assert age >= c.config.cooldown_s, found
+
+
 def _spike(view: View) -> Latency:
     return replace(view.metrics.latency, p99_ms=5 * LIMIT_MS)
 
@@ -301,6 +412,7 @@ def test_registered_and_config_checked() -> None:
         ({"scale_in_headroom": 1.5}, "config.scale_in_headroom: must be in (0, 1]"),
         ({"backlog_drain_s": 0}, "config.backlog_drain_s: must be > 0"),
         ({"cooldown_s": -1}, "config.cooldown_s: must be >= 0"),
+        ({"scale_out_cooldown_s": -1}, "config.scale_out_cooldown_s: must be >= 0"),
         ({"batch_size": 4}, "config.batch_size: must be >= 1 and needs mode 'fluid'"),
         ({"max_tasks": "many"}, "config.max_tasks: expected a number"),
     ]:

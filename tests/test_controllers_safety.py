@@ -1,18 +1,24 @@
 """The safety limits the host enforces on every controller plan: a table of plans and
-histories -> verdicts, with the reasons a person reads."""
+histories -> verdicts, with the reasons a person reads; the shorter cooldown of a plan
+that only scales out."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 import pytest
-from controllers_support import wordcount
+from controllers_support import rebalanced, wordcount
+from hypothesis import given
+from hypothesis import strategies as st
 
-from controllers import ConfigError, Outcome, Plan, SafetyConfig
-from controllers.safety import check, count_moves
+from controllers import ConfigError, Outcome, Plan, PlanBuilder, SafetyConfig
+from controllers.plans import preview
+from controllers.safety import check, count_moves, only_scales_out
 from controlplane.abstraction import (
+    Abstraction,
     AssignWorkload,
     apply_plan,
+    diff,
     key_group_bytes,
     migrate,
     rebalance,
@@ -25,6 +31,7 @@ OUT = scale(A, "count", 4)  # moves 8 key groups (4 + 4), 2 -> 4 tasks
 IN = scale(A, "count", 1)  # moves 8 key groups, 2 -> 1 task
 MOVE = migrate(A, "count-0", "w2")  # no key group moves
 TWO = rebalance(A, "count", {0: 10.0, 1: 10.0, 2: 10.0, 3: 10.0})  # moves 2 key groups
+ASYMMETRIC = {"cooldown_s": 60, "scale_out_cooldown_s": 5}
 
 
 def past(seconds_ago: float, status: str = "completed", moves: int = 0) -> Outcome:
@@ -48,6 +55,34 @@ CASES = [
     (OUT, {"cooldown_s": 60}, [past(30, "dry_run")], "refuse", ["cooldown"]),
     (OUT, {"cooldown_s": 60}, [past(30, "refused")], "apply", []),  # refusals don't count
     (OUT, {"cooldown_s": 0}, [past(1)], "apply", []),
+    (OUT, {"cooldown_s": 60}, [past(30)], "refuse", ["the cooldown is 60 s (cooldown_s)"]),
+    # A plan that only scales out waits scale_out_cooldown_s; any other, cooldown_s.
+    (OUT, ASYMMETRIC, [past(6)], "apply", []),
+    (
+        OUT,
+        ASYMMETRIC,
+        [past(4)],
+        "refuse",
+        [
+            "cooldown: the last reconfiguration was 4.0 s ago and the cooldown of a plan "
+            "that only scales out is 5 s (scale_out_cooldown_s) (next plan allowed in 1.0 s)"
+        ],
+    ),
+    (
+        IN,
+        ASYMMETRIC,
+        [past(6)],
+        "refuse",
+        [
+            "the cooldown is 60 s (cooldown_s: the plan does more than scale out, which waits "
+            "scale_out_cooldown_s, 5 s) (next plan allowed in 54.0 s)"
+        ],
+    ),
+    (IN, ASYMMETRIC, [past(61)], "apply", []),
+    (MOVE, ASYMMETRIC, [past(6)], "refuse", ["the cooldown is 60 s (cooldown_s"]),
+    (TWO, ASYMMETRIC, [past(6)], "refuse", ["the cooldown is 60 s (cooldown_s"]),
+    (OUT, ASYMMETRIC, [past(4, "refused"), past(6)], "apply", []),  # refusals don't count
+    (OUT, {"cooldown_s": 60, "scale_out_cooldown_s": 0}, [past(0.1)], "apply", []),
     (
         OUT,
         {"max_parallelism": {"count": 3}},
@@ -125,8 +160,24 @@ def test_safety_config() -> None:
     assert s.bounds("count") == (2, 8) and s.bounds("split") == (2, float("inf"))
     assert SafetyConfig.from_dict(s.to_dict()) == s
     assert SafetyConfig.from_dict(None) == SafetyConfig()
+    assert SafetyConfig().scale_out_cooldown_s is None and SafetyConfig().scale_out_wait_s == 60
+    asymmetric = SafetyConfig.from_dict(ASYMMETRIC)
+    assert asymmetric.to_dict()["scale_out_cooldown_s"] == 5.0
+    assert SafetyConfig.from_dict(asymmetric.to_dict()) == asymmetric
+    assert SafetyConfig().to_dict()["scale_out_cooldown_s"] is None
+    assert SafetyConfig.from_dict(SafetyConfig().to_dict()) == SafetyConfig()
     for bad, fragment in [
         ({"cooldown_s": -1}, "config.cooldown_s: must be >= 0 seconds, got -1.0"),
+        (
+            {"scale_out_cooldown_s": -1},
+            "config.scale_out_cooldown_s: must be in [0, cooldown_s (60)] seconds (or null: "
+            "cooldown_s), got -1.0",
+        ),
+        (
+            {"cooldown_s": 10, "scale_out_cooldown_s": 11},
+            "config.scale_out_cooldown_s: must be in [0, cooldown_s (10)] seconds",
+        ),
+        ({"scale_out_cooldown_s": "3"}, "config.scale_out_cooldown_s: expected a number"),
         ({"min_parallelism": {"count": 0}}, "config.min_parallelism.count: must be >= 1"),
         (
             {"min_parallelism": {"count": 5}, "max_parallelism": {"count": 4}},
@@ -165,3 +216,43 @@ def test_keyed_state_shipped_per_step() -> None:
     assert check(MOVE, A, SafetyConfig(), [], now=NOW).action == "apply"
     sink = migrate(A, "sink-0", "w2")
     assert check(sink, A, limit, [], now=NOW, sizes={}).action == "apply"
+
+
+B = rebalanced(n_workers=3)  # split (3) and count (2, 8 key groups) scale apart
+
+
+@pytest.mark.parametrize(
+    ("base", "plan", "scales_out"),
+    [
+        (A, OUT, True),  # new tasks and the key groups they take
+        (A, scale(A, "count", 3, workers=["new"]), True),  # on a fresh worker
+        (B, PlanBuilder(B).scale("split", 5).scale("count", 4).build(), True),
+        (A, IN, False),
+        (A, MOVE, False),  # a task moved
+        (A, TWO, False),  # key groups moved, no task added
+        (B, PlanBuilder(B).scale("split", 5).scale("count", 1).build(), False),  # mixed
+        (A, PlanBuilder(A).scale("count", 4).migrate("count-0", "w2").build(), False),
+        (A, PlanBuilder(A).scale("count", 4).update_logic("count", "mod:fn").build(), False),
+    ],
+)
+def test_only_scales_out(base: Abstraction, plan: Plan, scales_out: bool) -> None:
+    assert only_scales_out(diff(base, preview(base, plan))) is scales_out
+
+
+@given(
+    cooldown=st.floats(0, 600),
+    share=st.floats(0, 1),
+    age=st.floats(0, 700),
+)
+def test_each_plan_waits_its_own_cooldown(cooldown: float, share: float, age: float) -> None:
+    """With ``scale_out_cooldown_s`` S <= ``cooldown_s`` C: a scale-out is allowed from S
+    after the last reconfiguration, a scale-in (or a migration) from C; unset, S is C."""
+    out_wait = share * cooldown
+    both = SafetyConfig(cooldown_s=cooldown, scale_out_cooldown_s=out_wait)
+    history = [past(age)]
+    age = NOW - history[0].time  # as check computes it (rounding)
+    assert check(OUT, A, both, history, now=NOW).allowed == (age >= out_wait)
+    assert check(IN, A, both, history, now=NOW).allowed == (age >= cooldown)
+    assert check(MOVE, A, both, history, now=NOW).allowed == (age >= cooldown)
+    same = SafetyConfig(cooldown_s=cooldown)
+    assert check(OUT, A, same, history, now=NOW).allowed == (age >= cooldown)

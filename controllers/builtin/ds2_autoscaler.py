@@ -50,7 +50,17 @@ with headroom* (at ``target_utilization x scale_in_headroom``, refined for
   streak).
 - *Cool-down*: nothing for ``cooldown_s`` after any change of the job's parallelism (this
   controller's, seen in ``on_result``, or anyone's, seen in the view), on top of the
-  host's safety cooldown; the overload and scale-in streaks start again after it.
+  host's safety cooldown; the overload and scale-in streaks start again after it. After a
+  *scale-out* (a change that only added tasks), a further scale-out needs only wait until
+  the new configuration is measured: ``scale_out_cooldown_s`` (3 s), and at least until
+  the metrics window holds no report from before the change (the window's span plus
+  :data:`REPORT_S`, the second a report covers: at the default ``interval_s`` of 2 s, the
+  view of the second period after the change). Earlier, the window would mix the old
+  configuration's rates into the new one's. Until ``cooldown_s`` is over such a decision
+  only adds tasks (a stage the model would shrink keeps its tasks), and scale-in waits:
+  a scale-out is never followed by a scale-in, nor a scale-in by anything, sooner than
+  ``cooldown_s``. A rate measured at one parallelism that does not hold at the next (a
+  machine with fewer cores than tasks) thus costs one short cool-down, not a long one.
 
 The bands are wider than noise: a stage sized to be busy 0.7 (scale-out) or 0.56 (0.7 x
 0.8, scale-in) of the time scales out again only above 0.9 and in again only when one task
@@ -102,6 +112,9 @@ logger = logging.getLogger(__name__)
 GROWTH = 0.05  # a queue or lag growing by more than this share of the period's input is
 # overload, not the ebb and flow of batches
 MIN_CUT_MS = 0.1  # a task that cuts the modelled latency by less than this is not added
+REPORT_S = 1.0  # a task's metrics report covers the second before it
+# (runtime.worker.METRICS_INTERVAL_S): a window starting this long after a change holds
+# nothing of the configuration before it
 EPSILON = 1e-9  # rates that divide exactly need no extra task for rounding errors
 
 
@@ -118,6 +131,7 @@ class Ds2AutoscalerConfig:
     scale_in_periods: int = 10  # periods in a row over-provisioned to scale in
     scale_in_headroom: float = 0.8  # scale in to target_utilization (and latency) x this
     cooldown_s: float = 10.0  # no decision this long after a change of parallelism
+    scale_out_cooldown_s: float = 3.0  # but a scale-out may follow a scale-out after this
     backlog_drain_s: float = 10.0  # queued records and source lag drained within this
     operators: tuple[str, ...] = ()  # operators to scale; empty: every rescalable one
     max_tasks: int = 32  # per operator
@@ -151,7 +165,8 @@ class Ds2AutoscalerConfig:
         )
         for name in ("overload_periods", "scale_in_periods", "max_tasks"):
             check(getattr(self, name) >= 1, name, "must be >= 1", getattr(self, name))
-        check(self.cooldown_s >= 0, "cooldown_s", "must be >= 0", self.cooldown_s)
+        for name in ("cooldown_s", "scale_out_cooldown_s"):
+            check(getattr(self, name) >= 0, name, "must be >= 0", getattr(self, name))
         check(self.backlog_drain_s > 0, "backlog_drain_s", "must be > 0", self.backlog_drain_s)
         check_batch_size(self.batch_size, self.mode)
 
@@ -320,20 +335,24 @@ class Ds2Autoscaler(Controller):
         self._shape: tuple[tuple[str, int], ...] | None = None
         self._last_now: float | None = None  # the previous view's clock
         self._changed_at: float | None = None  # the last change of parallelism
+        self._scaled_out = False  # whether it only added tasks
         self._overloaded = 0  # overloaded periods in a row
         self._shrink: dict[tuple[str, ...], list[int]] = {}  # scale-in sizes in a row
         self._levels: dict[str, tuple[float, float]] = {}  # queue or lag: (time, records)
 
     def on_result(self, outcome: Outcome) -> None:
         if outcome.applied:
-            self._changed_at = outcome.time
+            # What it changed shows in the next view (_note_changes); a plan that changed
+            # no parallelism (failed, dry run) keeps the long cool-down.
+            self._changed_at, self._scaled_out = outcome.time, False
 
     def decide(self, view: View) -> Plan | None:
         cfg = self.config
         self._note_changes(view)
         chain = stages(view.abstraction, view.metrics, cfg, self._falling_behind(view))
         symptoms = self.symptoms(view, chain)
-        if self._changed_at is not None and view.now - self._changed_at < cfg.cooldown_s:
+        cooling = self.cooling(view)
+        if cooling == "all":
             self._overloaded = 0
             self._shrink.clear()
             return None
@@ -343,10 +362,15 @@ class Ds2Autoscaler(Controller):
             if self._overloaded < cfg.overload_periods:
                 return None
             out = sized(chain, cfg.target_utilization, cfg.model_target_ms)
+            if cooling == "scale_in":
+                out = {s: max(n, s.tasks) for s, n in out.items()}
             if all(n <= s.tasks for s, n in out.items()):
                 logger.info("overload the model does not trace to a stage: %s", symptoms)
                 return None
             return self._plan(view, out, f"overload ({'; '.join(symptoms)})")
+        if cooling == "scale_in":
+            self._shrink.clear()
+            return None
         headroom = cfg.scale_in_headroom
         smaller = sized(chain, cfg.target_utilization * headroom, cfg.model_target_ms * headroom)
         ready = False
@@ -364,10 +388,23 @@ class Ds2Autoscaler(Controller):
         sizes = {s: max(self._shrink[s.operators], default=smaller[s]) for s in chain}
         return self._plan(view, sizes, "underload")
 
+    def cooling(self, view: View) -> Literal["all", "scale_in"] | None:
+        """What the cool-down holds back at ``view`` (module docstring): ``"all"``
+        decisions, only ``"scale_in"`` (after a scale-out, once the new configuration is
+        measured: a decision may then only add tasks), or nothing (None)."""
+        if self._changed_at is None:
+            return None
+        cfg, age = self.config, view.now - self._changed_at
+        if age >= cfg.cooldown_s:
+            return None
+        measured = max(cfg.scale_out_cooldown_s, view.metrics.window_s + REPORT_S)
+        return "scale_in" if self._scaled_out and age >= measured else "all"
+
     def _note_changes(self, view: View) -> None:
         """A change of the job's parallelism since the previous view starts the cool-down
-        (from the outcome's time when it was this controller's plan, else now) and clears
-        what was measured of the previous configuration."""
+        (from the outcome's time when it was this controller's plan, else now), notes
+        whether it only added tasks, and clears what was measured of the previous
+        configuration."""
         shape = tuple((op.name, op.parallelism) for op in view.abstraction.operators)
         if self._shape is not None and shape != self._shape:
             since_result = (
@@ -377,6 +414,9 @@ class Ds2Autoscaler(Controller):
             )
             if not since_result:
                 self._changed_at = view.now
+            self._scaled_out = all(
+                new >= old for (_, new), (_, old) in zip(shape, self._shape, strict=True)
+            )
             self._levels.clear()
         self._shape, self._last_now = shape, view.now
 

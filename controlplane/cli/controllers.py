@@ -98,8 +98,9 @@ def upload(
     safety: Annotated[
         str | None,
         typer.Option(
-            help='JSON limits, or @file: {"cooldown_s", "min_parallelism", '
-            '"max_parallelism", "max_moves_per_hour", "max_state_bytes_per_step"}'
+            help='JSON limits, or @file: {"cooldown_s", "scale_out_cooldown_s", '
+            '"min_parallelism", "max_parallelism", "max_moves_per_hour", '
+            '"max_state_bytes_per_step"}'
         ),
     ] = None,
     dry_run: Annotated[

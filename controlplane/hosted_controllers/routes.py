@@ -62,8 +62,9 @@ def attach_controller(
     safety: Annotated[
         str | None,
         Form(
-            description='JSON object: {"cooldown_s", "min_parallelism", "max_parallelism", '
-            '"max_moves_per_hour", "max_state_bytes_per_step"}'
+            description='JSON object: {"cooldown_s", "scale_out_cooldown_s", '
+            '"min_parallelism", "max_parallelism", "max_moves_per_hour", '
+            '"max_state_bytes_per_step"}'
         ),
     ] = None,
     dry_run: Annotated[bool, Form(description="record plans without applying them")] = False,

@@ -23,8 +23,9 @@ class ControllerRead(BaseModel):
     class_name: str = Field(description="the Controller subclass it runs")
     config: dict[str, Any]
     safety: dict[str, Any] = Field(
-        description="limits the host enforces: cooldown_s, min/max_parallelism, "
-        "max_moves_per_hour, max_state_bytes_per_step, dry_run"
+        description="limits the host enforces: cooldown_s, scale_out_cooldown_s (null: "
+        "cooldown_s), min/max_parallelism, max_moves_per_hour, max_state_bytes_per_step, "
+        "dry_run"
     )
     interval_s: float = Field(description="seconds between two decide calls")
     status: ControllerStatus
