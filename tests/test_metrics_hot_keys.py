@@ -1,7 +1,8 @@
 """Hot keys in the metrics: a running word count with Zipf 2.0 word frequencies reports its
 top word as the hottest key of the count task that owns it, with that word's true share of
 the task's input, over REST (a real server and workers); the controllers' metrics window
-reads it and writes it back unchanged. The window's summary sums each task's reports per
+reads it and writes it back unchanged; Prometheus has each keyed task's heaviest share
+while the job runs. The window's summary sums each task's reports per
 key, and a document without hot keys still reads."""
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from api_support import Api
+from api_support import Api, wait_until
+from prometheus_client.parser import text_string_to_metric_families
 
 from controllers.metrics import HotKey, MetricsWindow, TaskSample
 from controlplane.engine_views import MetricsView
@@ -67,6 +69,46 @@ def test_the_top_word_is_its_tasks_hottest_key_with_its_true_share(api: Api) -> 
     assert MetricsWindow.from_dict(window.to_dict()) == window
     for t in body["tasks"]:
         assert window.task(t["task"]).to_dict()["hot_keys"] == t["hot_keys"]
+
+
+def hot_key_gauges(text: str, job_id: int) -> dict[str, dict[str, float]]:
+    """task -> {metric name: value} of the hot-key gauges of job ``job_id``."""
+    gauges: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name.startswith("streampilot_hot_key_") and s.labels["job"] == str(job_id):
+                assert s.labels["operator"] == "count", s
+                gauges.setdefault(s.labels["task"], {})[s.name] = s.value
+    return gauges
+
+
+@pytest.mark.parametrize("api", ["sqlite"], indirect=True)
+def test_prometheus_has_each_keyed_task_s_heaviest_share_while_the_job_runs(api: Api) -> None:
+    """An endless Zipf 2.0 word count: the task owning the top word exposes that word's
+    share of its input (the generator's, within the sampling's noise) and a rate; the
+    key is not a label."""
+    truth = reference(PARAMS)  # the same seeded generator, bounded: its frequencies
+    top, _ = max(truth.items(), key=lambda kv: kv[1])
+    body = {**WORDCOUNT, "name": "wordcount-hot-keys-live", "params": {**PARAMS, "records": 0}}
+    with api.running_job(body) as job_id, api.client() as http:
+        a = http.get(f"/api/v1/jobs/{job_id}/abstraction").json()
+        count = next(o for o in a["operators"] if o["name"] == "count")
+        owner = next(
+            t
+            for t in count["tasks"]
+            if key_group(top, MAX_PARALLELISM) in t["workload"]["key_groups"]
+        )
+        owned = set(owner["workload"]["key_groups"])
+        true_share = truth[top] / sum(n for w, n in truth.items() if key_group(w) in owned)
+
+        def owner_reported() -> dict[str, float] | None:
+            with api.client(token=None) as anonymous:
+                gauges = hot_key_gauges(anonymous.get("/metrics").text, job_id)
+            return gauges.get(owner["id"])
+
+        got = wait_until(owner_reported, 60.0, "the top word's task in /metrics", every=0.5)
+    assert got["streampilot_hot_key_share"] == pytest.approx(true_share, abs=0.1)
+    assert got["streampilot_hot_key_records_per_second"] > 0
 
 
 def _view(*snapshots: dict[str, Any]) -> MetricsView:

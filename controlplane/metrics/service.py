@@ -225,7 +225,8 @@ def prometheus_text(*, session: Session, engine: Engine) -> bytes:
     status (from the database), records per second and sink latency p99 of each live job
     over ``PROMETHEUS_WINDOW_S``, the size of its keyed state and each source partition's
     lag and whether it is stalled, each event-time operator's watermark lag and late
-    records, each live job's checkpoints and recoveries (:mod:`.checkpoints`, from the database), and the number
+    records, each keyed task's heaviest key (its share and rate; not the key, which would
+    make a label of unbounded values), each live job's checkpoints and recoveries (:mod:`.checkpoints`, from the database), and the number
     of live workers."""
     registry = CollectorRegistry(auto_describe=True)
     jobs_g = Gauge("streampilot_jobs", "Jobs by status", ["status"], registry=registry)
@@ -295,6 +296,21 @@ def prometheus_text(*, session: Session, engine: Engine) -> bytes:
         ["job", "operator"],
         registry=registry,
     )
+    task_labels = ["job", "operator", "task"]
+    hot_share = Gauge(
+        "streampilot_hot_key_share",
+        f"The share of a keyed task's input its heaviest key took over the last "
+        f"{PROMETHEUS_WINDOW_S:g}s (from a sample of each batch; the key itself is in "
+        f"GET /jobs/{{id}}/metrics, not a label)",
+        task_labels,
+        registry=registry,
+    )
+    hot_rate = Gauge(
+        "streampilot_hot_key_records_per_second",
+        f"Records per second of a keyed task's heaviest key over the last {PROMETHEUS_WINDOW_S:g}s",
+        task_labels,
+        registry=registry,
+    )
     for job_id in live:
         view = views.get(job_key(job_id))
         if view is None:
@@ -309,6 +325,10 @@ def prometheus_text(*, session: Session, engine: Engine) -> bytes:
                 watermark_lag.labels(str(job_id), o.operator).set(o.watermark_lag_s)
                 late.labels(str(job_id), o.operator).set(o.late_records)
         for task in summary.tasks:
+            if task.hot_keys:
+                where = (str(job_id), task.operator, task.task)
+                hot_share.labels(*where).set(task.hot_keys[0].share)
+                hot_rate.labels(*where).set(task.hot_keys[0].per_s)
             for name, health in (task.partitions or {}).items():
                 where = (str(job_id), task.operator, name)
                 stalled.labels(*where).set(1 if health.stalled else 0)
