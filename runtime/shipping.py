@@ -38,7 +38,7 @@ async def ship_out(
     it holds in ``old`` and not in ``new``."""
     tid = task.task_id
     if isinstance(task, SourceTask) and isinstance(task.reader, PartitionSetReader):
-        await _ship_out_partitions(job, p, task.reader, tid, old, new, everything)
+        await _ship_out_partitions(job, p, task.reader, task.op.name, tid, old, new, everything)
         return
     if isinstance(task, SourceTask) and everything and task.reader is not None:
         await send_part(
@@ -96,6 +96,7 @@ async def _ship_out_partitions(
     job: JobRuntime,
     p: Change,
     reader: PartitionSetReader,
+    op: str,
     tid: str,
     old: Layout,
     new: Layout,
@@ -103,7 +104,8 @@ async def _ship_out_partitions(
 ) -> None:
     """A partitioned source task gives each partition it reads in ``old`` and not in
     ``new`` (``everything``: each one) to its owner in ``new``, with its position."""
-    owner = {part: t for t, parts in new.partitions.items() for part in parts}
+    # Partition names are the source's own: another source may read a "p0" too.
+    owner = {part: t for t in new.tasks_of(op) for part in new.partitions.get(t, ())}
     kept = set() if everything else set(new.partitions.get(tid, ()))
     for part in old.partitions.get(tid, ()):
         if part in kept:

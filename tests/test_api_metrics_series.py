@@ -26,8 +26,17 @@ def job(api: Api) -> Iterator[int]:
         yield job_id
 
 
+def hosting(api: Api, job_id: int) -> set[str]:
+    """The workers the job's tasks run on."""
+    with api.client() as http:
+        a = http.get(f"/api/v1/jobs/{job_id}/abstraction").json()
+    return {t["resources"]["worker"] for op in a["operators"] for t in op["tasks"]}
+
+
 def _series(api: Api, job_id: int, **params: Any) -> dict[str, Any]:
-    """The series once the sink has taken records with latency in some step."""
+    """The series once the sink has taken records with latency in some step and every
+    worker hosting the job has reported its usage."""
+    workers = hosting(api, job_id)
     with api.client() as http:
 
         def flowing() -> dict[str, Any] | None:
@@ -37,7 +46,8 @@ def _series(api: Api, job_id: int, **params: Any) -> dict[str, Any]:
             sink = next(o for o in body["operators"] if o["kind"] == "sink")
             rated = [x for x in sink["in_per_s"] if x]
             latency = [x for x in sink["p99_ms"] if x]
-            return body if rated and latency and body["workers"] else None
+            reported = {w["worker"] for w in body["workers"]} >= workers
+            return body if rated and latency and reported else None
 
         return wait_until(flowing, FLOWING_TIMEOUT_S, "the sink's rate in the series", every=0.5)
 
@@ -74,11 +84,8 @@ def test_series_has_every_operator_key_group_and_worker_per_step(api: Api, job: 
     for i in range(steps):
         assert loaded[i] == pytest.approx(counted[i] or 0.0, rel=0.01, abs=0.5), i
 
-    with api.client() as http:
-        abstraction = http.get(f"/api/v1/jobs/{job}/abstraction").json()
-    hosting = {t["resources"]["worker"] for op in abstraction["operators"] for t in op["tasks"]}
     workers = {w["worker"]: w for w in body["workers"]}
-    assert set(workers) == hosting
+    assert set(workers) == hosting(api, job)
     for w in workers.values():
         assert len(w["cpu_percent"]) == len(w["rss_mb"]) == steps
         assert any(x for x in w["rss_mb"]) and all(x is None or x > 0 for x in w["rss_mb"])

@@ -193,9 +193,11 @@ def run_random_plans(
     return applied
 
 
-@pytest.mark.parametrize("join", ["interval", "window"])
+# Seeds 200 and 203 move a partition named like one the other source reads ("p0"): its
+# position went to that source's task, and the update waited for it in vain.
+@pytest.mark.parametrize("join,seed", [("interval", 200), ("window", 203)])
 def test_joins_equal_their_reference_through_random_live_plans(
-    cluster: BackgroundCluster, tmp_path: Path, held_end: Path, join: str
+    cluster: BackgroundCluster, tmp_path: Path, held_end: Path, join: str, seed: int
 ) -> None:
     """Two event-time streams joined per key (interval join, tumbling window join): each
     pair once, also while the join operator is rebalanced, rescaled and migrated and the
@@ -208,7 +210,7 @@ def test_joins_equal_their_reference_through_random_live_plans(
         "held": str(held_end),
     }
     job = cluster.submit(load_job("tests.time_jobs:join_job", params))
-    applied = run_random_plans(cluster, job, held_end, random.Random(7), "join", "left")
+    applied = run_random_plans(cluster, job, held_end, random.Random(seed), "join", "left")
     del params["held"]
     assert read_windows(str(tmp_path)) == join_reference(params), applied
 
