@@ -32,6 +32,11 @@ coordinator (:func:`controlplane.coordinator.plans.cancel`).
 Jobs are named by the caller: the control plane submits each under its database id
 (:func:`job_key`), so the abstraction's ``job.id`` is the API's id and ids never restart
 with the process.
+
+This module is the synchronous facade; what runs on the loop for it (checking a plan,
+carrying it out with its progress reports, the views copied from the coordinator) is
+:mod:`controlplane.engine_loop`, and the views themselves are
+:mod:`controlplane.engine_views`.
 """
 
 from __future__ import annotations
@@ -47,10 +52,6 @@ from typing import Any, TypeVar
 
 from controlplane.abstraction import (
     Abstraction,
-    AbstractionError,
-    bytes_shipped,
-    diff,
-    step_bytes,
 )
 from controlplane.backends import BackendError, WorkerBackend, make_backend, tls_files
 from controlplane.config import Settings
@@ -58,13 +59,21 @@ from controlplane.coordinator import (
     Coordinator,
     CoordinatorError,
     ReconfigurationError,
-    RunningJob,
-    RunReport,
     RuntimeConfig,
     SourceError,
-    ValidatedPlan,
 )
 from controlplane.coordinator.checkpoint_report import CheckpointPolicy, RestartPolicy
+from controlplane.engine_loop import (
+    carry_out_plan,
+    check_plan,
+    check_room,
+    free,
+    job_state,
+    log_failure,
+    metrics_view,
+    preview_plan,
+    registered_workers,
+)
 from controlplane.engine_views import (
     JobState,
     JobView,
@@ -79,18 +88,13 @@ from controlplane.engine_views import (
 from controlplane.errors import (
     BadJob,
     Conflict,
-    Forbidden,
     JobNotRunning,
     NotCancellable,
     NotFound,
-    PlanRefused,
-    ReconfigurationInProgress,
     Unavailable,
     WorkerBusy,
-    WorkerLimit,
-    from_abstraction_error,
 )
-from controlplane.statuses import CheckpointStatus, JobStatus, ReconfigurationStatus, WorkerStatus
+from controlplane.statuses import CheckpointStatus, WorkerStatus
 from runtime.dataflow import JobGraph
 
 __all__ = [
@@ -180,14 +184,14 @@ class Engine:
 
     def states(self) -> dict[str, JobState]:
         """Every job the coordinator knows, by its id (call on the loop)."""
-        return {job_id: _state(job) for job_id, job in list(self.coordinator.jobs.items())}
+        return {job_id: job_state(job) for job_id, job in list(self.coordinator.jobs.items())}
 
     def alive_workers(self) -> int:
         return len(self.coordinator.alive_workers())
 
     def workers_now(self) -> list[WorkerView]:
         """Every worker that has registered, lost ones too (call on the loop)."""
-        return self._worker_views()
+        return registered_workers(self.coordinator)
 
     # -- synchronous API, for request threads --------------------------------------------
 
@@ -220,7 +224,7 @@ class Engine:
             except CoordinatorError as exc:
                 raise Unavailable(f"{exc}") from None
             document = job.abstraction.to_dict() if job.abstraction is not None else None
-            return replace(_state(job), abstraction=document)
+            return replace(job_state(job), abstraction=document)
 
         return self._call(submit, SUBMIT_TIMEOUT_S)
 
@@ -252,7 +256,7 @@ class Engine:
             )
         except CoordinatorError as exc:
             raise Unavailable(f"{exc}") from None
-        return _state(job)
+        return job_state(job)
 
     def stop(self, job_id: str) -> JobState | None:
         """Stop the job (a no-op once it has ended); None if the coordinator does not know it."""
@@ -262,7 +266,7 @@ class Engine:
             if job is None:
                 return None
             await self.coordinator.stop_job(job_id)
-            return _state(job)
+            return job_state(job)
 
         return self._call(stop, CALL_TIMEOUT_S)
 
@@ -315,7 +319,7 @@ class Engine:
     def state(self, job_id: str) -> JobState | None:
         async def state() -> JobState | None:
             job = self.coordinator.jobs.get(job_id)
-            return None if job is None else _state(job)
+            return None if job is None else job_state(job)
 
         return self._call(state, CALL_TIMEOUT_S)
 
@@ -340,7 +344,7 @@ class Engine:
             for job_id in job_ids:
                 job = self.coordinator.jobs.get(job_id)
                 if job is not None:
-                    views[job_id] = _metrics_view(job, now, window_s)
+                    views[job_id] = metrics_view(job, now, window_s)
             return views
 
         return self._call(metrics, CALL_TIMEOUT_S)
@@ -349,7 +353,7 @@ class Engine:
         """Every worker that has registered (lost ones too), by id."""
 
         async def views() -> list[WorkerView]:
-            return self._worker_views()
+            return registered_workers(self.coordinator)
 
         return self._call(views, CALL_TIMEOUT_S)
 
@@ -362,7 +366,7 @@ class Engine:
         async def add() -> list[WorkerView]:
             if self.backend is None:
                 raise Unavailable("the worker backend is not running")
-            self._check_room(count)
+            check_room(self.coordinator, count, self.settings.max_workers)
             try:
                 pids = set(await self.backend.start_workers(count))
             except BackendError as exc:
@@ -371,7 +375,7 @@ class Engine:
             while True:
                 new = [
                     w
-                    for w in self._worker_views()
+                    for w in registered_workers(self.coordinator)
                     if w.pid in pids and w.status == WorkerStatus.ALIVE
                 ]
                 if len(new) == len(pids):
@@ -391,7 +395,9 @@ class Engine:
         them first, e.g. with a migrate plan)."""
 
         async def drain() -> WorkerView:
-            view = next((w for w in self._worker_views() if w.id == worker_id), None)
+            view = next(
+                (w for w in registered_workers(self.coordinator) if w.id == worker_id), None
+            )
             if view is None or view.status != WorkerStatus.ALIVE:
                 raise NotFound(f"worker {worker_id!r} is not registered (see GET /workers)")
             if view.tasks:
@@ -424,7 +430,9 @@ class Engine:
         """
 
         async def reserve() -> Reservation:
-            job, _, validated = self._plan(job_id, build, True, may_start_workers)
+            job, _, validated = check_plan(
+                self.coordinator, job_id, build, True, may_start_workers, self.settings.max_workers
+            )
             return Reservation(job_id, validated, job.slot.reserve())
 
         return self._call(reserve, CALL_TIMEOUT_S)
@@ -438,84 +446,21 @@ class Engine:
         over the last ``state_window_s``."""
 
         async def preview() -> Preview:
-            _, view, validated = self._plan(job_id, build, False, may_start_workers)
-            current, plan, new = validated.base, validated.plan, validated.result
-            sizes = view.group_sizes(state_window_s)
-            try:
-                per_step = step_bytes(current, plan, sizes, self.coordinator.resolve_logic)
-            except AbstractionError as exc:
-                raise from_abstraction_error(exc) from None
-            shipped = bytes_shipped(current, new, sizes)
-            step = None if None in per_step else max(per_step, default=0.0)  # type: ignore[type-var]
-            return Preview(
-                plan=plan,
-                diff=diff(current, new).to_dict(),
-                affected=tuple(sorted(validated.affected)),
-                steps=len(per_step),
-                state_bytes_shipped=None if shipped is None else round(shipped),
-                largest_step_bytes=None if step is None else round(step),
+            return preview_plan(
+                self.coordinator,
+                job_id,
+                build,
+                state_window_s,
+                may_start_workers,
+                self.settings.max_workers,
             )
 
         return self._call(preview, CALL_TIMEOUT_S)
 
-    def _plan(
-        self, job_id: str, build: PlanBuilder, reserving: bool, may_start_workers: bool
-    ) -> tuple[RunningJob, JobView, ValidatedPlan]:
-        """On the loop: the job, the view ``build`` read and the plan it made, validated by
-        the coordinator; raises what :meth:`reserve` documents (busy only when
-        ``reserving``: the job's slot says whether it is)."""
-        job = self.coordinator.jobs.get(job_id)
-        if job is None:
-            raise JobNotRunning(
-                "the job is not deployed on this control plane (it ended, or the control "
-                "plane restarted since); submit it again"
-            )
-        if reserving and job.slot.busy:
-            raise ReconfigurationInProgress(
-                "another reconfiguration of this job is under way; wait until it ends, "
-                "then build the plan on the version it leaves"
-            )
-        if (
-            job.status not in (JobStatus.RUNNING, JobStatus.RECONFIGURING)
-            or job.abstraction is None
-        ):
-            raise JobNotRunning(f"the job is {job.status}: only a running job can be reconfigured")
-        view = JobView(job, self.coordinator.current_abstraction(job_id))
-        try:
-            plan = build(view)
-            if not plan.ops:
-                raise PlanRefused(
-                    f"the plan has no operations: version {view.abstraction.version} already "
-                    "is what was asked",
-                    code="no_change",
-                )
-            validated = self.coordinator.validate_plan(job_id, plan)
-        except AbstractionError as exc:
-            raise from_abstraction_error(exc) from None
-        starting = len(validated.result.workers_to_start())
-        if starting and not may_start_workers:
-            raise Forbidden(
-                f'the plan starts {starting} new worker(s) ("new"), which needs an admin token '
-                "(or a server started with STREAMPILOT_OPERATE_STARTS_WORKERS=true); place "
-                "the tasks on existing workers instead (GET /workers)"
-            )
-        self._check_room(starting)
-        return job, view, validated
-
-    def _check_room(self, starting: int) -> None:
-        """:class:`WorkerLimit` if ``starting`` more workers would pass ``max_workers``."""
-        alive = len(self.coordinator.alive_workers())
-        if starting and alive + starting > self.settings.max_workers:
-            raise WorkerLimit(
-                f"starting {starting} worker(s) would make {alive + starting}; this server runs "
-                f"at most {self.settings.max_workers} (STREAMPILOT_MAX_WORKERS) and {alive} are "
-                "alive: drain idle ones (DELETE /workers/{id}) or raise the limit"
-            )
-
     def release(self, reservation: Reservation) -> None:
         """Give up a reservation that will not be carried out (thread-safe)."""
 
-        self._when_on_loop(lambda: self._free(reservation))
+        self._when_on_loop(lambda: free(self.coordinator, reservation))
 
     def cancel(self, job_id: str, reason: str) -> None:
         """Cancel the job's plan under way, or reserved and not started yet (then it never
@@ -545,7 +490,7 @@ class Engine:
             )
             self._runs.add(run)
             run.add_done_callback(self._runs.discard)
-            run.add_done_callback(_log_failure)
+            run.add_done_callback(log_failure)
 
         self._when_on_loop(spawn)
 
@@ -554,84 +499,10 @@ class Engine:
     async def carry_out(
         self, reservation: Reservation, report: Callable[[Progress], Awaitable[None]]
     ) -> None:
-        """Run the reserved plan; ``report`` is awaited, in order, for the report's creation,
-        each phase it enters (pending, preparing, syncing, updating) and each stage a fluid
-        plan makes, then once with the outcome (unless cancelled: then the run is cancelled
-        too and whoever cancelled records the outcome). The job is freed after the final
+        """Run the reserved plan, reporting its progress to ``report`` (see
+        :func:`controlplane.engine_loop.carry_out_plan`); the job is freed after the final
         report."""
-        job_id, token = reservation.job_id, reservation.cancellation
-        changes: asyncio.Queue[Progress | None] = asyncio.Queue()
-        last: list[Progress] = []
-
-        def on_change(run_report: RunReport) -> None:
-            # Called by the coordinator, on this loop, from inside its protocol: only queue.
-            now = Progress.of(run_report)
-            if now.done or (last and last[-1] == now):
-                return  # the outcome is reported below, with the new version
-            last.append(now)
-            changes.put_nowait(now)
-
-        async def write_changes() -> None:
-            while (progress := await changes.get()) is not None:
-                await report(progress)
-
-        if token.reason:  # cancelled before it started: nothing changed
-            try:
-                error = f"{token.reason}; nothing changed"
-                await report(Progress.bare(ReconfigurationStatus.CANCELLED, error))
-            finally:
-                self._free(reservation)
-            return
-        writer = asyncio.create_task(write_changes(), name=f"report-{job_id}")
-        try:
-            job = self.coordinator.jobs[job_id]
-            run = asyncio.create_task(
-                self.coordinator.apply_plan(
-                    job_id, reservation.validated, on_change=on_change, cancellation=token
-                )
-            )
-            try:
-                await asyncio.wait({run})
-            except asyncio.CancelledError:
-                run.cancel()
-                writer.cancel()
-                raise
-            changes.put_nowait(None)
-            await writer
-            await report(_outcome(job, run, reservation.plan.base_version))
-        finally:
-            writer.cancel()
-            self._free(reservation)
-
-    def _free(self, reservation: Reservation) -> None:
-        """End ``reservation`` (on the loop): the job may take another plan."""
-        job = self.coordinator.jobs.get(reservation.job_id)
-        if job is not None:
-            job.slot.release(reservation.cancellation)
-
-    def _worker_views(self) -> list[WorkerView]:
-        hosted: dict[str, list[str]] = {}
-        for job in list(self.coordinator.jobs.values()):
-            if job.status.ended:
-                continue
-            for task, worker in job.layout.placement.items():
-                hosted.setdefault(worker, []).append(f"{job.id}/{task}")
-        return [
-            WorkerView(
-                id=w.id,
-                host=w.host,
-                pid=w.pid,
-                cpus=w.cpus,
-                memory_mb=w.memory_mb,
-                status=w.status,
-                cpu_percent=w.cpu_percent,
-                rss_mb=w.rss_mb,
-                tasks=tuple(sorted(hosted.get(w.id, ()))),
-                error=w.error,
-                executor_id=w.executor_id,
-            )
-            for w in sorted(self.coordinator.workers.values(), key=lambda w: w.id)
-        ]
+        await carry_out_plan(self.coordinator, reservation, report)
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -658,47 +529,3 @@ class Engine:
             action()
         else:
             loop.call_soon_threadsafe(action)
-
-
-def _log_failure(run: asyncio.Task[None]) -> None:
-    if not run.cancelled() and run.exception() is not None:
-        logger.error("carrying out a plan failed", exc_info=run.exception())
-
-
-def _metrics_view(job: RunningJob, now: float, window_s: float) -> MetricsView:
-    m = job.metrics
-    since = now - window_s
-    return MetricsView(
-        now=now,
-        window_s=window_s,
-        samples=tuple(s for s in m.samples if s[0] >= since),
-        operator_of=dict(m.operator_of),
-        kinds=dict(m.kinds),
-        placement=dict(job.layout.placement),
-        workers={w: dict(usage) for w, usage in m.workers.items()},
-        worker_samples=tuple(s for s in m.worker_samples if s[0] >= since),
-    )
-
-
-def _state(job: RunningJob) -> JobState:
-    version = job.abstraction.version if job.abstraction is not None else None
-    return JobState(job.id, job.status, job.error, version)
-
-
-def _outcome(job: RunningJob, run: asyncio.Task[RunReport], base_version: int) -> Progress:
-    failed = ReconfigurationStatus.FAILED
-    try:
-        run_report = run.result()
-    except AbstractionError as exc:
-        return Progress.bare(failed, f"the plan was refused when applied: {exc}")
-    except (ReconfigurationError, CoordinatorError) as exc:
-        return Progress.bare(failed, str(exc))
-    except Exception as exc:
-        logger.exception("reconfiguration of job %s raised", job.id)
-        return Progress.bare(failed, f"internal error: {type(exc).__name__}: {exc}")
-    progress = Progress.of(run_report)
-    version = run_report.version
-    made = tuple(a.to_dict() for a in job.versions if base_version < a.version <= (version or 0))
-    if run_report.status != ReconfigurationStatus.COMPLETED and not made:
-        return progress
-    return replace(progress, version=version, abstractions=made)

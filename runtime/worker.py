@@ -19,8 +19,10 @@ Run as ``python -m runtime.worker --coordinator HOST:PORT --secret-fd N`` (or
 
 Workers are identical whatever started them (the local backend, Spark, a person). Each
 job here is a :class:`~runtime.jobruntime.JobRuntime`, which the worker serves as its
-:class:`~runtime.jobruntime.WorkerServices`; its reconfigurations are carried out by
-:mod:`runtime.reconfigure` and :mod:`runtime.stages`.
+:class:`~runtime.jobruntime.WorkerServices`; the coordinator's requests about jobs
+(deploy, prepare, update, warm, list partitions) are carried out by
+:mod:`runtime.worker_jobs`, its reconfigurations by :mod:`runtime.reconfigure` and
+:mod:`runtime.stages`.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import pickle
 import signal
 import socket
 import ssl
@@ -42,8 +43,6 @@ from typing import Any
 import psutil
 
 from . import (
-    codeload,
-    copyahead,
     heap,
     messages,
     protocol,
@@ -51,6 +50,7 @@ from . import (
     registration,
     stages,
     worker_cli,
+    worker_jobs,
 )
 from .channels import InputChannel, wait_while
 from .checkpoints.taking import CheckpointWriter
@@ -65,7 +65,6 @@ __all__ = ["WorkerProcess", "main"]
 logger = logging.getLogger(__name__)
 
 METRICS_INTERVAL_S = 1.0  # how often tasks' metrics are reported to the coordinator
-LIST_TIMEOUT_S = 20.0  # a source lists its partitions (a broker's metadata) within this
 # Background work waits for the tasks to catch up with their input, but never longer
 # than this per piece (so that it moves on under a steady load).
 IDLE_WAIT_S = 0.05
@@ -281,7 +280,7 @@ class WorkerProcess:
                 continue
             match msg:
                 case messages.Deploy():
-                    await self._deploy(msg)
+                    await worker_jobs.deploy(self, msg)
                 case messages.Start(job_id=job_id, start_time=start_time):
                     if (job := self.jobs.get(job_id)) is not None:
                         job.start(start_time)
@@ -310,20 +309,20 @@ class WorkerProcess:
                     if (job := self.jobs.get(job_id)) is not None:
                         job.savepoint(barrier_id)
                 case messages.Warm():
-                    self._warm(msg)
+                    worker_jobs.warm(self, msg)
                 case messages.ListPartitions():
-                    self.background(self._list_partitions(msg))
+                    self.background(worker_jobs.list_partitions(self, msg))
                 case messages.EndInput(job_id=job_id, task=tid):
                     task = self.jobs[job_id].tasks.get(tid) if job_id in self.jobs else None
                     if isinstance(task, SourceTask):
                         task.end_input()
                 case messages.Prepare():
-                    await self._prepare(msg)
+                    await worker_jobs.prepare(self, msg)
                 case messages.Update(job_id=job_id, rid=rid):
                     if (job := self.jobs.get(job_id)) is not None:
                         # Before a later prepare of this job is read.
                         reconfigure.update_received(job, rid)
-                    self.background(self._update(msg))
+                    self.background(worker_jobs.update(self, msg))
                 case messages.Abort(job_id=job_id, rid=rid):
                     if (job := self.jobs.get(job_id)) is not None:
                         reconfigure.abort(job, rid)
@@ -343,134 +342,6 @@ class WorkerProcess:
                 case messages.Registered() | messages.Refused():
                     logger.warning("coordinator: unexpected %s message, dropped", msg.TYPE)
 
-    def _warm(self, msg: messages.Warm) -> None:
-        """Import a job's code before any of its tasks comes here (the coordinator sends it
-        to the workers a job does not use), so that taking a task later does not wait for
-        it. A failure is left to the prepare that needs the code, which reports it."""
-        if msg.job_id in self.jobs:
-            return
-        try:
-            codeload.install_many(msg.code)
-            pickle.loads(msg.graph)
-        except Exception:
-            logger.debug("could not load the code of job %s ahead", msg.job_id, exc_info=True)
-
-    async def _list_partitions(self, msg: messages.ListPartitions) -> None:
-        """List the partitions of ``msg.operators`` (off the loop, each within
-        :data:`LIST_TIMEOUT_S`) and answer; an error names the source."""
-        found: dict[str, tuple[str, ...]] = {}
-        name = "?"
-        try:
-            codeload.install_many(msg.code)
-            graph = pickle.loads(msg.graph)
-            for name in msg.operators:
-                source = graph.operator(name).logic
-                names = await asyncio.wait_for(asyncio.to_thread(source.partitions), LIST_TIMEOUT_S)
-                found[name] = tuple(str(p) for p in names)
-        except TimeoutError:
-            error = f"source {name!r} did not list its partitions within {LIST_TIMEOUT_S:g}s"
-            self.send(messages.PartitionsListed(msg.request_id, {}, error))
-            return
-        except Exception as exc:
-            error = f"source {name!r} cannot list its partitions: {type(exc).__name__}: {exc}"
-            self.send(messages.PartitionsListed(msg.request_id, {}, error))
-            return
-        self.send(messages.PartitionsListed(msg.request_id, found, None))
-
-    async def _prepare(self, msg: messages.Prepare) -> None:
-        job = self.jobs.get(msg.job_id)
-        try:
-            codeload.install_many(msg.code)  # before any logic is unpickled
-            if msg.graph is not None:  # the coordinator places none of the job's tasks here
-                # This worker joins the job: it hosts none of its tasks yet.
-                if (
-                    msg.current_layout is None
-                    or msg.config is None
-                    or msg.start_time is None
-                    or msg.attempt is None
-                ):
-                    raise RuntimeError(
-                        f"joining job {msg.job_id}: the prepare lacks its layout, "
-                        "config, start time or deployment"
-                    )
-                self._enter_attempt(msg.job_id, msg.attempt)
-                if job is not None:
-                    # Tasks of the job were here before; what this worker knew of the job
-                    # when the last one left is stale once the job changed elsewhere.
-                    if job.tasks and job.attempt == msg.attempt:
-                        raise RuntimeError(
-                            f"tasks {sorted(job.tasks)[:10]} of job {job.job_id} run here, "
-                            "but the coordinator places none here"
-                        )
-                    await self._drop_job(job.job_id)
-                job = JobRuntime(
-                    self,
-                    msg.job_id,
-                    msg.graph,
-                    msg.current_layout,
-                    msg.workers,
-                    msg.config,
-                    checkpoints=msg.checkpoints,
-                    attempt=msg.attempt,
-                )
-                job.start_time = msg.start_time
-                self.jobs[job.job_id] = job
-            if job is None:
-                raise RuntimeError(f"job {msg.job_id} does not run here")
-            await reconfigure.prepare(
-                job,
-                msg.rid,
-                msg.barrier_id,
-                msg.layout,
-                set(msg.affected),
-                dict(msg.workers),
-                fluid=msg.fluid,
-                stages=list(msg.stages),
-                stage_barriers=list(msg.stage_barriers),
-                precopy_min_bytes=msg.precopy_min_bytes,
-                precopy_budget_s=msg.precopy_budget_s,
-                precopy_pause_s=msg.precopy_pause_s,
-            )
-        except Exception as exc:
-            logger.debug("prepare failed", exc_info=True)
-            self._prepare_failed(msg, exc)
-            return
-        copying = copyahead.under_way(job, msg.rid)
-        if copying is None:
-            self.send(messages.Prepared(msg.job_id, msg.rid))
-            return
-        # Replied once the state is copied ahead; the control loop goes on meanwhile (an
-        # abort can come).
-        self.background(self._prepared_after(copying, msg))
-
-    async def _prepared_after(self, copying: asyncio.Task, msg: messages.Prepare) -> None:
-        try:
-            copied = await copying
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            logger.debug("copying state ahead failed", exc_info=True)
-            self._prepare_failed(msg, exc, "copying state ahead: ")
-            return
-        self.send(messages.Prepared(msg.job_id, msg.rid, copied))
-
-    def _prepare_failed(self, msg: messages.Prepare, exc: BaseException, what: str = "") -> None:
-        error = f"worker {self.worker_id}: {what}{type(exc).__name__}: {exc}"
-        self.send(messages.PrepareFailed(msg.job_id, msg.rid, error))
-
-    async def _update(self, msg: messages.Update) -> None:
-        job = self.jobs.get(msg.job_id)
-        try:
-            if job is None:
-                raise RuntimeError(f"job {msg.job_id} does not run here")
-            await reconfigure.update(job, msg.rid)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            logger.debug("update failed", exc_info=True)
-            error = f"worker {self.worker_id}: {type(exc).__name__}: {exc}"
-            self.send(messages.UpdateFailed(msg.job_id, msg.rid, error))
-
     def background(self, work: Coroutine[Any, Any, Any]) -> None:
         """Run ``work`` beside the control loop; it is cancelled if the worker shuts down."""
         t = asyncio.create_task(work)
@@ -484,52 +355,6 @@ class WorkerProcess:
         if self.jobs.get(job.job_id) is job:
             del self.jobs[job.job_id]
             self.background(job.stop())
-
-    async def _drop_job(self, job_id: str) -> None:
-        """Forget job ``job_id`` here, stopping what its runtime still runs or holds open."""
-        job = self.jobs.pop(job_id, None)
-        if job is not None:
-            await job.stop()
-
-    def _enter_attempt(self, job_id: str, attempt: int) -> None:
-        """The coordinator runs deployment ``attempt`` of job ``job_id`` from now on (a
-        deploy, or a prepare that makes this worker join the job): what runs here of an
-        earlier deployment stops sending at once (its data links are dropped with what
-        they hold unsent; the caller then drops it), and the data server fences that
-        deployment's connections off (:meth:`DataServer.fence`)."""
-        job = self.jobs.get(job_id)
-        if job is not None and job.attempt < attempt:
-            for link in [*job.links.values(), *job.state_links.values()]:
-                link.abort()
-        self.data.fence(job_id, attempt)
-
-    async def _deploy(self, msg: messages.Deploy) -> None:
-        job_id = msg.job_id
-        try:
-            self._enter_attempt(job_id, msg.attempt)
-            codeload.install_many(msg.code)  # before the graph is unpickled
-            await self._drop_job(job_id)  # left from when tasks of the job were here
-            job = JobRuntime(
-                self,
-                job_id,
-                msg.graph,
-                msg.layout,
-                msg.workers,
-                msg.config,
-                msg.restore,
-                msg.checkpoints,
-                msg.attempt,
-            )
-            self.jobs[job_id] = job
-            await job.deploy()
-        except Exception as exc:
-            logger.debug("deploy of %s failed", job_id, exc_info=True)
-            await self._drop_job(job_id)
-            error = f"worker {self.worker_id}: {type(exc).__name__}: {exc}"
-            self.send(messages.DeployFailed(job_id, msg.attempt, error))
-            return
-        tasks = tuple(sorted(job.tasks))
-        self.send(messages.Deployed(job_id, msg.attempt, tasks, dict(job.restored)))
 
     async def _report_metrics(self) -> None:
         proc = self._process

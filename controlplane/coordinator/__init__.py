@@ -15,6 +15,8 @@ test_imports.py`` checks that there is no import cycle):
   stop-and-restart baseline; :mod:`.workers`: workers started on demand.
 - :mod:`.layouts`, :mod:`.validation`, :mod:`.fluid`, :mod:`.plans`: plans of the
   abstraction validated once and carried out on running jobs, in one run or in steps.
+- :mod:`.deployment`: deploying and starting a job; :mod:`.inbox`: what workers tell
+  about jobs (deploy answers, outcomes, losses), with :mod:`.recovery` for failures.
 - :mod:`.core`: the :class:`Coordinator` (a :class:`~.cluster.Cluster` with jobs: deploy,
   barriers, outcomes), the facade that forwards to the modules above.
 

@@ -33,7 +33,7 @@ from runtime import messages
 from runtime.checkpoints.store import CheckpointStore, open_store
 from runtime.records import BarrierKind
 
-from .checkpoint_protocol import (
+from .checkpoint_events import (
     Abandon,
     Abandoned,
     Acked,
@@ -41,7 +41,6 @@ from .checkpoint_protocol import (
     Captured,
     ChangeEnded,
     ChangeWanted,
-    CheckpointMachine,
     Command,
     DeleteFiles,
     Discarded,
@@ -60,8 +59,8 @@ from .checkpoint_protocol import (
     Unpinned,
     WakeAt,
     WriteManifest,
-    checkpoint_dir,
 )
+from .checkpoint_protocol import CheckpointMachine, checkpoint_dir
 from .checkpoint_report import CheckpointKind
 from .errors import CoordinatorError
 

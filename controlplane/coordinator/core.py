@@ -13,8 +13,9 @@ a job:
    (its first deploy is attempt 1; a recovery, a resume or a restart deploys the next);
    each worker creates its tasks and channels, and refuses data connections of an
    earlier attempt from then on.
-3. Wait for every ``deployed`` (``DEPLOY_TIMEOUT_S``); any ``deploy_failed`` fails the job
-   and stops it everywhere, and so does one of those workers lost, at once.
+3. Wait for every ``deployed`` (:data:`.deployment.DEPLOY_TIMEOUT_S`); any
+   ``deploy_failed`` fails the job and stops it everywhere, and so does one of those
+   workers lost, at once.
 4. Send ``start`` with a common start time; the job is ``running``.
 
 A job submitted from a savepoint (``from_savepoint``, checked to fit by
@@ -25,16 +26,18 @@ A job submitted from a savepoint (``from_savepoint``, checked to fit by
 A job is ``finished`` when every task has reported it finished (bounded sources exhausted
 and every record processed), ``failed`` (with the cause) when a task raises, a data link
 breaks or a worker hosting a task dies, and ``stopped`` when asked to stop.
+
+Steps 2-4 are carried out by :mod:`.deployment`; what workers tell (their messages, their
+registrations and losses) by :mod:`.inbox`; a failure, recovered from or not, by
+:func:`.recovery.failed`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import itertools
 import logging
-import pickle
 import ssl
 import time
 from collections.abc import Callable
@@ -42,24 +45,24 @@ from typing import TYPE_CHECKING, Any
 
 from controlplane.abstraction import Abstraction, Plan, Resolver, resolve_importable
 from controlplane.statuses import JobStatus
-from runtime import codeload, messages
+from runtime import messages
 from runtime.checkpoints.store import CheckpointStoreError
 from runtime.dataflow import JobGraph
 from runtime.layout import Layout
 from runtime.records import BarrierKind
 
-from . import discovery
+from . import deployment, inbox
 from .checkpoint_report import CheckpointPolicy, CheckpointReport, RestartPolicy
 from .checkpointer import Checkpointer, CheckpointListener, Restorable
 from .cluster import HEARTBEAT_TIMEOUT_S, Cluster
 from .errors import CoordinatorError, SourceError
 from .from_savepoint import copy_savepoint, incompatibility
 from .layouts import abstraction_of, refresh_workers
-from .listing import listed, took_reply
-from .model import DeployInFlight, RunningJob, RuntimeConfig, WorkerInfo
+from .listing import listed
+from .model import RunningJob, RuntimeConfig, WorkerInfo
 from .plans import apply, cancel
 from .reconfig import reconfigure
-from .recovery import recover, refusal, restore_of
+from .recovery import failed, restore_of
 from .restart import restart_with
 from .resume import RESTARTED, resume
 from .validation import ValidatedPlan, validate
@@ -72,7 +75,6 @@ __all__ = ["Coordinator"]
 
 logger = logging.getLogger(__name__)
 
-DEPLOY_TIMEOUT_S = 30.0  # workers import the job's modules and open channels within this
 BARRIER_TIMEOUT_S = 30.0  # every task acks an injected barrier within this
 STOP_TIMEOUT_S = 5.0  # workers send their last counts of a stopped job within this
 
@@ -241,71 +243,13 @@ class Coordinator(Cluster):
     async def deploy(
         self, job: RunningJob, layout: Layout, restore: dict[str, messages.Restore] | None = None
     ) -> str | None:
-        """Steps 2-3: deploy ``layout`` on its workers as the job's next attempt; returns
-        an error, or None when deployed. A worker it deploys to that is lost meanwhile
-        fails it at once, the error naming the worker (see :meth:`_on_lost`).
-
-        ``restore`` (task -> its key groups' state and source position) seeds tasks with
-        state, for a restart from a snapshot.
-        """
-        used = layout.workers_used()
-        missing = [w for w in used if not self.connected(w)]
-        if missing:
-            return f"workers {missing} are not connected"
-        job.attempt += 1
-        graph = pickle.dumps(job.graph)
-        base = messages.Deploy(
-            job_id=job.id,
-            graph=graph,
-            code=codeload.sources_for([graph, *layout.logic.values()]),
-            layout=layout,
-            workers=self.data_addresses(),
-            config=self.channel_config(),
-            attempt=job.attempt,
-            checkpoints=job.checkpoint_config,
-        )
-        deploying = job.deploying = DeployInFlight(used)
-        # Step 2. Deploy everywhere.
-        for wid in used:
-            msg = base
-            if restore:
-                mine = {t: r for t, r in restore.items() if layout.placement.get(t) == wid}
-                msg = dataclasses.replace(base, restore=mine)
-            self.send(wid, msg)
-        # Step 3. Wait for every worker's answer, or for one of them lost.
-        try:
-            return await asyncio.wait_for(deploying.outcome, DEPLOY_TIMEOUT_S)
-        except TimeoutError:
-            return (
-                f"deploy timed out after {DEPLOY_TIMEOUT_S:.0f}s: no answer from workers "
-                f"{deploying.waiting}"
-            )
-        finally:
-            if job.deploying is deploying:
-                job.deploying = None
+        """Steps 2-3: deploy ``layout`` as the job's next attempt (see
+        :func:`.deployment.deploy`); returns an error, or None when deployed."""
+        return await deployment.deploy(self, job, layout, restore)
 
     def start_deployed(self, job: RunningJob) -> None:
-        """Step 4: tell the workers of ``job``'s layout to start it (``job.started_at`` is
-        the clock origin); warm the others."""
-        for wid in job.layout.workers_used():
-            self.send(wid, messages.Start(job.id, job.started_at))
-        self._warm(job, [w.id for w in self.alive_workers()])
-
-    def _warm(self, job: RunningJob, workers: list[str]) -> None:
-        """Send the job's code to those of ``workers`` that host none of its tasks: each
-        imports it at once, so that a task moved there later (a migration to a spare, a
-        scale out) does not wait for the imports in the prepare (tens of milliseconds on a
-        fresh worker, against a few for the rest of a prepare)."""
-        used = set(job.layout.workers_used())
-        idle = [w for w in workers if w not in used and self.connected(w)]
-        if not idle:
-            return
-        graph = pickle.dumps(job.graph)
-        msg = messages.Warm(
-            job.id, graph, codeload.sources_for([graph, *job.layout.logic.values()])
-        )
-        for wid in idle:
-            self.send(wid, msg)
+        """Step 4: start the deployed job (see :func:`.deployment.start_deployed`)."""
+        deployment.start_deployed(self, job)
 
     async def restart_with(self, job_id: str, layout: Layout) -> RunReport:
         """The stop-and-restart baseline (see :mod:`.restart`); returns the report."""
@@ -459,211 +403,24 @@ class Coordinator(Cluster):
     async def fail(self, job: RunningJob, error: str) -> None:
         """``job`` failed with ``error``: it recovers from its last complete checkpoint if
         it can (:mod:`.recovery`), else it ends failed and is stopped everywhere."""
-        self._failed(job, error)
-
-    def _failed(self, job: RunningJob, error: str, *, lost: bool = False) -> None:
-        """See :meth:`fail`; ``lost``: ``error`` is the loss of a worker. A failure while
-        the job recovers is of its tasks before the recovery (they are being stopped):
-        the recovery goes on, and its reason tells it (a worker's loss first:
-        :meth:`.Failures.reason`)."""
-        if job.done:
-            return
-        rec = job.failures
-        if job.status == JobStatus.RECOVERING:
-            logger.info("job %s (recovering): %s", job.id, error)
-            rec.hear(error, lost=lost)
-            return
-        rec.add(asyncio.get_running_loop().time(), error, lost=lost)
-        why = refusal(job) if job.status != JobStatus.STARTING else "it never started"
-        if why is None:
-            if job.active is not None:  # a reconfiguration under way ends with the error
-                job.active.fail(error)
-            job.status = JobStatus.RECOVERING
-            logger.warning("job %s recovers: %s", job.id, error)
-            self._tell_recovering(job, error)
-            rec.running = asyncio.ensure_future(recover(self, job))
-            return
-        if job.checkpointer is not None:
-            error = f"{error} (not recovered: {why})"
-        if job.end(JobStatus.FAILED, error):
-            logger.warning("job %s failed: %s", job.id, error)
-            self.stop_everywhere(job)
-
-    def _tell_recovering(self, job: RunningJob, cause: str) -> None:
-        if self.on_recovering is None:
-            return
-        try:
-            self.on_recovering(job.id, cause)
-        except Exception:
-            logger.exception("job %s: the recovering listener failed", job.id)
+        failed(self, job, error)
 
     def stop_everywhere(self, job: RunningJob) -> None:
         """Tell every worker to stop ``job``: also those its tasks are leaving in a change
         under way (a worker forgets a job once none of its tasks is left there)."""
         self.broadcast(messages.Stop(job.id))
 
-    # -- what workers tell (hooks of Cluster) -----------------------------------------------------
+    # -- what workers tell (hooks of Cluster, carried out by .inbox) --------------------------
 
     def _on_registered(self, info: WorkerInfo) -> None:
-        for job in self.jobs.values():
-            if job.status == JobStatus.RUNNING:
-                self._warm(job, [info.id])
+        inbox.registered(self, info)
 
     def _on_cause_known(self, info: WorkerInfo, earlier: str | None) -> None:
-        before = _lost_message(info, earlier)
-        for job in self.jobs.values():
-            if job.error == before:
-                job.error = _lost_message(info, info.error)
+        inbox.cause_known(self, info, earlier)
 
     def _on_lost(self, info: WorkerInfo) -> None:
-        for job in self.jobs.values():  # a stop waiting for this worker's last counts
-            fut = job.stop_replies.get(info.id)
-            if fut is not None and not fut.done():
-                fut.set_result(None)
-        for job in self.jobs.values():
-            msg = _lost_message(info, info.error)
-            run = job.active
-            if run is not None and info.id in run.workers:  # e.g. a migration's target
-                run.fail(msg)
-            if job.done:
-                continue
-            deploying = job.deploying
-            if deploying is not None and info.id in deploying.workers:
-                # Of the layout being deployed, which job.layout becomes only once it is
-                # (a recovery's spare, say): the deploy fails now, and whoever deploys
-                # (a submit, a recovery, a resume, a restart) takes it from there.
-                deploying.lost(info.id, msg)
-                continue
-            if info.id in job.layout.workers_used():
-                self._failed(job, msg, lost=True)
+        inbox.lost(self, info)
 
     def _on_message(self, info: WorkerInfo, msg: messages.ToCoordinator) -> None:
         """React to ``msg`` from worker ``info`` (decoded: see :mod:`runtime.messages`)."""
-        match msg:
-            case messages.Metrics():
-                self._took_metrics(info, msg)
-                return
-            case messages.PartitionsListed():
-                took_reply(self, msg)
-                return
-            case messages.Register() | messages.Heartbeat():
-                logger.warning("worker %s: unexpected %s message, dropped", info.id, msg.TYPE)
-                return
-        job = self.jobs.get(msg.job_id)  # type: ignore[attr-defined]
-        if job is None:
-            return
-        match msg:
-            case messages.Deployed() | messages.DeployFailed():
-                if msg.attempt != job.attempt:  # the answer to an earlier deploy
-                    return
-                if isinstance(msg, messages.Deployed) and msg.restored:
-                    job.restored[info.id] = dict(msg.restored)
-                if job.deploying is not None:
-                    error = msg.error if isinstance(msg, messages.DeployFailed) else None
-                    job.deploying.answered(info.id, error)
-            case messages.TaskFinished(task=task, metrics=metrics):
-                job.metrics.add(time.time(), task, metrics)
-                job.finished_tasks.add(task)
-                self._end_idle_sources(job, task)
-                if job.active is not None:
-                    job.active.task_finished(task)
-                if job.checkpointer is not None:
-                    job.checkpointer.task_finished(task)
-                self._check_barriers(job, task, None)
-                if len(job.finished_tasks) == len(job.layout.placement) and job.end(
-                    JobStatus.FINISHED
-                ):
-                    logger.info("job %s finished", job.id)
-                    self.stop_everywhere(job)
-            case messages.TaskFailed(task=task, error=error):
-                job.failed_tasks[task] = error
-                if job.active is not None:  # a reconfiguration under way ends with its error
-                    job.active.fail(error)
-                self._failed(job, error)
-            case messages.WorkerError(error=error):
-                self._failed(job, error)
-            case messages.Stopped(metrics=metrics):
-                for task, snap in metrics.items():
-                    job.metrics.add(time.time(), task, snap)
-                fut = job.stop_replies.get(info.id)
-                if fut is not None and not fut.done():
-                    fut.set_result(None)
-            case messages.Snapshot(task=task, metrics=metrics):
-                job.metrics.add(time.time(), task, metrics)
-                snap = job.snapshot
-                if snap is not None:
-                    snap.add(msg)
-            case messages.BarrierAck(task=task, barrier_id=bid):
-                self._check_barriers(job, task, bid)
-            case messages.PartitionsFound():
-                discovery.found(self, job, msg)
-            case (
-                messages.CheckpointCaptured()
-                | messages.CheckpointAck()
-                | messages.CheckpointFailed()
-            ):
-                if job.checkpointer is not None:
-                    job.checkpointer.on_message(msg)
-            case (
-                messages.Prepared()
-                | messages.PrepareFailed()
-                | messages.Paused()
-                | messages.Updated()
-                | messages.UpdateFailed()
-                | messages.StageDone()
-                | messages.StageWithdrawn()
-            ):
-                self._reconfiguration_reply(job, info, msg)
-
-    def _end_idle_sources(self, job: RunningJob, finished: str) -> None:
-        """Once every task of a partitioned source that reads a partition has finished
-        (a bounded source), its tasks left without partitions are told to end."""
-        operator = finished.rpartition("-")[0]
-        spec = next((op for op in job.graph.operators if op.name == operator), None)
-        if spec is None or spec.partitions is None:
-            return
-        tasks = job.layout.tasks_of(operator)
-        reading = [t for t in tasks if job.layout.partitions.get(t)]
-        if any(t not in job.finished_tasks for t in reading):
-            return
-        for t in tasks:
-            if t not in reading and t not in job.finished_tasks:
-                self.send(job.layout.placement[t], messages.EndInput(job.id, t))
-
-    def _took_metrics(self, info: WorkerInfo, msg: messages.Metrics) -> None:
-        info.cpu_percent = msg.cpu_percent
-        info.rss_mb = msg.rss_mb
-        for job in self.jobs.values():
-            if info.id in job.layout.workers_used():
-                job.metrics.add_worker(info.id, info.cpu_percent, info.rss_mb)
-        for job_id, tasks in msg.jobs.items():
-            job = self.jobs.get(job_id)
-            if job is None:
-                continue
-            for task, snap in tasks.items():
-                job.metrics.add(msg.time, task, snap)
-
-    def _reconfiguration_reply(
-        self, job: RunningJob, info: WorkerInfo, msg: messages.ToCoordinator
-    ) -> None:
-        """A worker's reply in the reconfiguration under way; one of an earlier (ended)
-        reconfiguration is dropped."""
-        run = job.active
-        if run is None or run.report.id != msg.rid:  # type: ignore[attr-defined]
-            return
-        if isinstance(msg, messages.Updated) and msg.metrics is not None:
-            job.metrics.add(time.time(), msg.task, msg.metrics)
-        run.deliver(info.id, msg)
-
-    def _check_barriers(self, job: RunningJob, task: str, bid: int | None) -> None:
-        for b, (pending, fut) in job.barrier_waits.items():
-            if bid is None or b == bid:
-                pending.discard(task)
-                if not pending and not fut.done():
-                    fut.set_result(b)
-
-
-def _lost_message(info: WorkerInfo, cause: str | None) -> str:
-    """A job's error when ``info``'s worker, hosting some of its tasks, was lost."""
-    cause = cause or "control connection lost"
-    return f"worker {info.id} (pid {info.pid} on {info.host}) died: {cause}"
+        inbox.took(self, info, msg)

@@ -3,7 +3,8 @@
 A worker hosting the job's tasks dies (its control connection closes or its heartbeat
 stops), a task fails, a data link breaks, or a reconfiguration's update cannot complete:
 if the job takes checkpoints, has a complete one and its restart policy allows another
-attempt, the coordinator recovers it instead of failing it (:func:`recover`):
+attempt, the coordinator recovers it instead of failing it (:func:`failed` decides,
+:func:`recover` carries it out):
 
 1. **Halt.** The job is ``recovering``: a reconfiguration under way ends (failed), the
    checkpoint in flight is abandoned and none starts until the job runs again; every
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
     from .model import RunningJob, WorkerInfo
     from .ports import JobHost
 
-__all__ = ["RECOVERY", "recover", "recovered", "refusal", "restore_of", "tell_recovered"]
+__all__ = ["RECOVERY", "failed", "recover", "recovered", "refusal", "restore_of", "tell_recovered"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,47 @@ def refusal(job: RunningJob) -> str | None:
     if job.checkpointer.latest is None:
         return "the job has no complete checkpoint to recover from yet"
     return None
+
+
+def failed(host: JobHost, job: RunningJob, error: str, *, lost: bool = False) -> None:
+    """``job`` failed with ``error``: it recovers (:func:`recover`) if it can, else it ends
+    failed and is stopped everywhere (what :meth:`.ports.JobHost.fail` does); ``lost``:
+    ``error`` is the loss of a worker. A failure while the job recovers is of its tasks
+    before the recovery (they are being stopped): the recovery goes on, and its reason
+    tells it (a worker's loss first: :meth:`.Failures.reason`)."""
+    if job.done:
+        return
+    rec = job.failures
+    if job.status == JobStatus.RECOVERING:
+        logger.info("job %s (recovering): %s", job.id, error)
+        rec.hear(error, lost=lost)
+        return
+    rec.add(asyncio.get_running_loop().time(), error, lost=lost)
+    why = refusal(job) if job.status != JobStatus.STARTING else "it never started"
+    if why is None:
+        if job.active is not None:  # a reconfiguration under way ends with the error
+            job.active.fail(error)
+        job.status = JobStatus.RECOVERING
+        logger.warning("job %s recovers: %s", job.id, error)
+        _tell_recovering(host, job, error)
+        rec.running = asyncio.ensure_future(recover(host, job))
+        return
+    if job.checkpointer is not None:
+        error = f"{error} (not recovered: {why})"
+    if job.end(JobStatus.FAILED, error):
+        logger.warning("job %s failed: %s", job.id, error)
+        host.stop_everywhere(job)
+
+
+def _tell_recovering(host: JobHost, job: RunningJob, cause: str) -> None:
+    """Tell the coordinator's recovering listener (the control plane records it)."""
+    listener = getattr(host, "on_recovering", None)
+    if listener is None:
+        return
+    try:
+        listener(job.id, cause)
+    except Exception:
+        logger.exception("job %s: the recovering listener failed", job.id)
 
 
 async def recover(host: JobHost, job: RunningJob) -> None:

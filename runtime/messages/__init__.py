@@ -6,7 +6,7 @@ that frames stay readable in a capture) and :func:`decode` makes a received map 
 message again, or raises :class:`MessageError` naming the peer and what is wrong.
 Frames, the handshake that comes before them and the data plane are
 :mod:`runtime.protocol`'s. Both ends dispatch with ``match`` on these classes: the
-coordinator in ``Coordinator._handle`` (:mod:`controlplane.coordinator.core`), the
+coordinator in ``took`` (:mod:`controlplane.coordinator.inbox`), the
 worker in ``WorkerProcess._control_loop`` (:mod:`runtime.worker`). Each side sends through one
 function (``WorkerProcess.send``; ``Cluster.send``, ``_WorkerConn.send``) that encodes.
 

@@ -1,0 +1,54 @@
+"""What every section of the page shares: the results files, and how a figure is written
+(a number, a median with its range, a ratio, a count of rounds, the re-run line)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).parent.parent / "results"
+
+
+def load(name: str) -> dict | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def fmt(x: object, unit: str = "") -> str:
+    if x is None:
+        return "n/a"
+    if isinstance(x, float):
+        return f"{x:,.1f}{unit}"
+    if isinstance(x, int):
+        return f"{x:,}{unit}"
+    return f"{x}{unit}"
+
+
+def day(date: str) -> str:
+    """The day of an ISO timestamp (``2026-11-26T08:43:01Z`` -> ``2026-11-26``)."""
+    return date.partition("T")[0]
+
+
+def rerun(command: str) -> str:
+    return f"Re-run: `{command.strip()}`."
+
+
+def spread(s: dict, digits: int = 1, scale: float = 1.0) -> str:
+    """A median with its [min-max] range (the range only over more than one value), to
+    ``digits`` decimals, each times ``scale``."""
+    if s.get("median") is None:
+        return "n/a"
+    median, low, high = (f"{s[k] * scale:,.{digits}f}" for k in ("median", "min", "max"))
+    return median if s.get("n", 1) < 2 else f"{median} [{low}-{high}]"
+
+
+def times(x: dict) -> str:
+    return "n/a" if x.get("median") is None else f"{x['median']:.2f}x"
+
+
+def fraction(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def rounds_of(n: int) -> str:
+    return "1 round" if n == 1 else f"{n} rounds"
