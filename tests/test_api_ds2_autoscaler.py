@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 from api_support import Api, wait_until
 
 WORK_US = 1000.0  # match busy-waits 1 ms an order: one task matches about 1,000 orders/s
@@ -39,6 +40,9 @@ def parallelism(http: httpx.Client, job: int, operator: str) -> int:
     return len(next(o for o in ops if o["name"] == operator)["tasks"])
 
 
+# One database (11-14 s each): the decision comes from the job's metrics; controllers'
+# decisions are stored on both databases by test_api_controllers.py.
+@pytest.mark.parametrize("api", ["postgresql"], indirect=True, ids=["postgresql"])
 def test_ds2_autoscaler_scales_out_a_rate_step(api: Api) -> None:
     with api.running_job(STOCK_EXCHANGE) as job, api.client() as http:
         form = {

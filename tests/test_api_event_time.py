@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from api_support import Api, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -21,6 +22,9 @@ def metrics(http: Any, job_id: int) -> dict[str, Any]:
     return r.json()
 
 
+# One database (~6 s each): watermarks and windows come from the workers, not storage;
+# the reconfigurations it records are stored on both by test_api_reconfigurations.py.
+@pytest.mark.parametrize("api", ["sqlite"], indirect=True, ids=["sqlite"])
 def test_a_windowed_job_shows_its_watermarks_and_stays_exact_through_live_changes(
     api: Api, tmp_path: Path, held_end: Path
 ) -> None:

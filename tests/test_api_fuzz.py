@@ -41,7 +41,13 @@ from controlplane.config import Settings
 MAX_EXAMPLES = 20
 SEED = 4242
 HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-JOB = {"name": "fuzz-target", "job": "examples.wordcount:build", "params": {"records": 0}}
+# Paced: unthrottled (rate 0), it took both cores for the whole module and slowed every
+# request; the fuzzer needs a running job, not its speed.
+JOB = {
+    "name": "fuzz-target",
+    "job": "examples.wordcount:build",
+    "params": {"records": 0, "rate": 1000},
+}
 
 
 @pytest.fixture(scope="module")

@@ -492,9 +492,16 @@ class Schedule:
                 self.plan(action)
 
 
+# One seed per broker: every seed's schedule runs each kind of action once (only their
+# order and details differ), so a second seed per broker proved nothing the first did not,
+# at ~16 s a case (the reading is paced). The seeds alternate so both schedules still run.
+SEEDS = {"kafka": 1, "jetstream": 2, "redis": 1, "postgres": 2}
+
+
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("seed", [1, 2])
-@pytest.mark.parametrize("broker", list(BROKERS))
+@pytest.mark.parametrize(
+    ("broker", "seed"), list(SEEDS.items()), ids=[f"{b}-{s}" for b, s in SEEDS.items()]
+)
 def test_a_seeded_schedule_of_plans_and_kills_leaves_the_sink_exactly_the_reference(
     faults: BackgroundCluster,
     fault_events: Events,

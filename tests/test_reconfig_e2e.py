@@ -131,7 +131,11 @@ def start_held_job(
     cluster: BackgroundCluster, tmp_path: Path, records: int, held_end: Path, hold_tasks: int = 2
 ) -> tuple:
     """The held job, stalled (its hold file exists) until the test removes the file, its
-    end held back by ``held_end`` (see :func:`submit_running`), once records flow."""
+    end held back by ``held_end``, once its sources read records.
+
+    Not :func:`submit_running`'s wait for records at the sinks: the first batches (512
+    records, 5 ms each in the held tasks) take about 10 s to get there; the sources read
+    as soon as the job runs, and the held tasks are busy from their first batch on."""
     hold = tmp_path / "hold"
     hold.touch()
     out = tmp_path / "out"
@@ -142,7 +146,13 @@ def start_held_job(
         "output": str(out),
         "hold_tasks": hold_tasks,
     }
-    job = submit_running(cluster, "tests.e2e_jobs:held_job", params, held_end)
+    job = cluster.submit(held_until_released(load_job("tests.e2e_jobs:held_job", params), held_end))
+    wait_until(
+        lambda: job.done or job.summary()["source_records"] >= 1,
+        FLOWING_TIMEOUT_S,
+        f"records at the sources of {job.id}",
+    )
+    assert not job.done, (job.status, job.error)
     return job, hold, out
 
 

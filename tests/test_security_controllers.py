@@ -38,7 +38,13 @@ HOST_DIR = Path("/var/tmp")  # on the host, visible to a sandbox (unlike /tmp): 
 RUN_TIMEOUT_S = 60.0  # a sandboxed interpreter starts, imports numpy and tries everything
 GONE_TIMEOUT_S = 10.0  # a killed sandbox's processes have all exited within this
 TIMEOUT_S = 5.0  # controller_timeout_s of this module's server: decide returns within it
-WORDCOUNT = {"name": "attacked", "job": "examples.wordcount:build", "params": {"records": 0}}
+# Paced (unthrottled, it took both cores while the module's tests ran): the attacks need a
+# running job, not its speed.
+WORDCOUNT = {
+    "name": "attacked",
+    "job": "examples.wordcount:build",
+    "params": {"records": 0, "rate": 1000},
+}
 
 # Each attempt prints one line, "attempt <name>: blocked (...)" or "... ESCAPED ...".
 ATTACKS = textwrap.dedent(
@@ -638,7 +644,9 @@ def test_without_a_sandbox_uploads_are_refused_and_builtins_run(tmp_path: Path) 
         assert error["code"] == "sandbox_unavailable"
         assert "STREAMPILOT_SANDBOX_USER" in error["message"]
         assert "built-in" in error["message"]
+        # Deciding every 0.3 s, not the default 10 s: its first decision comes 10 s sooner.
         data = {"name": "lb", "job_id": str(job), "builtin": "load_balancer"}
+        data["config"] = json.dumps({"interval_s": 0.3})
         r = http.post("/api/v1/controllers", data=data)
         assert r.status_code == 201, r.text
         cid = r.json()["id"]
