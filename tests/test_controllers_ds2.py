@@ -30,6 +30,7 @@ from controllers.builtin import BUILTINS, Ds2Autoscaler, Ds2AutoscalerConfig
 from controllers.builtin.ds2_autoscaler import (
     one_step,
     required_inputs,
+    scale_plan,
     sized,
     source_output,
     stages,
@@ -448,3 +449,35 @@ def test_a_source_falling_behind_is_sized_for_what_arrives_not_what_it_delivers(
     plan = c.decide(second)
     assert plan is not None
     assert apply_plan(pipeline.a, plan).operator("split").parallelism >= 7
+
+
+def task_loads(a: Abstraction, loads: dict[int, float]) -> dict[str, float]:
+    return {t.id: sum(loads[g] for g in t.workload.key_groups) for t in a.operator("count").tasks}
+
+
+def test_a_scale_out_spreads_the_measured_load_of_skewed_key_groups() -> None:
+    """Hot key groups all on one task: an even split by count leaves most of their load
+    there, which the model sized as if it were even; with the measured loads the new
+    tasks take enough of the hot groups that no task holds much more than its share."""
+    a = at(A, 3, 2)
+    owned = {t.id: t.workload.key_groups for t in a.operator("count").tasks}
+    hot = set(owned["count-0"][:12])
+    loads = {g: 100.0 if g in hot else 1.0 for gs in owned.values() for g in gs}
+    group = tuple(a.forward_group("count"))
+    even = apply_plan(a, scale_plan(a, {group: 3}, "test"))
+    balanced = apply_plan(a, scale_plan(a, {group: 3}, "test", loads={"count": loads}))
+    assert balanced.operator("count").parallelism == even.operator("count").parallelism == 3
+    share = sum(loads.values()) / 3
+    assert max(task_loads(even, loads).values()) > 1.5 * share  # the skew stays
+    assert max(task_loads(balanced, loads).values()) <= share + 100.0  # within one group
+    assert sorted(g for t in balanced.operator("count").tasks for g in t.workload.key_groups) == (
+        sorted(loads)
+    )
+
+
+def test_without_measured_loads_a_scale_out_splits_key_groups_evenly() -> None:
+    a = at(A, 3, 2)
+    group = tuple(a.forward_group("count"))
+    even = apply_plan(a, scale_plan(a, {group: 3}, "test"))
+    unmeasured = apply_plan(a, scale_plan(a, {group: 3}, "test", loads={"count": {}}))
+    assert unmeasured == even

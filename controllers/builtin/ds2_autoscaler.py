@@ -32,6 +32,12 @@ period (``interval_s``):
    100``: the mean of an exponential sojourn whose p99 is the limit), a task is added
    where it cuts the most, up to ``max_tasks`` and the members' key groups.
 
+The model takes the load as spread evenly over a stage's tasks; a keyed operator's key
+groups are therefore assigned by their measured load in the same plan
+(:func:`scale_plan`, ``MetricsWindow.key_group_loads``), not only evened out by count:
+with skewed keys (the stock exchange's popular stocks) an even count left the hot groups'
+load on one task, which then needed a second scale-out.
+
 When it acts, DS2 sets every stage at once, to its *one-step size* (at
 ``target_utilization``, refined for ``target_latency_ms``) on overload and to its *size
 with headroom* (at ``target_utilization x scale_in_headroom``, refined for
@@ -471,7 +477,10 @@ class Ds2Autoscaler(Controller):
     def _plan(self, view: View, sizes: Mapping[Stage, int], why: str) -> Plan | None:
         cfg = self.config
         groups = {stage.operators: n for stage, n in sizes.items()}
-        return scale_plan(view.abstraction, groups, why, cfg.workers, cfg.mode, cfg.batch_size)
+        loads = {name: view.metrics.key_group_loads(name) for group in groups for name in group}
+        return scale_plan(
+            view.abstraction, groups, why, cfg.workers, cfg.mode, cfg.batch_size, loads=loads
+        )
 
 
 def scale_plan(
@@ -482,10 +491,15 @@ def scale_plan(
     mode: Literal["pause", "fluid"] = "pause",
     batch_size: int | None = None,
     log: logging.Logger = logger,
+    loads: Mapping[str, Mapping[int, float]] | None = None,
 ) -> Plan | None:
     """One plan scaling each forward group of ``a`` (named by its operators) to its size,
     new tasks on ``workers`` (empty: the least loaded); a group whose new tasks find no
-    worker with a free slot is left as it is (logged). None when nothing changes."""
+    worker with a free slot is left as it is (logged). A keyed operator of a group with
+    measured ``loads`` (operator -> key group -> records/s) then has its key groups
+    balanced by load, not only by count: with skewed keys an even count puts the hot
+    groups' load on one task, which the model sized as if the load were even. None when
+    nothing changes."""
     builder = PlanBuilder(a)
     for group, n in sizes.items():
         current = a.operator(group[0]).parallelism
@@ -496,4 +510,9 @@ def scale_plan(
             builder.scale(group[0], n, workers=list(workers) or None)
         except WorkerOverCapacity as exc:
             log.warning("cannot scale %s to %d tasks: %s", "/".join(group), n, exc)
+            continue
+        for name in group:
+            measured = (loads or {}).get(name)
+            if measured and sum(measured.values()) > 0 and a.operator(name).keyed:
+                builder.rebalance(name, measured)
     return builder.build(mode, batch_size)
