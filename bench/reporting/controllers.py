@@ -79,6 +79,17 @@ def _seconds(x: float | None, never: str = "not by the end") -> str:
     return never if x is None else f"{fmt(x)} s"
 
 
+def _safety(d: dict) -> str:
+    """The host's cooldowns of the run's controllers, as a clause (empty if not recorded)."""
+    safety = (d.get("controller") or {}).get("safety") or {}
+    if "cooldown_s" not in safety:
+        return ""
+    out = f", host cooldown {fmt(safety['cooldown_s'])} s"
+    if safety.get("scale_out_cooldown_s") is not None:
+        out += f" ({fmt(safety['scale_out_cooldown_s'])} s for a scale-out)"
+    return out
+
+
 def autoscaler_section(d: dict) -> list[str]:
     summary = d["summary"]
     limit = fmt(d["controller"]["config"]["max_latency_ms"])
@@ -89,8 +100,8 @@ def autoscaler_section(d: dict) -> list[str]:
         f"`{d['job']}` on {d['workers']} local workers, {fmt(d['duration_s'])} s per run, the "
         f"same job under {len(policies)} policies one after the other; the order rate steps "
         "from 4,000 to 12,000 orders/s at 25% of the run and back at 60%; controllers "
-        f"attached at {fmt(d['warmup_s'])} s, metrics read every {fmt(d['sample_s'])} s. "
-        f"{rerun(d['command'])}",
+        f"attached at {fmt(d['warmup_s'])} s, metrics read every {fmt(d['sample_s'])} s"
+        f"{_safety(d)}. {rerun(d['command'])}",
         "",
         f"![{d['scenario']}](bench/results/controllers_{d['scenario']}.png)",
         "",
