@@ -398,8 +398,8 @@ AUTOSCALER = {
 }
 
 
-# DS2 decides every 2 s (its default: the host's shortest window, so consecutive views do not
-# overlap) with the same p99 limit and cap as eSault; Flink keeps its documented windows
+# DS2 decides every second (its default; each view covers the host's shortest window, 2 s)
+# with the same p99 limit and cap as eSault; Flink keeps its documented windows
 # (5 min of stabilization, a 15 min metrics window, a decision a minute) and gets the same
 # cap, as vertex.max-parallelism. The same host safety limits for all three.
 DS2 = {

@@ -43,7 +43,7 @@ A = rebalanced(n_workers=3)  # lines (1) -rebalance-> split (3) -key-> count (2,
 SPLIT_SPEED = 1000.0  # sentences per busy second of one split task
 COUNT_SPEED = 8000.0  # words per busy second of one count task
 WORDS = 4  # words per sentence: split's selectivity
-DT = 2.0  # seconds per period: the default interval_s
+DT = 2.0  # seconds per period: the host's shortest window
 LIMIT_MS = 200.0
 CONFIG = {"max_latency_ms": LIMIT_MS}
 
@@ -186,7 +186,8 @@ def test_one_decision_per_step_under_the_safety_limits() -> None:
     schedule = [1200.0] * 10 + [3600.0] * 30 + [1200.0] * 30
     run = drive(c, A, schedule, SafetyConfig(cooldown_s=10.0))
     assert [i for i, _ in run.decisions] == [10, 44]  # 40 + 5 periods of streak - 1
-    assert run.sizes[-1] == (3, 2)
+    # 1,200 sentences/s sized at 63% busy: split ceil(1.2 / 0.63), count ceil(0.6 / 0.63).
+    assert run.sizes[-1] == (2, 1)
     assert run.split_queue[10] > 0 and max(run.split_queue[10 + int(10 / DT) :]) == 0.0
 
 
@@ -291,6 +292,27 @@ def test_scale_in_waits_for_the_streak_and_the_cool_down() -> None:
     assert [p is not None for p in decided] == [False] * 5 + [True, True]
 
 
+@pytest.mark.parametrize(
+    ("rate", "start", "end"),
+    [
+        (455.0, 2, 1),  # the stock exchange after its step down: one task 45.5% busy
+        (455.0, 3, 1),
+        (550.0, 3, 1),  # 2 tasks would be 27.5% busy: 3 -> ceil(0.55 / 0.63) = 1
+        (550.0, 2, 2),  # 1 task would be 55% busy, over 0.5: 2 stay (the hysteresis)
+    ],
+)
+def test_scale_in_to_the_headroom_size_when_one_task_fewer_is_idle_enough(
+    rate: float, start: int, end: int
+) -> None:
+    """A stage scales in when one task fewer would be busy at most scale_in_utilization
+    (0.5), to its size at target_utilization x scale_in_headroom (0.63); where that leaves
+    it depends on where it started, and either end is stable."""
+    c = Ds2Autoscaler({**CONFIG, "scale_in_periods": 5})
+    run = drive(c, at(A, start, 1), [rate] * 30)
+    assert run.sizes[-1][0] == end
+    assert len(run.decisions) == (start != end)
+
+
 def test_a_rate_that_does_not_hold_gets_a_second_scale_out_after_the_short_cool_down() -> None:
     """Split's speed drops beyond 3 tasks (contended cores): the step sizes it from the
     rate measured at 3 (6 tasks), which does not hold at 6. The second scale-out, to the
@@ -304,7 +326,7 @@ def test_a_rate_that_does_not_hold_gets_a_second_scale_out_after_the_short_cool_
     assert c.config.scale_out_cooldown_s == 3.0
     run = drive(c, A, schedule, safety, contended)
     assert [i for i, _ in run.decisions] == [10, 12, 49]
-    assert (run.sizes[10], run.sizes[12], run.sizes[-1]) == ((6, 3), (9, 3), (4, 2))
+    assert (run.sizes[10], run.sizes[12], run.sizes[-1]) == ((6, 3), (9, 3), (4, 1))
     slow = Ds2Autoscaler({**CONFIG, "cooldown_s": 10.0, "scale_out_cooldown_s": 10.0})
     assert [i for i, _ in drive(slow, A, schedule, safety, contended).decisions] == [10, 16, 49]
     # Steady speeds: the one-step size holds, the short cool-down adds no decision.
@@ -405,7 +427,7 @@ def test_steady_noisy_load_never_decides_twice(rate: float, split: int, noise: l
 def test_registered_and_config_checked() -> None:
     assert BUILTINS["ds2_autoscaler"] is Ds2Autoscaler
     c = Ds2Autoscaler()
-    assert c.interval_s == 2.0 and c.config.model_target_ms == pytest.approx(500 / P99_OVER_MEAN)
+    assert c.interval_s == 1.0 and c.config.model_target_ms == pytest.approx(500 / P99_OVER_MEAN)
     for bad, fragment in [
         ({"target_utilization": 0}, "config.target_utilization: must be in (0, 1]"),
         ({"scale_out_utilization": 0.5}, "config.scale_out_utilization: must be in [target"),

@@ -53,26 +53,31 @@ with headroom* (at ``target_utilization x scale_in_headroom``, refined for
 - *Scale in* once some stage would have been busy at most ``scale_in_utilization`` with
   one task fewer, and its size with headroom was below its tasks, in ``scale_in_periods``
   periods in a row with no overload (such a stage gets the largest of its sizes over the
-  streak).
+  streak). The check is on one task fewer and the size is at the headroom's utilization,
+  which is higher: that gap is the hysteresis. Where a scale-in stops depends on where it
+  starts: a load that one task takes busy 0.55 scales 3 tasks in to 1 (2 would be busy
+  0.28), but leaves 2 as they are (1 would be busy 0.55); either size is stable.
 - *Cool-down*: nothing for ``cooldown_s`` after any change of the job's parallelism (this
   controller's, seen in ``on_result``, or anyone's, seen in the view), on top of the
   host's safety cooldown; the overload and scale-in streaks start again after it. After a
   *scale-out* (a change that only added tasks), a further scale-out needs only wait until
   the new configuration is measured: ``scale_out_cooldown_s`` (3 s), and at least until
   the metrics window holds no report from before the change (the window's span plus
-  :data:`REPORT_S`, the second a report covers: at the default ``interval_s`` of 2 s, the
-  view of the second period after the change). Earlier, the window would mix the old
+  :data:`REPORT_S`, the second a report covers: 3 s with the host's 2 s window).
+  Earlier, the window would mix the old
   configuration's rates into the new one's. Until ``cooldown_s`` is over such a decision
   only adds tasks (a stage the model would shrink keeps its tasks), and scale-in waits:
   a scale-out is never followed by a scale-in, nor a scale-in by anything, sooner than
   ``cooldown_s``. A rate measured at one parallelism that does not hold at the next (a
   machine with fewer cores than tasks) thus costs one short cool-down, not a long one.
 
-The bands are wider than noise: a stage sized to be busy 0.7 (scale-out) or 0.56 (0.7 x
-0.8, scale-in) of the time scales out again only above 0.9 and in again only when one task
-fewer would be busy at most 0.45, so a steady load varying by +-10% never makes a second
-decision (each threshold is more than 1.1 / 0.9 away from the sizes; this is why a
-decision sizes every stage, not only the one that triggered it).
+The bands are wider than noise: a stage sized to be busy at most 0.7 (scale-out) or 0.63
+(0.7 x 0.9, scale-in) of the time scales out again only above 0.9, and in again only when
+one task fewer would be busy at most 0.5, so a steady load varying by +-10% never makes a
+second decision: each threshold is more than 1.1 / 0.9 (1.22) away from the sizes (0.63 /
+0.5 = 1.26; 0.7 / 0.5 = 1.4; 0.9 / 0.7 = 1.29), and this is why a decision sizes every
+stage, not only the one that triggered it. A scale-in leaves the stage's tasks at most
+0.63 busy, so the load has to grow by 43% before it scales out again.
 
 State between periods lives in the instance (the host keeps it alive). Sources are never
 scaled (they cannot be rescaled live), nor stages with a broadcast
@@ -126,16 +131,17 @@ EPSILON = 1e-9  # rates that divide exactly need no extra task for rounding erro
 
 @dataclass(frozen=True)
 class Ds2AutoscalerConfig:
-    interval_s: float = 2.0
+    interval_s: float = 1.0  # each second: a view's window is 2 s (the host's shortest),
+    # so consecutive views overlap, which only makes an overload seen sooner
     max_latency_ms: float = 500.0  # limit on the p99 latency at the sinks (overload)
     target_latency_ms: float | None = None  # model's mean target; None: max / ln(100)
     target_utilization: float = 0.7  # one step sizes stages to be busy this fraction
     scale_out_utilization: float = 0.9  # overload: a stage modelled busier than this
     backpressure_threshold: float = 0.1  # overload: upstream blocked this fraction
     overload_periods: int = 1  # overloaded periods in a row before scaling out
-    scale_in_utilization: float = 0.45  # over-provisioned: one task fewer as busy as this
+    scale_in_utilization: float = 0.5  # over-provisioned: one task fewer as busy as this
     scale_in_periods: int = 10  # periods in a row over-provisioned to scale in
-    scale_in_headroom: float = 0.8  # scale in to target_utilization (and latency) x this
+    scale_in_headroom: float = 0.9  # scale in to target_utilization (and latency) x this
     cooldown_s: float = 10.0  # no decision this long after a change of parallelism
     scale_out_cooldown_s: float = 3.0  # but a scale-out may follow a scale-out after this
     backlog_drain_s: float = 10.0  # queued records and source lag drained within this
