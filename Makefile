@@ -40,6 +40,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/throughput.py
+	$(BIN)/python bench/hotkeys_overhead.py
 	$(BIN)/python bench/reconfig.py --precopy-pause-ms 0 20
 	$(BIN)/python bench/state_transfer.py --no-pool
 	$(BIN)/python bench/fork_copy.py

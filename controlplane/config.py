@@ -73,6 +73,13 @@ class Settings(BaseSettings):
             "CPU to spare, higher latency when they do not)"
         ),
     )
+    hot_keys: bool = Field(
+        True,
+        description=(
+            "keyed tasks sketch their heaviest keys from a sample of each input batch (the "
+            "metrics' hot_keys, the hot-key split); false: they report key-group counts only"
+        ),
+    )
     data_dir: Path = Field(
         Path("./streampilot-data"),
         description=(

@@ -140,6 +140,7 @@ class Engine:
                 precopy_min_bytes=settings.precopy_min_bytes,
                 precopy_pause_ms=settings.precopy_pause_ms,
                 stage_window=settings.stage_window,
+                hot_keys=settings.hot_keys,
                 checkpoint_store=settings.checkpoint_location(),
             ),
             tls=tls.server() if (tls := tls_files(settings)) is not None else None,

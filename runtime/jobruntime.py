@@ -139,6 +139,7 @@ class JobRuntime:
         self.batch_size = config.batch_size
         self.linger_s = config.linger_s
         self.credits = config.credits
+        self.hot_keys = config.hot_keys  # keyed tasks sketch their heaviest keys
         self.tasks: dict[str, BaseTask] = {}
         self.inputs: dict[str, InputChannel] = {}
         self.links: dict[str, PeerLink] = {}
@@ -289,7 +290,9 @@ class JobRuntime:
         op = self.graph.operator(split_task_id(tid)[0])
         index = split_task_id(tid)[1]
         outputs = Outputs(await self.edges(op, tid, layout, {}), self.batch_size, self.linger_s)
-        metrics = TaskMetrics(op.max_parallelism if op.keyed else 0, sink=op.kind == "sink")
+        metrics = TaskMetrics(
+            op.max_parallelism if op.keyed else 0, sink=op.kind == "sink", hot_keys=self.hot_keys
+        )
         logic = layout.logic_of(op, tid)
         if logic is not op.logic:
             op = replace(op, logic=logic)

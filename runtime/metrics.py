@@ -13,7 +13,8 @@ tasks: the heaviest keys, see below), ``channels`` (per output channel: records 
 the traffic matrix), and at sinks ``latency`` (a sparse :class:`LatencyHistogram` of
 end-to-end latency from the source timestamps).
 
-``hot_keys`` lists up to ``HOT_KEYS_REPORTED`` keys, heaviest first, each
+``hot_keys`` (absent when the task was made with ``hot_keys=False``: the control plane's
+``hot_keys`` setting) lists up to ``HOT_KEYS_REPORTED`` keys, heaviest first, each
 ``{"key", "group", "count", "error"}``: its estimated records since the last snapshot (a
 :class:`~runtime.hotkeys.HotKeySampler` fed a sample of each input batch, reset at each
 snapshot), the most that estimate may be over, and its key group. A key travels as itself
@@ -55,7 +56,7 @@ _SIZE = 40 * _SUB
 _FLUSH_AT = 16384  # records queued before binning
 
 HOT_KEY_COUNTERS = 64  # counters of a keyed task's sketch: a key above 1/64 of its input is seen
-HOT_KEY_SAMPLES = 8  # records counted per input batch: ~3% of a word count's keyed processing
+HOT_KEY_SAMPLES = 8  # records counted per input batch (its cost: bench/hotkeys_overhead.py)
 HOT_KEYS_REPORTED = 8  # heaviest keys in each snapshot
 HOT_KEY_MAX_CHARS = 200  # a key whose repr is longer is reported as that repr, cut
 _INT64 = range(-(1 << 63), 1 << 63)  # ints msgpack carries
@@ -202,7 +203,9 @@ class TaskMetrics:
         "watermark",
     )
 
-    def __init__(self, max_parallelism: int = 0, sink: bool = False) -> None:
+    def __init__(self, max_parallelism: int = 0, sink: bool = False, hot_keys: bool = True) -> None:
+        """Counters for a task; ``max_parallelism`` > 0 for a keyed task, which then counts
+        records per key group and, with ``hot_keys``, sketches its heaviest keys."""
         self.records_in = 0
         self.records_out = 0
         self.busy_s = 0.0
@@ -211,7 +214,9 @@ class TaskMetrics:
         self.key_group_counts: list[int] | None = [0] * max_parallelism if max_parallelism else None
         # A keyed task's heaviest keys: the task feeds it each input batch.
         self.hot_keys = (
-            HotKeySampler(HOT_KEY_COUNTERS, HOT_KEY_SAMPLES) if max_parallelism else None
+            HotKeySampler(HOT_KEY_COUNTERS, HOT_KEY_SAMPLES)
+            if max_parallelism and hot_keys
+            else None
         )
         self.channel_records: dict[str, int] = {}
         self.channel_bytes: dict[str, float] = {}

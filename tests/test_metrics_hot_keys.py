@@ -2,15 +2,16 @@
 top word as the hottest key of the count task that owns it, with that word's true share of
 the task's input, over REST (a real server and workers); the controllers' metrics window
 reads it and writes it back unchanged; Prometheus has each keyed task's heaviest share
-while the job runs. The window's summary sums each task's reports per
-key, and a document without hot keys still reads."""
+while the job runs. A server with ``hot_keys`` off reports none, and still each key
+group's records. The window's summary sums each task's reports per key, and a document
+without hot keys still reads."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from api_support import Api, wait_until
+from api_support import Api, running_server, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from controllers.metrics import HotKey, MetricsWindow, TaskSample
@@ -109,6 +110,29 @@ def test_prometheus_has_each_keyed_task_s_heaviest_share_while_the_job_runs(api:
         got = wait_until(owner_reported, 60.0, "the top word's task in /metrics", every=0.5)
     assert got["streampilot_hot_key_share"] == pytest.approx(true_share, abs=0.1)
     assert got["streampilot_hot_key_records_per_second"] > 0
+
+
+def test_a_server_with_hot_keys_off_reports_none_and_still_each_key_groups_records(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """``hot_keys=False`` (``STREAMPILOT_HOT_KEYS=false``) reaches the workers with the
+    deploy: their keyed tasks send no hot keys, and their key-group counts add up to the
+    words counted, as with the sketch on."""
+    tmp = str(tmp_path_factory.mktemp("no-hot-keys"))
+    with (
+        running_server("sqlite", tmp, hot_keys=False) as api,
+        api.running_job(WORDCOUNT) as job_id,
+        api.client() as http,
+    ):
+        api.wait_job(http, job_id, {"finished"}, timeout=60.0)
+        r = http.get(f"/api/v1/jobs/{job_id}/metrics", params={"window_s": WINDOW_S})
+        assert r.status_code == 200, r.text
+        body = r.json()
+    counting = [t for t in body["tasks"] if t["operator"] == "count"]
+    assert len(counting) == 2 and all(t["hot_keys"] == [] for t in body["tasks"])
+    assert all(t["key_groups"] for t in counting)
+    words = sum(reference(PARAMS).values())
+    assert sum(n for t in counting for n in t["key_groups"].values()) == words
 
 
 def _view(*snapshots: dict[str, Any]) -> MetricsView:

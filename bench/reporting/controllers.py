@@ -6,7 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .common import fmt, fraction, load, rerun
+from .common import fmt, fraction, load, opening, verdict
+
+CONTROLLERS_TITLE = "Controllers"
+AUTOSCALER_TITLE = "Autoscalers"
+BALANCER_TITLE = "Load balancer"
+PLACEMENT_TITLE = "DSC placement"
+HOTKEYS_TITLE = "Hot-key split"
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -18,28 +24,30 @@ def _outcomes(summary: dict) -> str:
 
 
 def _reconfigurations(run: dict) -> str:
-    """One sentence on the reconfigurations a controller made in a run."""
+    """One clause on the reconfigurations a controller made in a run."""
     recs = run["reconfigurations"]
     if not recs:
-        return "The controller made no reconfiguration."
+        return "no reconfiguration"
     done = sum(r["status"] == "completed" for r in recs)
     pause = max((r["max_pause_ms"] or 0.0 for r in recs), default=0.0)
     total = max((r["timings_ms"].get("total") or 0.0 for r in recs), default=0.0)
     return (
-        f"It made {len(recs)} reconfigurations ({done} completed); the longest took "
-        f"{fmt(total)} ms, the longest pause {fmt(pause)} ms."
+        f"{len(recs)} reconfigurations ({done} completed), longest {fmt(total)} ms, "
+        f"pause {fmt(pause)} ms"
     )
 
 
 def _controller_header(d: dict, title: str, what: str) -> list[str]:
     c = d["controller"]
     return [
-        f"### {title}",
-        "",
-        f"`{d['job']}` on {d['workers']} local workers, {fmt(d['duration_s'])} s per run; "
-        f"`{c['builtin']}` attached at {fmt(d['warmup_s'])} s, figures over the "
-        f"{fmt(d['sample_s'])} s metrics windows after that. {what} {rerun(d['command'])}",
-        "",
+        *opening(
+            title,
+            f"`{d['job']}` on {d['workers']} local workers, {fmt(d['duration_s'])} s runs; "
+            f"`{c['builtin']}` attached at {fmt(d['warmup_s'])} s, figures per "
+            f"{fmt(d['sample_s'])} s window after that. {what}",
+            d["command"],
+            level=3,
+        ),
         f"![{d['scenario']}](bench/results/controllers_{d['scenario']}.png)",
         "",
     ]
@@ -74,6 +82,13 @@ AUTOSCALER_NAMES = {
     "flink": "`flink_autoscaler` (Flink's rule, default windows)",
 }
 
+# The autoscalers' targets: p99 back under its limit within this long after the step up,
+# at most this many reconfigurations a step, scaled in within this long after the step
+# down, and no reconfiguration at steady load.
+UP_WITHIN_S = 5.0
+RECONFIGS_PER_STEP = 2
+DOWN_WITHIN_S = 30.0
+
 
 def _seconds(x: float | None, never: str = "not by the end") -> str:
     return never if x is None else f"{fmt(x)} s"
@@ -84,10 +99,35 @@ def _safety(d: dict) -> str:
     safety = (d.get("controller") or {}).get("safety") or {}
     if "cooldown_s" not in safety:
         return ""
-    out = f", host cooldown {fmt(safety['cooldown_s'])} s"
+    out = f", cooldown {fmt(safety['cooldown_s'])} s"
     if safety.get("scale_out_cooldown_s") is not None:
-        out += f" ({fmt(safety['scale_out_cooldown_s'])} s for a scale-out)"
+        out += f" ({fmt(safety['scale_out_cooldown_s'])} s to scale out)"
     return out
+
+
+def _autoscaler_missed(x: dict) -> list[str]:
+    """What a policy's run missed of the targets, each with its figure."""
+    up, down = x["steps"]["up"], x["steps"]["down"]
+    missed = []
+    if up["recovery_s"] is None or up["recovery_s"] > UP_WITHIN_S:
+        missed.append("up " + _seconds(up["recovery_s"], "not back"))
+    most = max(up["reconfigurations"], down["reconfigurations"])
+    if most > RECONFIGS_PER_STEP:
+        missed.append(f"{most} reconfigs a step")
+    if not x["scaled_in_s"]:  # 0: it never scaled out; None: not back in by the end
+        missed.append("no scale-out" if x["scaled_in_s"] == 0 else "no scale-in")
+    elif x["scaled_in_s"] > DOWN_WITHIN_S:
+        missed.append(f"down {_seconds(x['scaled_in_s'])}")
+    if x["steady_reconfigurations"]:
+        missed.append(f"{x['steady_reconfigurations']} at steady load")
+    return missed
+
+
+def autoscaler_verdict(d: dict) -> str:
+    summary = d["summary"]
+    judged = [n for n in AUTOSCALER_NAMES if n in summary and n != "static"]
+    met = [n for n in judged if not _autoscaler_missed(summary[n])]
+    return f"met by {len(met)} of {len(judged)} policies" if met else "missed by every policy"
 
 
 def autoscaler_section(d: dict) -> list[str]:
@@ -95,56 +135,64 @@ def autoscaler_section(d: dict) -> list[str]:
     limit = fmt(d["controller"]["config"]["max_latency_ms"])
     policies = [name for name in AUTOSCALER_NAMES if name in summary]
     out = [
-        "### Autoscalers: stock exchange, order rate x3 then back",
-        "",
-        f"`{d['job']}` on {d['workers']} local workers, {fmt(d['duration_s'])} s per run, the "
-        f"same job under {len(policies)} policies one after the other; the order rate steps "
-        "from 4,000 to 12,000 orders/s at 25% of the run and back at 60%; controllers "
-        f"attached at {fmt(d['warmup_s'])} s, metrics read every {fmt(d['sample_s'])} s"
-        f"{_safety(d)}. {rerun(d['command'])}",
-        "",
+        *opening(
+            AUTOSCALER_TITLE,
+            f"`{d['job']}` on {d['workers']} local workers, {fmt(d['duration_s'])} s per "
+            "policy; orders step from 4,000 to 12,000/s at 25% of the run and back at 60%; "
+            f"attached at {fmt(d['warmup_s'])} s, metrics every {fmt(d['sample_s'])} s"
+            f"{_safety(d)}. Last over: the last 1 s window with p99 over the limit.",
+            d["command"],
+            level=3,
+        ),
         f"![{d['scenario']}](bench/results/controllers_{d['scenario']}.png)",
         "",
-        f"| policy | up: last over {limit} ms | s over | peak p99 ms | "
-        "reconfigs | down: scaled in after | reconfigs | reconfigs at steady load | "
-        "task-seconds |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"| policy | up: last over {limit} ms | s over | peak p99 ms | reconfigs | "
+        "down: scaled in after | reconfigs | at steady load | task-seconds | met |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    missed = []
     for name in policies:
         x = summary[name]
         up, down = x["steps"]["up"], x["steps"]["down"]
         scaled = "no scale-out" if x["scaled_in_s"] == 0 else _seconds(x["scaled_in_s"])
+        short = _autoscaler_missed(x)
+        if name != "static" and short:
+            missed.append(AUTOSCALER_NAMES[name].split(" ")[0])
+        met = "-" if name == "static" else f"no: {', '.join(short)}" if short else "yes"
         out.append(
             f"| {AUTOSCALER_NAMES[name]} | {_seconds(up['recovery_s'], 'at the step down')}"
             f" | {fmt(up['seconds_over'])} | {fmt(up['peak_p99_ms'])} | "
             f"{up['reconfigurations']} | {scaled if name != 'static' else '-'} | "
             f"{down['reconfigurations']} | {x['steady_reconfigurations']} | "
-            f"{fmt(x['task_seconds']['total'])} |"
+            f"{fmt(x['task_seconds']['total'])} | {met} |"
         )
-    out += [
+    return [
+        *out,
         "",
-        "Targets: p99 back under its limit within 5 s of the step up, at most 2 "
-        "reconfigurations a step, scaled in within 30 s of the step down, none at steady "
-        'load. "Last over" is the last 1 s window of the high phase with p99 over the '
-        'limit, after the step; "s over" counts them all.',
-        "",
+        *verdict(
+            f"p99 under the limit within {UP_WITHIN_S:g} s of the step up, at most "
+            f"{RECONFIGS_PER_STEP} reconfigurations a step, scaled in within "
+            f"{DOWN_WITHIN_S:g} s of the step down, none at steady load",
+            [f"by {', '.join(missed)}"] if missed else [],
+            "the met column says what",
+        ),
     ]
-    return out
 
 
 def hotkeys_section(d: dict) -> list[str]:
     summary = d["summary"]
     one, two = (summary[w]["words_per_s"]["median"] for w in ("1 way", "2 ways"))
     out = [
-        "### Hot keys split: Zipf 2.0 word count, its top word more than a task can take",
-        "",
-        f"`{d['job']}` with `aggregate`, {fmt(d['params']['work_us'])} us of compute per word "
-        f"counted, Zipf 2.0 over 10,000 words (the top one about 61% of them), 3 count tasks "
-        f'on {d["workers"]} workers, {fmt(d["duration_s"])} s runs. "N ways": unthrottled, '
-        'the top word split over N count tasks before measuring. "static" and '
-        f'"balancer" (`load_balancer`): {fmt((one + two) / 2)} words/s offered, between what '
-        f"1 and 2 ways count. {rerun(d['command'])}",
-        "",
+        *opening(
+            HOTKEYS_TITLE,
+            f"`{d['job']}` with `aggregate`, {fmt(d['params']['work_us'])} µs per word "
+            "counted, Zipf 2.0 over 10,000 words (the top one ~61%), 3 count tasks on "
+            f'{d["workers"]} workers, {fmt(d["duration_s"])} s runs. "N ways": unthrottled, '
+            'the top word split over N tasks first; "static", "balancer" '
+            f"(`load_balancer`): {fmt((one + two) / 2)} words/s offered.",
+            d["command"],
+            level=3,
+        ),
         f"![{d['scenario']}](bench/results/controllers_{d['scenario']}.png)",
         "",
         "| run | words/s counted (median) | over 1 way | busiest count task | p99 ms, median "
@@ -166,11 +214,7 @@ def hotkeys_section(d: dict) -> list[str]:
 def balancer_section(d: dict) -> list[str]:
     a, s = d["summary"]["balancer"], d["summary"]["static"]
     threshold = d["controller"]["config"]["threshold"]
-    out = _controller_header(
-        d,
-        "Load balancer: word count, Zipf keys reshuffled every 30 s",
-        "Static keeps the initial even split of key groups.",
-    )
+    out = _controller_header(d, BALANCER_TITLE, "Static keeps the initial even split.")
     rows = [
         _spread_row(
             "imbalance (max - mean) / mean of count tasks",
@@ -185,13 +229,12 @@ def balancer_section(d: dict) -> list[str]:
         f"| key groups moved | {a['key_groups_moved']} | 0 |",
     ]
     closing = (
-        f"Mean imbalance, balancer / static: "
-        f"{_ratio(a['imbalance']['mean'], s['imbalance']['mean'])}; "
-        f"p99 median: {_ratio(a['p99_ms']['median'], s['p99_ms']['median'])}. "
+        "Balancer / static: mean imbalance "
+        f"{_ratio(a['imbalance']['mean'], s['imbalance']['mean'])}, p99 median "
+        f"{_ratio(a['p99_ms']['median'], s['p99_ms']['median'])}; "
         + _reconfigurations(d["runs"]["balancer"])
-        + " At this rate no count task is saturated, so evening their load does not lower "
-        f"latency. The balanced run's p99 bursts (up to {fmt(a['p99_ms']['max'])} ms) did not "
-        "recur in later runs of the same moves; their cause was not found."
+        + ". No task is saturated here, so even load does not lower latency; the p99 bursts "
+        f"(to {fmt(a['p99_ms']['max'])} ms) are unexplained."
     )
     return out + _table("load_balancer", "static", rows, a, closing)
 
@@ -200,9 +243,8 @@ def placement_section(d: dict) -> list[str]:
     a, s = d["summary"]["dsc"], d["summary"]["round-robin"]
     out = _controller_header(
         d,
-        "DSC placement: word count from round-robin placement",
-        "Both runs start from round-robin placement (task k on worker k mod n); the source is "
-        "unthrottled, so throughput is the most each placement sustains.",
+        PLACEMENT_TITLE,
+        "Both start round-robin (task k on worker k mod n), unthrottled.",
     )
     rows = [
         _spread_row("MB/s crossing workers", a["cross_mb_per_s"], s["cross_mb_per_s"], fraction),
@@ -213,38 +255,48 @@ def placement_section(d: dict) -> list[str]:
         _spread_row("p99 latency ms", a["p99_ms"], s["p99_ms"]),
     ]
     closing = (
-        f"Crossing share, DSC / round-robin: {_ratio(a['cross_fraction'], s['cross_fraction'])}; "
-        f"mean throughput: {_ratio(a['words_per_s']['mean'], s['words_per_s']['mean'])}."
+        "DSC / round-robin: crossing share "
+        f"{_ratio(a['cross_fraction'], s['cross_fraction'])}, mean throughput "
+        f"{_ratio(a['words_per_s']['mean'], s['words_per_s']['mean'])}"
     )
     if a.get("words_per_s_before_and_after"):
         before, after = a["words_per_s_before_and_after"]
         closing += (
-            f" Unthrottled runs vary from run to run; within the DSC run, words/s after its "
-            f"re-placement over before: {_ratio(after['mean'], before['mean'])}, the fairer "
-            "figure."
+            "; within the DSC run (runs vary), after / before its re-placement "
+            f"{_ratio(after['mean'], before['mean'])}"
         )
-    closing += " " + _reconfigurations(d["runs"]["dsc"])
+    closing += "; " + _reconfigurations(d["runs"]["dsc"]) + "."
     return out + _table("dsc_placement", "round-robin", rows, a, closing)
 
 
+# Each scenario: its section, its title and its verdict for the page's index.
 CONTROLLER_SECTIONS = {
     "autoscaler": autoscaler_section,
     "balancer": balancer_section,
     "placement": placement_section,
     "hotkeys": hotkeys_section,
 }
+CONTROLLER_INDEX: dict[str, tuple[str, Callable[[dict], str]]] = {
+    "autoscaler": (AUTOSCALER_TITLE, autoscaler_verdict),
+    "balancer": (BALANCER_TITLE, lambda d: "no target"),
+    "placement": (PLACEMENT_TITLE, lambda d: "no target"),
+    "hotkeys": (HOTKEYS_TITLE, lambda d: "no target"),
+}
 
 
-def controllers_section() -> list[str]:
-    found = {name: d for name in CONTROLLER_SECTIONS if (d := load(f"controllers_{name}"))}
+def controllers_found() -> dict[str, dict]:
+    """The scenarios whose results are present, in the page's order."""
+    return {name: d for name in CONTROLLER_SECTIONS if (d := load(f"controllers_{name}"))}
+
+
+def controllers_section(found: dict[str, dict]) -> list[str]:
     if not found:
         return []
     out = [
-        "## Controllers against static configurations",
+        f"## {CONTROLLERS_TITLE}",
         "",
-        "Each scenario runs the job on its own `streampilot server` per run, driven through "
-        "REST: with built-in controllers attached, and without (static). The plots need the "
-        "`bench` extra (matplotlib).",
+        "Each run on its own `streampilot server`, through REST, with built-in controllers "
+        "and without (static). Plots need the `bench` extra.",
         "",
     ]
     for name, d in found.items():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from .common import fmt, rerun
+from .common import fmt, opening
 
 # The ways a change is made, in the order the benchmark makes them.
 HOWS = ("live", "live_nocopy", "fluid_all", "fluid", "fluid_steps", "restart", "restart_new")
@@ -19,18 +19,26 @@ def _runs(n: int) -> str:
 
 
 def _label(how: str, r: dict) -> str:
-    """How a change was made, in words: the mode, and for ``mode@<n>ms`` the copy-ahead
-    pause budget it ran with."""
+    """How a change was made, in a few words: the mode, and for ``mode@<n>ms`` the
+    copy-ahead pause budget it ran with."""
     mode, _, budget = how.partition("@")
     label = {
         "live": "pause",
-        "live_nocopy": "pause, no copy ahead",
+        "live_nocopy": "pause, no copy",
         "fluid_all": "fluid, 1 step" if r["steps"] == 1 else f"fluid, all ({r['steps']} steps)",
         "fluid": f"fluid, {r['steps']} steps in {_runs(r.get('runs', r['steps']))}",
         "fluid_steps": f"fluid, {r['steps']} steps, a run each",
-        "restart_new": "restart, new workers",
+        "restart_new": "restart",
     }.get(mode, mode)
-    return f"{label}, copying ahead to a {budget.removesuffix('ms')} ms pause" if budget else label
+    return f"{label}, copy to {budget.removesuffix('ms')} ms" if budget else label
+
+
+# Shorter names of the changes the benchmark makes, for the tables.
+CHANGE_LABELS = {
+    "rebalance half the key groups": "rebalance half the groups",
+    "migrate a task (to a standby worker)": "migrate a task to the spare",
+    "migrate two tasks (swap workers)": "swap two tasks' workers",
+}
 
 
 # The targets for a live change against the stop-and-restart on new workers.
@@ -75,9 +83,9 @@ VERDICT_COLUMNS = (
     "change",
     "met",
     "best way",
-    "total ms [range]",
-    "longest pause ms",
-    "restart, new workers: total ms / max latency ms",
+    "ms [range]",
+    "pause ms",
+    "restart ms / max ms",
     "completion",
     "peak latency",
     "p99 / steady",
@@ -115,7 +123,7 @@ def verdicts(size: dict) -> list[str]:
         )
         extra = " (extra)" if c["change"] in EXTRA_CHANGES else ""
         cells = (
-            f"{c['change']}{extra}",
+            CHANGE_LABELS.get(c["change"], c["change"]) + extra,
             "yes" if best.met else "no",
             _label(best.how, r),
             total,
@@ -143,7 +151,7 @@ def _apart(size: dict) -> str:
     if not commands:
         return ""
     when = f" on {date.group(0)[:-1]}" if date else ""
-    return f" Run apart{when}: `{commands[-1]}`."
+    return f" Run{when}: `{commands[-1]}`."
 
 
 def _rounds(size: dict) -> int:
@@ -158,6 +166,10 @@ def _cpu(size: dict) -> float | None:
     return round(sum(usage.values())) if usage else None
 
 
+def _size_title(size: dict, again: bool) -> str:
+    return f"{size['state_mb_per_task']:g} MB per task{', run again' if again else ''}"
+
+
 def _size_section(
     size: dict, again: bool, shipping: dict | None, met_elsewhere: set[str]
 ) -> list[str]:
@@ -165,39 +177,31 @@ def _size_section(
     rounds = _rounds(size)
     steady = size.get("steady_p99_before_changes_ms") or size.get("steady_p99_ms")
     cpu = _cpu(size)
+    cores = size.get("cpu_count")
+    facts = [f"{fmt(round(size['rate_words_per_s']))} words/s"] + (
+        [f"half of {fmt(round(size['max_words_per_s']))}"] if size.get("max_words_per_s") else []
+    )
+    facts.append("1 round" if rounds == 1 else f"{rounds} rounds")
+    if steady:
+        facts.append(f"steady p99 {fmt(steady)} ms")
+    if cpu is not None:
+        facts.append(f"CPU {fmt(cpu)}% of {cores * 100}%")
     out = [
-        f"### {mb:g} MB of state per count task{', run again' if again else ''}",
-        "",
-        f"{fmt(round(size['rate_words_per_s']))} words/s"
-        + (
-            f" (half the {fmt(round(size['max_words_per_s']))} measured first)"
-            if size.get("max_words_per_s")
-            else ""
-        )
-        + f", {'1 round' if rounds == 1 else f'medians of {rounds} rounds'}"
-        + (f", steady p99 {fmt(steady)} ms" if steady else "")
-        + (
-            f", the processes at {fmt(cpu)}% of the {size['cpu_count'] * 100}% of "
-            f"{size['cpu_count']} cores at steady state"
-            if cpu is not None
-            else ""
-        )
-        + f".{_apart(size)}",
+        f"**{_size_title(size, again)}**: {', '.join(facts)}.{_apart(size)}",
         "",
         *verdicts(size),
     ]
     missed = [
-        f"{c} (met in the other run of this size)" if c in met_elsewhere else c
+        CHANGE_LABELS.get(c, c)
+        + (" (met in the other run of this size)" if c in met_elsewhere else "")
         for c in _missed(size)
     ]
     if missed and shipping and shipping["mb"] == mb and cpu is not None:
         v = shipping["variants"].get("default") or next(iter(shipping["variants"].values()))
         out += [
-            f"Missed: {', '.join(missed)}. Shipping {mb:g} MB costs the sender "
-            f"{fmt(v['sender_cpu_ms'])} ms and the receiver {fmt(v['receiver_cpu_ms'])} ms of "
-            f"CPU with nothing else running (state shipping below), and the job already used "
-            f"{fmt(cpu)}% of {size['cpu_count'] * 100}%: these moves are bound by the CPU the "
-            "job leaves ([design](docs/design.md#pre-copy-copy-ahead)).",
+            f"Missed: {', '.join(missed)} (CPU-bound: shipping {mb:g} MB costs "
+            f"{fmt(v['sender_cpu_ms'])} + {fmt(v['receiver_cpu_ms'])} ms of CPU and the job "
+            f"used {fmt(cpu)}% of {cores * 100}%).",
             "",
         ]
     elif missed:
@@ -205,35 +209,13 @@ def _size_section(
     return out
 
 
-def reconfig_section(d: dict, shipping: dict | None = None) -> list[str]:
-    out = [
-        "## Live reconfiguration against stop-and-restart",
-        "",
-        "Word count on 2 of 3 local workers (the third an idle spare), every word padded so "
-        "that each count task holds the state in the heading, at half the rate the padded "
-        "job sustained. Each change is made every way below, then stopped and restarted on "
-        "new worker processes, in the same job. Latency is measured from the start of a "
-        "change to 3 s after it ends; steady p99 is the median p99 of the windows before "
-        f"the changes. {rerun(d['command'])}",
-        "",
-        "- **pause**: affected tasks pause until their part is done; key groups leaving for "
-        "another worker (32 MB or more of them) are first copied ahead while the job runs.",
-        "- **pause, no copy ahead**: the same without copying ahead.",
-        "- **fluid, 1 step**: tasks that only give or gain key groups run on; records of a "
-        "moving group wait for its state.",
-        "- **fluid, n steps in k runs**: the plan in steps of a few key groups, run as stages "
-        "of k reconfigurations (**a run each**: every step a reconfiguration of its own).",
-        "- **copying ahead to a 20 ms pause**: with a copy-ahead pause budget.",
-        "- **restart, new workers**: savepoint to local disk, stop, redeploy on new worker "
-        "processes (Python, no JVM start: an optimistic baseline).",
-        "",
-        f"**Targets:** the restart at least {TARGET_RATIO:g}x slower in completion time and in "
-        f"peak latency, with p99 during the change under {TARGET_P99:g}x steady. Each table "
-        "names, per change, the way that met them with the most to spare (else the fastest "
-        "within the p99 bound); the ratios are of medians.",
-        "",
-    ]
-    seen: set[float] = set()
+RECONFIG_TITLE = "Live reconfiguration"
+
+
+def _sizes(d: dict) -> list[tuple[dict, bool, set[str]]]:
+    """Each size's results, whether it is a size run again, and the changes that met
+    every target in another run of the same size."""
+    out, seen = [], set()
     for size in d["state_sizes"]:
         mb = size["state_mb_per_task"]
         met_elsewhere = {
@@ -243,13 +225,44 @@ def reconfig_section(d: dict, shipping: dict | None = None) -> list[str]:
             for c in other["changes"]
             if (b := _best(c)) is not None and b.met
         }
-        out += _size_section(size, mb in seen, shipping, met_elsewhere)
+        out.append((size, mb in seen, met_elsewhere))
         seen.add(mb)
-    out += [
-        "### Sync time against the number of upstream tasks",
+    return out
+
+
+def reconfig_verdict(d: dict) -> str:
+    judged = [c for size in d["state_sizes"] for c in size["changes"] if _best(c) is not None]
+    missed = sum(not b.met for c in judged if (b := _best(c)) is not None)
+    return "met" if not missed else f"missed {missed} of {len(judged)} changes"
+
+
+def reconfig_section(d: dict, shipping: dict | None = None) -> list[str]:
+    out = [
+        *opening(
+            RECONFIG_TITLE,
+            "Word count on 2 of 3 local workers (one spare), each count task padded to the "
+            "state named, at half the rate it sustained; each change made every way, then by "
+            "restart, in one job. Latency from a change's start to 3 s after it.",
+            d["command"],
+        ),
+        "Ways: **pause** (affected tasks pause; 32 MB or more leaving is copied ahead "
+        "first), **no copy** (not copied ahead), **fluid** (tasks run on, a moving group's "
+        "records wait for its state; in steps, run as k reconfigurations), **copy to 20 ms** "
+        "(copied ahead until the rest fits a 20 ms pause), **restart** (savepoint, stop, "
+        "redeploy on new processes; no JVM start: optimistic).",
         "",
-        f"A rebalance of the count operator on a nearly idle pipeline, "
-        f"{len(d['sync_vs_upstream'][0]['sync_ms'])} times each; linger {d['linger_ms']:g} ms.",
+        f"**Target:** the restart {TARGET_RATIO:g}x slower or more in completion and peak "
+        f"latency, p99 during the change under {TARGET_P99:g}x steady (the median p99 before "
+        "the changes). Per change, the way with the most to spare (else the fastest within "
+        "the p99 bound); ratios of medians.",
+        "",
+    ]
+    for size, again, met_elsewhere in _sizes(d):
+        out += _size_section(size, again, shipping, met_elsewhere)
+    out += [
+        f"**Sync time against upstream tasks**: a rebalance of the count on a nearly idle "
+        f"pipeline, {len(d['sync_vs_upstream'][0]['sync_ms'])} times each, linger "
+        f"{d['linger_ms']:g} ms.",
         "",
         "| upstream (split) tasks | sync median ms | sync max ms |",
         "|---|---|---|",

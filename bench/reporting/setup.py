@@ -1,5 +1,5 @@
-"""The page's setup section: where and when the results were measured, and how to read
-them."""
+"""The page's opening: where and when the results were measured, how to read them and how
+to re-run them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from .common import day
 
 
 def setup_section(results: list[dict]) -> list[str]:
-    """Where and when the results were measured, and how to read them."""
+    """Where and when the results were measured, how to read them, how to re-run them."""
     machines = sorted(
         {(r["machine"]["cpu"], r["machine"]["cores"], r["machine"]["python"]) for r in results}
     )
@@ -15,15 +15,8 @@ def setup_section(results: list[dict]) -> list[str]:
     on = "; ".join(f"{cpu} ({cores} cores), Python {py}" for cpu, cores, py in machines)
     span = days[0] if days[0] == days[-1] else f"{days[0]} to {days[-1]}"
     return [
-        "## Setup",
-        "",
-        f"Measured on {on}, a shared VM, from {span}. Local workers are processes on that "
-        "machine. Figures are medians of rounds, with [min-max] ranges where a table shows "
-        "them; the VM's speed drifts from run to run, so compare figures measured in the "
-        "same run (the ratios) rather than absolute times across runs.",
-        "",
-        "Re-run everything with `make bench` (about three hours; it installs the `bench` "
-        "extra), or one benchmark with the command under its table, then "
-        "`.venv/bin/python bench/report.py` to render this page.",
+        f"Measured on {on}, a shared VM, {span}. Medians of rounds, [min-max] where they "
+        "differ; the VM drifts, so compare ratios within a run, not times across runs. All: "
+        "`make bench` (~3 h), then `.venv/bin/python bench/report.py`.",
         "",
     ]

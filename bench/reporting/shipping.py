@@ -3,18 +3,21 @@ the worker's thread against from a forked child."""
 
 from __future__ import annotations
 
-from .common import fmt, rerun
+from .common import fmt, opening
+
+STATE_TRANSFER_TITLE = "State shipping"
+FORK_COPY_TITLE = "Copy ahead: thread or fork"
 
 
 def state_transfer_section(d: dict) -> list[str]:
     out = [
-        "## State shipping: CPU on each end",
-        "",
-        f"A sender process copies {fmt(d['mb'])} MB of word-count state (64 key groups) "
-        "ahead to a receiver process through the workers' code, with nothing else running; "
-        "medians of the rounds. `no pool` is the receiver without its reused buffers, "
-        f"which faults in every payload's memory afresh. {rerun(d['command'])}",
-        "",
+        *opening(
+            STATE_TRANSFER_TITLE,
+            f"A sender process copies {fmt(d['mb'])} MB of word-count state (64 key groups) "
+            "ahead to a receiver process, nothing else running; medians. `no pool`: without "
+            "the receiver's reused buffers.",
+            d["command"],
+        ),
         "| variant | sender CPU ms (system) | receiver CPU ms (system) | receiver page faults "
         "| first byte to last group read ms |",
         "|---|---|---|---|---|",
@@ -30,15 +33,14 @@ def state_transfer_section(d: dict) -> list[str]:
 
 def fork_copy_section(d: dict) -> list[str]:
     out = [
-        "## Copying state ahead: on the worker's thread or from a forked child",
-        "",
-        f"One process holds {fmt(d['state_mb'])} MB of word-count state and applies "
-        f"{fmt(d['updates'])} records to it while every key group is copied and written to a "
-        "socket: not at all, on its own thread between records (as the workers do), or by a "
-        "child forked first. Medians of the rounds; the copy's CPU is the parent's over "
-        "`none`. A forked copy was tried end to end in the workers and did not shorten "
-        f"changes, so it was left out. {rerun(d['command'])}",
-        "",
+        *opening(
+            FORK_COPY_TITLE,
+            f"A process with {fmt(d['state_mb'])} MB of word-count state applies "
+            f"{fmt(d['updates'])} records while every key group is copied to a socket: not at "
+            "all, on its thread between records (as workers do), or by a forked child; "
+            "medians. The copy's CPU: the parent's over `none`.",
+            d["command"],
+        ),
         "| variant | parent CPU ms | of it, the copy's | parent page faults | fork ms | wall ms |",
         "|---|---|---|---|---|---|",
     ]
@@ -47,4 +49,9 @@ def fork_copy_section(d: dict) -> list[str]:
             f"| {name} | {fmt(v['parent_cpu_ms'])} | {fmt(v['copy_cpu_ms_on_parent'])} "
             f"| {fmt(v['parent_page_faults'])} | {fmt(v['fork_ms'])} | {fmt(v['wall_ms'])} |"
         )
-    return [*out, ""]
+    return [
+        *out,
+        "",
+        "Forked copies, tried in the workers, did not shorten changes: left out.",
+        "",
+    ]

@@ -389,10 +389,10 @@ class Coordinator(Cluster):
         return cancel(self._job(job_id), reason)
 
     def channel_config(self) -> messages.ChannelConfig:
-        """How the workers' channels batch and buffer, as they are told it."""
-        return messages.ChannelConfig(
-            self.config.batch_size, self.config.linger_s, self.config.credits
-        )
+        """How the workers' channels batch and buffer, and whether keyed tasks sketch hot
+        keys, as they are told it."""
+        c = self.config
+        return messages.ChannelConfig(c.batch_size, c.linger_s, c.credits, c.hot_keys)
 
     def _job(self, job_id: str) -> RunningJob:
         try:

@@ -81,13 +81,21 @@ class RuntimeConfig:
     # next stage's barrier travel while the state of the one before still moves, which
     # finishes sooner when the workers have CPU to spare and raises latency when not.
     stage_window: int = 1
+    # Keyed tasks sketch their heaviest keys per input batch (runtime.hotkeys): the metrics'
+    # hot_keys. False: they report key-group counts only.
+    hot_keys: bool = True
     # Where jobs' checkpoints go (a directory or a pyarrow.fs URI), for jobs that take them.
     checkpoint_store: str = field(
         default_factory=lambda: os.path.join(tempfile.gettempdir(), "streampilot-checkpoints")
     )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"batch_size": self.batch_size, "linger_s": self.linger_s, "credits": self.credits}
+        return {
+            "batch_size": self.batch_size,
+            "linger_s": self.linger_s,
+            "credits": self.credits,
+            "hot_keys": self.hot_keys,
+        }
 
 
 @dataclass

@@ -49,7 +49,7 @@ Coordinator -> worker (:class:`ToWorker`), type (class) {fields}:
   ``graph`` the pickled :class:`runtime.dataflow.JobGraph`; ``code`` the uploaded
   modules its pickles name, installed before unpickling (:mod:`runtime.codeload`);
   ``workers`` every alive worker's data address; ``config`` a :class:`ChannelConfig`
-  {batch_size, linger_s, credits}; ``attempt`` which deployment of the job this is (1,
+  {batch_size, linger_s, credits, hot_keys}; ``attempt`` which deployment of the job this is (1,
   then one more at each redeploy: a recovery, a resume, a restart), named by its data
   connections, which a worker refuses once it runs a later one
   (:mod:`runtime.dataserver`); ``restore`` per task a :class:`Restore` {groups,

@@ -40,11 +40,13 @@ Address = tuple[str, int]  # a worker's data address, (host, port)
 
 @struct
 class ChannelConfig:
-    """How channels batch and buffer (from the coordinator's ``RuntimeConfig``)."""
+    """How channels batch and buffer, and whether keyed tasks sketch their heaviest keys
+    (from the coordinator's ``RuntimeConfig``)."""
 
     batch_size: int
     linger_s: float
     credits: int
+    hot_keys: bool = True
 
 
 @struct
