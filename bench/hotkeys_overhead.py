@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import random
 import statistics
 import sys
@@ -40,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.throughput import per_second_rates, write_report
 from controlplane.coordinator import RuntimeConfig
 from controlplane.engine_views import MetricsView
+from controlplane.http import GZIP_LEVEL
 from controlplane.metrics.series import series
 from controlplane.metrics.service import summarize
 from controlplane.runner import run_local
@@ -255,7 +257,8 @@ def _view(samples: list, tasks: int, window_s: float) -> MetricsView:
 
 
 def payload(words_per_s: float) -> dict:
-    """Bytes of the count operator's heat map and of its tasks' metrics entries."""
+    """Bytes of the count operator's heat map (as JSON, and gzipped as the server sends it
+    to a client that accepts gzip) and of its tasks' metrics entries."""
     out = {}
     seconds = int(SERIES_WINDOW_S)
     for tasks in PAYLOAD_TASKS:
@@ -266,6 +269,7 @@ def payload(words_per_s: float) -> dict:
         without = sum(len(e.model_copy(update={"hot_keys": []}).model_dump_json()) for e in entries)
         out[str(tasks)] = {
             "heat_map_bytes": len(heat.model_dump_json()),
+            "heat_map_gzip_bytes": len(gzip.compress(heat.model_dump_json().encode(), GZIP_LEVEL)),
             "heat_map_cells": len(heat.groups) * len(heat.records_per_s[0]),
             "metrics_tasks_bytes": with_keys,
             "metrics_tasks_bytes_without_hot_keys": without,

@@ -57,10 +57,11 @@ def hotkeys_overhead_section(d: dict | None) -> list[str]:
         f"{payload['series_step_s']:g} s steps) and its tasks' entries in `GET "
         f"/jobs/{{id}}/metrics` ({payload['metrics_window_s']:g} s window).",
         "",
-        "| count tasks | heat map bytes (cells) | metrics entries bytes | of them hot_keys |",
-        "|---|---|---|---|",
+        "| count tasks | heat map bytes (cells) | gzipped | metrics entries bytes | of them hot_keys |",
+        "|---|---|---|---|---|",
         *(
             f"| {tasks} | {fmt(p['heat_map_bytes'])} ({fmt(p['heat_map_cells'])}) | "
+            f"{fmt(p['heat_map_gzip_bytes']) if 'heat_map_gzip_bytes' in p else ''} | "
             f"{fmt(p['metrics_tasks_bytes'])} | {fmt(p['hot_keys_bytes'])} |"
             for tasks, p in payload["by_tasks"].items()
         ),
