@@ -302,8 +302,9 @@ def test_the_hot_key_sketch_section_says_not_measured_until_its_results_exist() 
             "series_step_s": 2.0,
             "metrics_window_s": 5.0,
             "by_tasks": {
-                "2": {"heat_map_bytes": 137_356, "heat_map_cells": 19_200,
-                      "metrics_tasks_bytes": 3_750, "hot_keys_bytes": 1_716},
+                "2": {"heat_map_bytes": 137_356, "heat_map_gzip_bytes": 48_167,
+                      "heat_map_cells": 19_200, "metrics_tasks_bytes": 3_750,
+                      "hot_keys_bytes": 1_716},
             },
         },
     }  # fmt: skip
@@ -312,4 +313,4 @@ def test_the_hot_key_sketch_section_says_not_measured_until_its_results_exist() 
         "| zipf, Zipf 1 | 980,000 [882,000-1,078,000] | 1,000,000 [900,000-1,100,000] | "
         "0.980 [0.882-1.078] | 160.0 [144.0-176.0] | 2.4 [2.2-2.6] | 1.5% |" in lines
     )
-    assert "| 2 | 137,356 (19,200) | 3,750 | 1,716 |" in lines
+    assert "| 2 | 137,356 (19,200) | 48,167 | 3,750 | 1,716 |" in lines

@@ -61,7 +61,7 @@ def hotkeys_overhead_section(d: dict | None) -> list[str]:
         "|---|---|---|---|---|",
         *(
             f"| {tasks} | {fmt(p['heat_map_bytes'])} ({fmt(p['heat_map_cells'])}) | "
-            f"{fmt(p['heat_map_gzip_bytes']) if 'heat_map_gzip_bytes' in p else ''} | "
+            f"{fmt(p['heat_map_gzip_bytes'])} | "
             f"{fmt(p['metrics_tasks_bytes'])} | {fmt(p['hot_keys_bytes'])} |"
             for tasks, p in payload["by_tasks"].items()
         ),
