@@ -11,6 +11,7 @@ import re
 
 from bench.reconfig import steady_before_changes
 from bench.report import hotkeys_overhead_section, recovery_section, render, verdicts
+from bench.reporting.controllers import hotkeys_verdict
 
 
 def row(total_ms: float, max_ms: float, p99_over_steady: float | None, status="completed"):
@@ -314,3 +315,18 @@ def test_the_hot_key_sketch_section_says_not_measured_until_its_results_exist() 
         "0.980 [0.882-1.078] | 160.0 [144.0-176.0] | 2.4 [2.2-2.6] | 1.5% |" in lines
     )
     assert "| 2 | 137,356 (19,200) | 48,167 | 3,750 | 1,716 |" in lines
+
+
+def test_the_hot_key_split_is_met_only_when_each_way_more_counts_more() -> None:
+    def result(*rates: float) -> dict:
+        names = ["1 way", "2 ways", "3 ways"][: len(rates)]
+        return {
+            "summary": {
+                n: {"words_per_s": {"median": r}} for n, r in zip(names, rates, strict=True)
+            }
+        }
+
+    assert hotkeys_verdict(result(57_701.2, 71_620.7, 74_770.0)) == "met"
+    assert hotkeys_verdict(result(57_701.2, 71_620.7, 70_000.0)) == (
+        "missed: 3 ways (70,000.0 <= 71,620.7)"
+    )

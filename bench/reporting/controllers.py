@@ -3,6 +3,7 @@ balancer and DSC placement, a subsection each from its own result file."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -208,7 +209,23 @@ def hotkeys_section(d: dict) -> list[str]:
             f"{fraction(x['count_busy']['median'])} | {fmt(x['p99_ms']['median'])}{after} | "
             f"{'; '.join(x['splits']) or '-'} |"
         )
-    return [*out, ""]
+    missed = hotkeys_missed(d)
+    return [*out, "", *verdict(HOTKEYS_TARGET, missed, "" if not missed else HOTKEYS_WHY)]
+
+
+HOTKEYS_TARGET = "with splitting, throughput grows with the number of tasks for the hot key"
+HOTKEYS_WHY = "three CPU-bound count tasks share two cores"
+
+
+def hotkeys_missed(d: dict) -> list[str]:
+    """The unthrottled runs whose words/s did not grow over the run with one way fewer."""
+    ways = [(w, x["words_per_s"]["median"]) for w, x in d["summary"].items() if "way" in w]
+    return [f"{w} ({fmt(b)} <= {fmt(a)})" for (_, a), (w, b) in itertools.pairwise(ways) if b <= a]
+
+
+def hotkeys_verdict(d: dict) -> str:
+    missed = hotkeys_missed(d)
+    return "met" if not missed else f"missed: {', '.join(missed)}"
 
 
 def balancer_section(d: dict) -> list[str]:
@@ -280,7 +297,7 @@ CONTROLLER_INDEX: dict[str, tuple[str, Callable[[dict], str]]] = {
     "autoscaler": (AUTOSCALER_TITLE, autoscaler_verdict),
     "balancer": (BALANCER_TITLE, lambda d: "no target"),
     "placement": (PLACEMENT_TITLE, lambda d: "no target"),
-    "hotkeys": (HOTKEYS_TITLE, lambda d: "no target"),
+    "hotkeys": (HOTKEYS_TITLE, hotkeys_verdict),
 }
 
 
