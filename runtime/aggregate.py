@@ -23,16 +23,25 @@ of routing, made at a reconfiguration barrier like any other.
 A partial accumulator is stored in its key group under :class:`SplitPart` ``(key)`` when
 that group is not the key's home: it moves, is checkpointed and restored with the group.
 Emitting once per key and batch is what makes a split pay: the merge task of a hot key
-receives one update per part and batch, not one per record.
+receives one update per part and batch, not one per record. The windowed equivalent,
+which sends a part once per window, is :mod:`runtime.window_aggregate`.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-__all__ = ["MergeAggregate", "PartialAggregate", "SplitPart", "check_combinable", "part_key"]
+__all__ = [
+    "MergeAggregate",
+    "PartialAggregate",
+    "SplitPart",
+    "check_combinable",
+    "merged",
+    "part_key",
+]
 
 _IMMUTABLE = (int, float, str, bytes, bool, tuple, type(None))
 
@@ -68,6 +77,15 @@ def snapshot(acc: Any) -> Any:
     return acc if type(acc) in _IMMUTABLE else copy.deepcopy(acc)
 
 
+def merged(agg: Any, accs: Iterable[Any]) -> Any:
+    """The merge of the parts' accumulators ``accs`` (one at least), none of them changed."""
+    values = iter(accs)
+    total = snapshot(next(values))  # merge may change its first argument in place
+    for acc in values:
+        total = agg.merge(total, acc)
+    return total
+
+
 @dataclass(frozen=True)
 class PartialAggregate:
     """The partial side's logic: ``agg`` folded per key and part (see the module
@@ -89,9 +107,4 @@ class MergeAggregate:
             parts = {}
         parts[record[1]] = record[2]
         state.set(parts)
-        agg = self.agg
-        values = iter(parts.values())
-        total = snapshot(next(values))  # merge may change its first argument in place
-        for acc in values:
-            total = agg.merge(total, acc)
-        return ((key, agg.result(total)),)
+        return ((key, self.agg.result(merged(self.agg, parts.values()))),)

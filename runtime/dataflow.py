@@ -204,7 +204,8 @@ class KeyedStream(Stream):
         ``Aggregate``: ``Count()``, ``Sum(of)``, ``Mean(of)``, ``Reduce(fn)``...) or
         ``apply(key, start, end, records)``. Emits a ``WindowResult(key, start, end,
         value)`` per window (or what ``apply`` returns). Bad options raise
-        :class:`DataflowError` naming the operator."""
+        :class:`DataflowError` naming the operator. To split hot keys of an aggregate
+        over tumbling or sliding windows, see :meth:`window_aggregate`."""
         from .windows import WindowLogic
 
         try:
@@ -228,23 +229,77 @@ class KeyedStream(Stream):
         value changes, at most once per key and batch. Two operators: ``name`` folds the
         records (a plan may split its hot keys over several of its tasks) and
         ``name.merge`` combines the parts. :class:`DataflowError` names a bad aggregate."""
-        from .aggregate import MergeAggregate, PartialAggregate, check_combinable, part_key
+        from .aggregate import MergeAggregate, PartialAggregate, check_combinable
 
         try:
             check_combinable(aggregate)
         except ValueError as exc:
             raise DataflowError(f"operator {name!r}: {exc}") from None
-        partial = self._then(
+        return self._two_phase(
             name,
-            "keyed",
             PartialAggregate(aggregate),
-            parallelism,
-            max_parallelism=max_parallelism,
-            combinable=True,
-        )
-        return partial.key_by(part_key).process(
-            f"{name}.merge",
             MergeAggregate(aggregate),
+            parallelism,
+            merge_parallelism,
+            max_parallelism,
+        )
+
+    def window_aggregate(
+        self,
+        name: str,
+        assigner: Any,
+        aggregate: Any,
+        *,
+        allowed_lateness_s: float = 0.0,
+        late: Literal["drop", "emit"] = "drop",
+        time: Literal["event"] = "event",
+        parallelism: int | None = None,
+        merge_parallelism: int | None = None,
+        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+    ) -> Stream:
+        """:meth:`window` with ``aggregate=``, whose hot keys a plan may split over
+        several tasks (:mod:`runtime.window_aggregate`): the same ``WindowResult(key,
+        start, end, value)`` per window, from two operators: ``name`` aggregates each
+        key's part of a window and ``name.merge`` merges the parts once the watermark
+        passes the window's end. ``assigner`` is a ``Tumbling`` or ``Sliding``, ``time``
+        event time, ``aggregate`` an ``Aggregate`` whose accumulators merge; anything else
+        (sessions, count windows, ``apply`` functions, processing time) raises
+        :class:`DataflowError` saying to use :meth:`window`."""
+        from .window_aggregate import PartialWindow, WindowMerge, check_splittable
+
+        try:
+            check_splittable(assigner, aggregate, allowed_lateness_s, time)
+            partial = PartialWindow(assigner, aggregate, None, allowed_lateness_s, late)
+        except ValueError as exc:
+            raise DataflowError(f"operator {name!r}: {exc}") from None
+        return self._two_phase(
+            name,
+            partial,
+            WindowMerge(aggregate, allowed_lateness_s, late),
+            parallelism,
+            merge_parallelism,
+            max_parallelism,
+        )
+
+    def _two_phase(
+        self,
+        name: str,
+        partial: Any,
+        merge: Any,
+        parallelism: int | None,
+        merge_parallelism: int | None,
+        max_parallelism: int,
+    ) -> Stream:
+        """``name`` (combinable: a plan may split its keys) running ``partial``, then
+        ``name.merge`` running ``merge`` keyed by the key of what ``partial`` emits."""
+        from .aggregate import part_key
+
+        parts = self._then(
+            name, "keyed", partial, parallelism, max_parallelism=max_parallelism, combinable=True
+        )
+        return parts.key_by(part_key).process(
+            f"{name}.merge",
+            merge,
             parallelism=merge_parallelism or parallelism,
             max_parallelism=max_parallelism,
         )

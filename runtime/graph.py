@@ -115,8 +115,8 @@ class OperatorSpec:
     partitioned source listed when the job was submitted (``()`` until then: a worker
     lists them; None for any other operator); ``event_time`` how a source's records carry
     event time (:mod:`runtime.eventtime`; None: ingestion time); ``combinable`` marks the
-    partial side of a combinable aggregation (:mod:`runtime.aggregate`), whose hot keys
-    a plan may split over several tasks."""
+    partial side of a combinable aggregation (:mod:`runtime.aggregate`, or windowed:
+    :mod:`runtime.window_aggregate`), whose hot keys a plan may split over several tasks."""
 
     name: str
     kind: Kind

@@ -54,7 +54,7 @@ from .messages import (
     ToCoordinator,
 )
 from .metrics import TaskMetrics
-from .operators import AggregateProcessor, KeyedProcessor, SinkProcessor, make_processor
+from .operators import KeyedProcessor, SinkProcessor, make_processor
 from .partitioning import BroadcastEdge, Edge, ForwardEdge, KeyGroupEdge, Outputs, RebalanceEdge
 from .peerlink import PeerLink, RemoteOutputChannel
 from .records import Barrier, BarrierKind
@@ -306,7 +306,7 @@ class JobRuntime:
             if op.kind == "sink":  # its writer knows the parallelism it runs at now
                 op = replace(op, parallelism=len(layout.tasks_of(op.name)))
             processor = make_processor(tid, op, index, outputs, metrics, state)
-            if isinstance(processor, AggregateProcessor):
+            if isinstance(processor, KeyedProcessor):
                 processor.splits = layout.splits.get(op.name, {})
             if isinstance(processor, SinkProcessor) and self.checkpoints is not None:
                 processor.writer.transactional()

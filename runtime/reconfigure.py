@@ -48,7 +48,7 @@ from .channels import InputGate
 from .jobruntime import JobRuntime
 from .layout import Layout, affected_tasks, in_place_owners, sync_only_tasks
 from .messages import Paused
-from .operators import AggregateProcessor, swap_logic
+from .operators import KeyedProcessor, swap_logic
 from .partitioned import PartitionSetReader
 from .records import Barrier, BarrierKind
 from .stages import aligned as stage_aligned
@@ -418,7 +418,7 @@ async def _rewire(job: JobRuntime, task: BaseTask, new: Layout) -> None:
     tid = task.task_id
     before = task.outputs.channels
     task.outputs.set_edges(await job.edges(task.op, tid, new, task.outputs.channel_map()))
-    if isinstance(task, StreamTask) and isinstance(task.processor, AggregateProcessor):
+    if isinstance(task, StreamTask) and isinstance(task.processor, KeyedProcessor):
         task.processor.splits = new.splits.get(task.op.name, {})  # its split keys from now on
     for ch in set(before) - set(task.outputs.channels):
         ch.detach()  # its target moved or went: the old link no longer carries it

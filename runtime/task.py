@@ -28,7 +28,11 @@ A task runs until its inputs end, it fails, or it is cancelled:
    what they emitted. At a reconfiguration's barrier the task forgets what its inputs
    said (they re-announce after it; see :mod:`runtime.eventtime`); after the change
    touched the task, its watermark is re-evaluated (inputs gone), sent again on new
-   output channels, and timers of key groups that came are fired up to it.
+   output channels, and timers of key groups that came are fired up to it. While the
+   task awaits key groups' state (fluid mode) it holds its watermark back, forwarding
+   the latest once the last has come: the records waiting for them and their timers
+   emit then, and would be behind a watermark forwarded meanwhile (a window, or the
+   merge of a windowed aggregation's parts, downstream would take them as late).
 
 A source task instead polls its :class:`~runtime.io.SourceReader` and emits barriers that
 the coordinator asked to inject, in order with its records; with event time
@@ -216,6 +220,7 @@ class StreamTask(BaseTask):
         self.aligner = Aligner(gate.channels)
         self.watermarks = WatermarkTracker(gate.channels)
         self._injected: deque[Barrier] = deque()
+        self._held: Watermark | None = None  # not forwarded yet: key groups on their way
         self._emitted: set[int] = set()  # ids of barriers injected here and emitted
         self._withdrawn: set[int] = set()
 
@@ -283,7 +288,7 @@ class StreamTask(BaseTask):
 
     async def _advance(self, mark: Watermark | None) -> None:
         """Fire the event-time timers up to a risen watermark, then forward it (or an idle
-        or active mark) after what they emitted."""
+        or active mark) after what they emitted; held while key groups are on their way."""
         if mark is None:
             return
         if not mark.idle:
@@ -291,7 +296,18 @@ class StreamTask(BaseTask):
             t0 = time.perf_counter()
             self.processor.on_watermark(self.watermarks.current)
             self.metrics.busy_s += time.perf_counter() - t0
+        if getattr(self.processor, "awaiting", None):
+            self._held = mark
+            return
+        self._held = None
         await self.outputs.broadcast(mark)
+
+    async def _release(self) -> None:
+        """Forward the watermark held back while key groups were on their way, once the
+        last has come (their waiting records processed, their timers due fired)."""
+        if self._held is not None and not getattr(self.processor, "awaiting", None):
+            mark, self._held = self._held, None
+            await self.outputs.broadcast(mark)
 
     async def _after_change(self) -> None:
         """After a reconfiguration touched the task: inputs gone may raise its watermark,
@@ -350,6 +366,7 @@ class StreamTask(BaseTask):
                     outputs, processor = self.outputs, self.processor
                     await self._advance(self.watermarks.reannounce())
                 await self._after_change()
+                await self._release()
                 continue
             if type(item) is Batch:
                 # Step 2. Process the batch.
@@ -382,6 +399,7 @@ class StreamTask(BaseTask):
                 await outputs.broadcast(decision.barrier)
                 if decision.barrier.kind is BarrierKind.RECONFIG:
                     self.watermarks.reset()  # Step 7: inputs re-announce after it
+                    self._held = None  # what they re-announce is held or forwarded
                 gate.unblock_all()
                 if self.host.barrier_aligned(self, decision.barrier):
                     # Affected by a reconfiguration: wait for this task's update.
@@ -392,6 +410,7 @@ class StreamTask(BaseTask):
                 while getattr(processor, "awaiting", None):  # key groups still on their way
                     call = (await gate.next())[1]
                     call()
+                await self._release()
                 processor.close()
                 await outputs.broadcast(EndOfStream())
                 return

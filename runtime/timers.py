@@ -96,9 +96,11 @@ class KeyContext(ValueState):
     ``on_timer``), ``watermark`` (the task's event-time watermark), ``processing_time``
     (the wall clock when the call began), ``in_processing_time`` (in ``on_timer``: the
     timer is a processing-time one), ``side`` (of a connected stream: which input the
-    record came from, see :mod:`runtime.joins`) and ``timers``."""
+    record came from, see :mod:`runtime.joins`), ``group`` (the key group whose state the
+    call sees) and ``timers``."""
 
     __slots__ = (
+        "group",
         "in_processing_time",
         "late",
         "processing_time",
@@ -117,6 +119,7 @@ class KeyContext(ValueState):
         self.in_processing_time = False
         self.late = 0  # records the logic took as late (windows): counted in the metrics
         self.side = 0  # the input of a connected stream the record came from (runtime.joins)
+        self.group = -1  # the key group of the current call
 
 
 class KeyedProcessFunction:

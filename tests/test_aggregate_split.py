@@ -102,21 +102,21 @@ def test_a_hot_key_split_over_three_tasks_is_counted_by_each_and_merged_exactly(
     assert wordcount.read_results(p["output"]) == wordcount.reference(p)
 
 
-def random_plan(rng: random.Random, a: Any, hot: str) -> tuple[str, Plan]:
-    """Split or merge back the hot word, or move the count operator's key groups
-    (rebalance, rescale, migration), half of the moves fluid."""
-    op = a.operator("count")
+def random_plan(rng: random.Random, a: Any, hot: Any, name: str = "count") -> tuple[str, Plan]:
+    """Split or merge back the hot key of the combinable operator ``name``, or move its
+    key groups (rebalance, rescale, migration), half of the moves fluid."""
+    op = a.operator(name)
     split = hot in op.splits()
     kind = rng.choice(["split", "rebalance", "scale", "migrate"])
     if kind == "split":
         if op.parallelism < 2:  # nothing to split over (and no split: scaling in merged it)
-            return "scale", scale(a, "count", 3)
+            return "scale", scale(a, name, 3)
         ways = 1 if split and rng.random() < 0.5 else rng.randint(2, op.parallelism)
-        return f"split {ways} ways", split_key(a, "count", hot, ways if ways > 1 else [])
+        return f"split {ways} ways", split_key(a, name, hot, ways if ways > 1 else [])
     if kind == "rebalance":
-        plan = rebalance(a, "count", {g: rng.random() for g in range(op.max_parallelism or 1)})
+        plan = rebalance(a, name, {g: rng.random() for g in range(op.max_parallelism or 1)})
     elif kind == "scale":
-        plan = scale(a, "count", rng.choice([n for n in (1, 2, 3) if n != op.parallelism]))
+        plan = scale(a, name, rng.choice([n for n in (1, 2, 3) if n != op.parallelism]))
     else:
         task = rng.choice(op.tasks)
         workers = [w.id for w in a.workers if w.status == "alive"]
@@ -124,6 +124,28 @@ def random_plan(rng: random.Random, a: Any, hot: str) -> tuple[str, Plan]:
     if rng.random() < 0.5:
         return f"{kind} (fluid)", replace(plan, mode="fluid", batch_size=rng.choice([8, None]))
     return kind, plan
+
+
+def split_then_random_plans(
+    cluster: BackgroundCluster, job: Any, rng: random.Random, hot: Any, name: str
+) -> list[str]:
+    """Split ``hot`` of ``name`` 2 ways, then apply six :func:`random_plan` s, each
+    completed; returns what they were."""
+    first = split_key(job.abstraction, name, hot, 2)
+    rec = cluster.call(cluster.coordinator.apply_plan(job.id, first))
+    assert rec.status == "completed", rec.error
+    applied: list[str] = []
+    while len(applied) < 6:
+        kind, plan = random_plan(rng, job.abstraction, hot, name)
+        if not plan.ops:
+            continue
+        try:
+            rec = cluster.call(cluster.coordinator.apply_plan(job.id, plan))
+        except NoChange:  # it drew the split the key has already
+            continue
+        assert rec.status == "completed", f"{kind}: {rec.error}"
+        applied.append(kind)
+    return applied
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -134,23 +156,9 @@ def test_a_split_key_stays_exact_through_random_live_plans(
     p = params(tmp_path, parallelism=2, rate=5_000)
     job = cluster.submit(held_wordcount({**p, "held": str(held_end)}))
     hot = hottest(p)
-    rng = random.Random(seed)
-    applied: list[str] = []
     try:
         wait_until(lambda: job.done or sum(counted_by(job, "count").values()) > 0, WAIT_S, "input")
-        first = split_key(job.abstraction, "count", hot, 2)
-        rec = cluster.call(cluster.coordinator.apply_plan(job.id, first))
-        assert rec.status == "completed", rec.error
-        while len(applied) < 6:
-            kind, plan = random_plan(rng, job.abstraction, hot)
-            if not plan.ops:
-                continue
-            try:
-                rec = cluster.call(cluster.coordinator.apply_plan(job.id, plan))
-            except NoChange:  # it drew the split the key has already
-                continue
-            assert rec.status == "completed", f"{kind}: {rec.error}"
-            applied.append(kind)
+        applied = split_then_random_plans(cluster, job, random.Random(seed), hot, "count")
     finally:
         held_end.unlink()
     assert cluster.wait(job, WAIT_S) == "finished", job.error

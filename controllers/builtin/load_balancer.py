@@ -32,7 +32,8 @@ proportional to their measured cost per record (TAG for stateless tasks, through
 
 **Hot keys** (TAG's key splitting). Moving key groups cannot help when one key alone
 needs more than a task can give. With ``split_hot_keys`` on, for every combinable
-aggregation (``key_by(...).aggregate(...)``, whose hot keys a plan may split), before
+aggregation (``key_by(...).aggregate(...)`` and ``key_by(...).window_aggregate(...)``,
+whose hot keys a plan may split), before
 balancing: a key that its tasks' Space-Saving sketches report
 (``MetricsWindow.hot_keys``) at more than ``split_above`` of its task's capacity (the
 task's records per busy second, as above) is split over ``ceil(rate / (split_above x

@@ -23,7 +23,8 @@ changes nothing. Rules:
   resolve through ``resolve_logic`` to a callable, or to a
   :class:`~runtime.dataflow.LogicRef` (a ref a resolver accepts without importing it, as
   the control plane's does: :mod:`controlplane.code.registry`).
-- ``splitKey`` applies to the partial side of a combinable aggregation (``combinable``):
+- ``splitKey`` applies to the partial side of a combinable aggregation (``combinable``:
+  ``aggregate`` or ``window_aggregate``):
   each listed task holds the key's part in one key group it owns at that point of the
   plan (the key's own group for its owner, the task's lowest group for the others),
   the key's own group first; a split's groups are distinct and in range. Its logic is
@@ -329,7 +330,8 @@ def _split_key(draft: _Draft, operator: Operator, op: SplitKey) -> None:
     if not operator.combinable:
         raise InvalidPlan(
             f"operator {name!r} is not a combinable aggregation: only the first operator of "
-            "key_by(...).aggregate(...) can split a key (its merge adds the parts up)"
+            "key_by(...).aggregate(...) or key_by(...).window_aggregate(...) can split a key "
+            "(its merge adds the parts up)"
         )
     assert mp is not None
     splits = draft.splits[name]

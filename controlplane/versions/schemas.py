@@ -92,7 +92,9 @@ class OperatorRead(BaseModel):
     inputs: list[InputRead]
     tasks: list[TaskRead]
     combinable: bool = Field(
-        False, description="the partial side of key_by(...).aggregate(...): keys may split"
+        False,
+        description="the partial side of key_by(...).aggregate(...) or "
+        "window_aggregate(...): keys may split",
     )
     split_keys: list[SplitKeyRead] = Field(
         default_factory=list, description="keys split over several tasks, their parts' groups"

@@ -3,7 +3,7 @@ per key and part, emitted once per key and batch, split keys spread over tasks."
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..aggregate import SplitPart, snapshot
@@ -20,13 +20,10 @@ class AggregateProcessor(KeyedProcessor):
     once per key and part touched, stamped with the oldest of the key's records in the
     batch (so the sinks' latency counts from the first record an update includes).
 
-    :attr:`splits` (key -> key groups, from the layout) lists the split keys: a record of
-    one is folded into the part this task holds, the first of the key's groups that the
-    task owns (or awaits, in fluid mode). The upstream edge spread the key's records over
-    the owners of those groups (:class:`runtime.partitioning.KeyGroupEdge`).
+    A record of a split key (:attr:`splits`) is folded into the part this task holds
+    (:meth:`split_part`). The upstream edge spread the key's records over the owners of
+    those groups (:class:`runtime.partitioning.KeyGroupEdge`).
     """
-
-    splits: Mapping[Any, tuple[int, ...]] = {}
 
     def process(self, key_fn: Any, values: Sequence, stamps: Sequence[float]) -> None:
         kg_of = self.key_group
@@ -49,9 +46,7 @@ class AggregateProcessor(KeyedProcessor):
                 if splits:
                     parts = splits.get(k)
                     if parts is not None:
-                        home, g = g, self._part_of(parts, groups)
-                        if g != home:
-                            sk = SplitPart(k)
+                        g, sk = self.split_part(k, g, parts)
                 if g not in groups:
                     waiting = awaiting.get(g)
                     if waiting is None:
@@ -74,14 +69,6 @@ class AggregateProcessor(KeyedProcessor):
             self._fold(
                 [(k, group, k if kg_of(k) == group else SplitPart(k), v, t) for k, v, t in waiting]
             )
-
-    def _part_of(self, parts: tuple[int, ...], groups: Mapping[int, Any]) -> int:
-        """The group of ``parts`` this task folds a split key's records into: the first it
-        owns or awaits (the first of all when none: the caller reports it not owned)."""
-        for g in parts:
-            if g in groups or g in self.awaiting:
-                return g
-        return parts[0]
 
     def _fold(self, batch: list[tuple[Any, int, Any, Any, float]]) -> None:
         """Fold ``(key, group, state key, record, stamp)`` in order, then emit each touched

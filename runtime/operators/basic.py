@@ -13,11 +13,12 @@ from __future__ import annotations
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
+from ..aggregate import SplitPart
 from ..dataflow import OperatorSpec, logic_ref
 from ..errors import StreamRuntimeError
 from ..keygroups import key_group_fn
@@ -152,7 +153,15 @@ class KeyedProcessor(Processor):
 
     A task of a checkpointed job notes the keys its records touch in every group
     (:meth:`note_changes`), for its next incremental checkpoint (:meth:`take_changes`).
+
+    :attr:`splits` (key -> key groups, from the layout) lists the split keys of a
+    combinable operator (:mod:`runtime.aggregate`); the processors that run one
+    (:class:`~runtime.operators.aggregate.AggregateProcessor`, and
+    :class:`~runtime.operators.timed.TimedKeyedProcessor` for a windowed one) keep a
+    split key's records in the part this task holds (:meth:`split_part`).
     """
+
+    splits: Mapping[Any, tuple[int, ...]] = {}
 
     def __init__(
         self,
@@ -173,6 +182,18 @@ class KeyedProcessor(Processor):
         # and the chains of its checkpoint parts (runtime.checkpoints.taking).
         self.changed: defaultdict[int, set] | None = None
         self.chains: GroupChains | None = None
+
+    def split_part(self, key: Any, home: int, parts: tuple[int, ...]) -> tuple[int, Any]:
+        """The key group and state key of the part of split ``key`` (home group ``home``,
+        its parts' groups ``parts``) that this task holds: the first of ``parts`` it owns
+        or awaits (in fluid mode), under ``key`` in ``home`` and under
+        :class:`~runtime.aggregate.SplitPart` ``(key)`` in another group. When it holds
+        none, the first of all: the caller reports that group not owned."""
+        groups = self.state.groups()
+        for g in parts:
+            if g in groups or g in self.awaiting:
+                return g, key if g == home else SplitPart(key)
+        return parts[0], key if parts[0] == home else SplitPart(key)
 
     def note_changes(self) -> None:
         """Note from now on the keys that records touch, in every group."""

@@ -15,7 +15,12 @@ change tracking for checkpoints and copies made ahead) and also:
 4. a key group whose state arrives in fluid mode has its waiting records processed first,
    each seeing the watermark it came under (not a later one: it was on time when it
    came), then its timers due by then fired;
-5. at the end of its input, fires every timer left, event time first.
+5. at the end of its input, fires every timer left, event time first;
+6. the partial side of a windowed aggregation (:mod:`runtime.window_aggregate`) being
+   combinable, a record of a split key goes to the part this task holds
+   (:meth:`~runtime.operators.KeyedProcessor.split_part`), under its state key there
+   (``SplitPart(key)`` outside the key's home group), which is also the key its logic is
+   called with and its timers are registered for.
 
 A heap entry whose group left, or whose time no longer holds a timer, is skipped; so is
 one of a group being given away while the task runs (fluid): records of it go to the new
@@ -105,6 +110,7 @@ class TimedKeyedProcessor(KeyedProcessor):
         cached = kg_of.cache.get
         groups = self.state.groups()
         awaiting = self.awaiting
+        splits = self.splits
         counts = self.metrics.key_group_counts
         ctx = self.ctx
         ctx.watermark = self.watermark
@@ -123,16 +129,21 @@ class TimedKeyedProcessor(KeyedProcessor):
                     g = None
                 if g is None:
                     g = kg_of(k)
+                sk = k
+                if splits:  # a split key's part: its own state key, in its own group
+                    parts = splits.get(k)
+                    if parts is not None:
+                        g, sk = self.split_part(k, g, parts)
                 store = groups.get(g)
                 if store is None:
                     waiting = awaiting.get(g)
                     if waiting is None:
                         raise KeyGroupNotOwnedError(self.task_id, g)
                     # Its state is on its way: it waits, with the watermark it came under.
-                    waiting.append((k, v, t, side, self.watermark))
+                    waiting.append((sk, v, t, side, self.watermark))
                     continue
                 counts[g] += 1
-                self._call(g, store, k, v, t, out_v, out_t)
+                self._call(g, store, sk, v, t, out_v, out_t)
         except KeyGroupNotOwnedError as exc:
             raise UserCodeError(f"{exc.args[0]} (record {_short(v)}, key {_short(k)})") from exc
         except UserCodeError:
@@ -148,7 +159,7 @@ class TimedKeyedProcessor(KeyedProcessor):
         ctx._store = self._store = store
         ctx._key = k
         ctx.timestamp = t
-        self._group = g
+        ctx.group = self._group = g
         r = self.fn(k, v, ctx)
         if r:
             for o in r:
@@ -244,7 +255,7 @@ class TimedKeyedProcessor(KeyedProcessor):
                 ctx._store = self._store = store
                 ctx.timestamp = t
                 ctx.processing_time = time.time()
-                self._group = g
+                ctx.group = self._group = g
                 for k in keys:
                     ctx._key = k
                     self._changed(g, k)
