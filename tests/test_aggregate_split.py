@@ -179,8 +179,9 @@ def test_a_worker_killed_while_a_key_is_split_leaves_the_counts_exact(
         faults.coordinator.apply_plan(job.id, split_key(job.abstraction, "count", hot, 2))
     )
     assert rec.status == "completed", rec.error
-    done = fault_events.completed(job.id)
-    fault_events.wait("a checkpoint of the split", lambda: fault_events.completed(job.id) > done)
+    # Taken in the split's version: one captured before the change may complete after it.
+    split = job.abstraction.version
+    fault_events.wait("a checkpoint of the split", lambda: fault_events.completed(job.id, split))
     victim = job.layout.placement["count-1"]
     os.kill(faults.coordinator.workers[victim].pid, signal.SIGKILL)
     fault_events.wait("a recovery", lambda: bool(fault_events.recoveries))
