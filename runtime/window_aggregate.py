@@ -32,10 +32,11 @@ a :class:`~runtime.windows.LateRecord` with ``late="emit"``, through the merge);
 it updates its part's accumulator, whose part is sent again at once, and the merge, which
 keeps each part's latest accumulator until the same lateness has passed by its own
 watermark, emits the window's updated result (at once if it fired already, else when it
-does). The last result of each window is the one ``window`` gives; a late record may make
-a window's result be emitted more times than ``window`` does (once per part it updates and
-once more when it comes before the merge fired). Both sides keep a window until its
-end plus the allowed lateness.
+does). The last result of each window is the one ``window`` gives, and it is emitted as
+many times as ``window`` emits it (once at the close, once per late record) or fewer: a
+late record's part that reaches the merge before the merge's watermark passes the
+window's end is merged into that one firing. Both sides keep a window until its end plus
+the allowed lateness.
 
 Only aligned windows split: ``Tumbling`` and ``Sliding`` on event time, with an
 ``Aggregate`` whose accumulators merge (:func:`~runtime.aggregate.check_combinable`).

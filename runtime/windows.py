@@ -16,15 +16,21 @@ by the wall clock when they are processed, and windows close by it. When a bound
 input ends, every window still open closes.
 
 Lateness. A record is *late* when every window it falls in has closed more than
-``allowed_lateness_s`` ago (by the watermark). Late records are dropped, counted in the
+``allowed_lateness_s`` ago (by the watermark); for sessions, the one it merges into (as
+Flink merges first: a record whose own ``[t, t + gap_s)`` is that old still joins a
+session kept within its lateness). Late records are dropped, counted in the
 task's metrics (``event_time.late``), or with ``late="emit"`` sent on as
 :class:`LateRecord` (select them with :func:`is_late`). A record that comes after its
 window closed but within the allowed lateness updates the window, and its result is
-emitted again at once; the window's state is kept until then.
+emitted again at once; the window's state is kept until then. One that opens a window
+closed already (no state for it yet) emits it at once and only then: no timer fires it
+again at its close (Flink's ``EventTimeTrigger``). A late record that merges sessions
+emits the merged one at once if it has closed, else when it closes.
 
-Emission. ``emit="close"`` (default): one result per window, when it closes.
-``emit="update"``: the window's current result after each record (stamped with the
-record's time), and nothing more when it closes.
+Emission. ``emit="close"`` (default): a window's result when it closes, and once more
+for each record within the allowed lateness that comes after that: with no lateness,
+one result per window. ``emit="update"``: the window's current result after each record
+(stamped with the record's time), and nothing more when it closes.
 
 Windows are keyed state with their timers (:mod:`runtime.timers`): they move with their
 key groups in a live reconfiguration and are part of checkpoints.
@@ -392,10 +398,10 @@ class WindowLogic(KeyedProcessFunction):
         fired_before = ctx.watermark if event else -math.inf
         out: list = []
         spans = self.assigner.assign(t)
-        if event and all(end - RESOLUTION_S + lateness <= ctx.watermark for _, end in spans):
-            return self._late(key, record, t, ctx)
-        if isinstance(self.assigner, Session):
+        if isinstance(self.assigner, Session):  # late or not by the merged session (Flink's)
             spans = [self._merge_session(windows, spans[0], ctx)]
+        if event and all(end - RESOLUTION_S + lateness <= ctx.watermark for _, end in spans):
+            return self._late(key, record, t, ctx)  # (a session it merged with would not be)
         for span in spans:
             start, end = span
             if event and end - RESOLUTION_S + lateness <= ctx.watermark:
@@ -410,13 +416,16 @@ class WindowLogic(KeyedProcessFunction):
         return out
 
     def _schedule(self, end: float, ctx: KeyContext) -> None:
-        close = end - RESOLUTION_S
+        """Register the timers of a window ending at ``end``: its close, unless the
+        watermark has passed it (a late firing, emitted by the caller at once: as Flink's
+        ``EventTimeTrigger.onElement`` fires at once and registers no timer), and its
+        cleanup at the close plus the allowed lateness."""
         if self.time == "processing":
             ctx.timers.register_processing_time(end)
             return
-        ctx.timers.register_event_time(close)
-        if self.allowed_lateness_s:
-            ctx.timers.register_event_time(close + self.allowed_lateness_s)
+        for t in self._event_times(end):
+            if t > ctx.watermark:
+                ctx.timers.register_event_time(t)
 
     def _merge_session(
         self, windows: dict, span: tuple[float, float], ctx: KeyContext
@@ -432,20 +441,29 @@ class WindowLogic(KeyedProcessFunction):
                 start, end = min(start, o_start), max(end, o_end)
                 o_acc = windows.pop(other)
                 acc = o_acc if acc is None else self._merge(acc, o_acc)
-                self._unschedule(o_end, ctx)
+                self._unschedule(o_end, windows, ctx)
         if acc is not None:  # its sessions are one now, closing at the merged end
             windows[(start, end)] = acc
             self._schedule(end, ctx)
         return (start, end)
 
-    def _unschedule(self, end: float, ctx: KeyContext) -> None:
-        close = end - RESOLUTION_S
+    def _unschedule(self, end: float, windows: dict, ctx: KeyContext) -> None:
+        """Delete the timers of a session ending at ``end``, merged away, but those that
+        the key's other ``windows`` still need: timers are per key and time, and one
+        session's cleanup may be another's close."""
         if self.time == "processing":
-            ctx.timers.delete_processing_time(end)
+            ctx.timers.delete_processing_time(end)  # sessions apart end apart
             return
-        ctx.timers.delete_event_time(close)
-        if self.allowed_lateness_s:
-            ctx.timers.delete_event_time(close + self.allowed_lateness_s)
+        needed = {t for _, o_end in windows for t in self._event_times(o_end)}
+        for t in self._event_times(end):
+            if t not in needed:
+                ctx.timers.delete_event_time(t)
+
+    def _event_times(self, end: float) -> tuple[float, ...]:
+        """The event-time timers of a window ending at ``end``: its close and cleanup."""
+        close = end - RESOLUTION_S
+        lateness = self.allowed_lateness_s
+        return (close, close + lateness) if lateness else (close,)
 
     def _late(self, key: Any, record: Any, t: float, ctx: KeyContext) -> list | None:
         ctx.late += 1
