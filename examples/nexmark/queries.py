@@ -20,6 +20,8 @@ optional; ``streampilot run examples.nexmark.queries:q1 --param events=100000``)
   to ``rate``, event time follows the wall clock (latency benchmarks).
 - ``shuffle`` (bool, false): rebalance the events between the source and the query
   (records cross workers; the query can then be scaled live without the source).
+- ``two_phase`` (bool, false): q5 counts bids per auction with a two-phase windowed
+  aggregation (``window_aggregate``): the same rows, and a hot auction can be split.
 - ``output`` (str, ""): directory for the rows (``part-N.jsonl``); empty = discard.
 
 The rows are those of :mod:`examples.nexmark.reference` for the same events:
@@ -77,6 +79,7 @@ class Params:
     event_rate: int = 10_000
     time_from_start: bool = False
     shuffle: bool = False
+    two_phase: bool = False  # q5: bids per auction by window_aggregate (hot auctions split)
     output: str = ""
 
     def __post_init__(self) -> None:
@@ -138,13 +141,22 @@ LOGIC: dict[str, Callable[[Event], tuple]] = {
 }
 
 
-def build(query: str, source: Nexmark, parallelism: int, sink: Sink, shuffle: bool = False):
+def build(
+    query: str,
+    source: Nexmark,
+    parallelism: int,
+    sink: Sink,
+    shuffle: bool = False,
+    two_phase: bool = False,
+):
     """The job of ``query`` over ``source``, each operator with ``parallelism`` tasks: for
     a key of :data:`LOGIC`, ``events`` -> ``query`` -> ``sink``; for an event-time query,
     :func:`examples.nexmark.windowed.build` (``shuffle`` does not apply: its records
-    cross workers on its keyed edges)."""
+    cross workers on its keyed edges; ``two_phase`` only applies there)."""
     if query in windowed.BUILDERS:
-        return windowed.build(query, source, parallelism, sink)
+        return windowed.build(query, source, parallelism, sink, two_phase)
+    if two_phase:
+        raise ValueError(f"param 'two_phase' applies to {', '.join(windowed.TWO_PHASE)}")
     if query not in LOGIC:
         have = sorted([*LOGIC, *windowed.BUILDERS])
         raise ValueError(f"no streampilot job for query {query!r}; have {have}")
@@ -160,7 +172,7 @@ def build(query: str, source: Nexmark, parallelism: int, sink: Sink, shuffle: bo
 def _job(query: str, params: dict[str, Any] | None) -> Dataflow:
     p = parse_params(Params, params)
     sink = Collect(p.output) if p.output else Null()
-    return build(query, source_of(p), p.parallelism, sink, p.shuffle)
+    return build(query, source_of(p), p.parallelism, sink, p.shuffle, p.two_phase)
 
 
 def q0(params: dict[str, Any] | None = None) -> Dataflow:

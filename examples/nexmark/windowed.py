@@ -20,7 +20,10 @@ Operators (``events`` is the source; each keyed operator has ``parallelism`` tas
 - q5 hot items: ``bids`` -> ``counts`` (sliding windows, bids per auction) -> ``hot``
   (tumbling windows of the slide keyed by the first stage's window: its results are
   stamped just before their window's end, so each lands in the window of the slide that
-  ends with it; :class:`MostBids`) -> rows.
+  ends with it; :class:`MostBids`) -> rows. With ``two_phase``, ``counts`` is a
+  ``window_aggregate`` (``counts`` and ``counts.merge``, :mod:`runtime.window_aggregate`):
+  the same rows, and a hot auction's bids can be split over several tasks
+  (``splitKey``, or the load balancer).
 - q7 highest bid: ``bids`` -> ``partial`` (tumbling windows, keyed by the bid's
   millisecond modulo :data:`Q7_PARTIALS`: the highest bids of a share of the bids, so
   that no one task sees every bid) -> ``highest`` (the same windows keyed by window,
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from runtime import Dataflow
@@ -341,10 +345,14 @@ def _q4(events: Any, p: int) -> Any:
     return closing.key_by(closing_category).process("average", running_average, parallelism=p)
 
 
-def _q5(events: Any, p: int) -> Any:
+def _q5(events: Any, p: int, two_phase: bool = False) -> Any:
     size, slide = ref.WINDOW_MS / 1000, ref.SLIDE_MS / 1000
     placed = events.flat_map("bids", bids, parallelism=p).key_by(bid_auction)
-    counts = placed.window("counts", Sliding(size, slide), aggregate=Count(), parallelism=p)
+    windows = Sliding(size, slide)
+    if two_phase:
+        counts = placed.window_aggregate("counts", windows, Count(), parallelism=p)
+    else:
+        counts = placed.window("counts", windows, aggregate=Count(), parallelism=p)
     hot = counts.key_by(window_of).window(
         "hot", Tumbling(slide), aggregate=MostBids(), parallelism=p
     )
@@ -378,6 +386,8 @@ def _q11(events: Any, p: int) -> Any:
 
 
 BUILDERS = {"q3": _q3, "q4": _q4, "q5": _q5, "q7": _q7, "q8": _q8, "q11": _q11}
+TWO_PHASE = {"q5": partial(_q5, two_phase=True)}
+"""The queries that can count with a two-phase (splittable) windowed aggregation."""
 READS = {
     "q3": "persons",
     "q4": "auctions",
@@ -396,13 +406,18 @@ STATEFUL = {
 }
 
 
-def build(query: str, source: Nexmark, parallelism: int, sink: Sink) -> Dataflow:
+def build(
+    query: str, source: Nexmark, parallelism: int, sink: Sink, two_phase: bool = False
+) -> Dataflow:
     """The job of ``query`` (a key of :data:`BUILDERS`) over ``source`` on event time,
-    writing its rows to ``sink`` (see the module for its operators)."""
+    writing its rows to ``sink`` (see the module for its operators); ``two_phase`` only
+    for a query of :data:`TWO_PHASE`."""
     if query not in BUILDERS:
         raise ValueError(f"no event-time job for query {query!r}; have {sorted(BUILDERS)}")
+    if two_phase and query not in TWO_PHASE:
+        raise ValueError(f"param 'two_phase' applies to {', '.join(TWO_PHASE)}, not {query}")
     flow = Dataflow(f"nexmark-{query}")
     events = flow.source("events", source, parallelism=parallelism, event_time=event_time(source))
-    rows = BUILDERS[query](events, parallelism)
+    rows = (TWO_PHASE if two_phase else BUILDERS)[query](events, parallelism)
     rows.sink("sink", sink, parallelism=parallelism)
     return flow
