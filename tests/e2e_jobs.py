@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -233,30 +234,46 @@ HELD_END_RECHECK_S = 0.05  # how often a held-back end looks at its file again
 class EndsWhenReleased(Source):
     """``source``'s records, as it emits them, with its end held back while the file
     ``held`` exists: a bounded job that stays running whatever the machine's speed, until
-    the test removes the file; its output is then that of ``source`` alone."""
+    the test removes the file; its output is then that of ``source`` alone.
+
+    ``hurry``: once the file is gone, the rest of ``source`` comes as fast as the job takes
+    it (polled as at the end of time), not at its pace: what a test does while records
+    flow happens before it releases the end, and the records after are the same. Only for
+    sources whose record times do not come from the clock (a :class:`Generator`'s come
+    from its rate curve)."""
 
     source: Source
     held: str
+    hurry: bool = False
 
     def open(self, index: int, parallelism: int, start_time: float) -> SourceReader:
-        return _EndsWhenReleasedReader(self.source.open(index, parallelism, start_time), self.held)
+        reader = self.source.open(index, parallelism, start_time)
+        return _EndsWhenReleasedReader(reader, self.held, self.hurry)
 
 
 class _EndsWhenReleasedReader(SourceReader):
-    def __init__(self, reader: SourceReader, held: str) -> None:
+    def __init__(self, reader: SourceReader, held: str, hurry: bool = False) -> None:
         self._reader = reader
         self._held = held
         self._spent = False  # the inner reader is exhausted; only the file keeps it open
+        self._hurry = hurry
+        self._released = False  # with hurry: the file was gone at a poll (it stays gone)
 
     def poll(self, now: float, max_records: int) -> tuple[list, list[float]] | None:
-        polled = self._reader.poll(now, max_records)
+        if self._hurry and not self._released:
+            self._released = not os.path.exists(self._held)
+        polled = self._reader.poll(math.inf if self._released else now, max_records)
         self._spent = polled is None
         if polled is None and os.path.exists(self._held):
             return [], []
         return polled
 
     def next_due(self, now: float) -> float:
-        return now + HELD_END_RECHECK_S if self._spent else self._reader.next_due(now)
+        if self._spent:
+            return now + HELD_END_RECHECK_S
+        if self._released:
+            return now
+        return self._reader.next_due(now)
 
     def position(self) -> Any:
         return self._reader.position()
@@ -289,14 +306,15 @@ class PartitionsEndWhenReleased(PartitionedSource):
         return _EndsWhenReleasedReader(reader, self.held)
 
 
-def held_until_released(graph: JobGraph, held: Any) -> JobGraph:
+def held_until_released(graph: JobGraph, held: Any, hurry: bool = False) -> JobGraph:
     """``graph`` with each source's end held back while the file ``held`` exists (see
-    :class:`EndsWhenReleased`, :class:`PartitionsEndWhenReleased`)."""
+    :class:`EndsWhenReleased`, :class:`PartitionsEndWhenReleased`); ``hurry``: its
+    unpartitioned sources unpaced once released (see :class:`EndsWhenReleased`)."""
 
     def hold(source: Source) -> Source:
         if isinstance(source, PartitionedSource):
             return PartitionsEndWhenReleased(source, str(held))
-        return EndsWhenReleased(source, str(held))
+        return EndsWhenReleased(source, str(held), hurry)
 
     return JobGraph.of(
         graph.name,

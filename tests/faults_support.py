@@ -81,13 +81,14 @@ def counting_job(out: Path, held: Path, logic: Callable[..., Any] = count) -> Jo
     """src (2) -> key_by -> count (2) -> Collect(out, "all") (2): every (key, running
     count) once; the sources' end is held back while the file ``held`` exists
     (:func:`tests.e2e_jobs.held_until_released`), so the job runs until the test lets it
-    end, whatever the machine's speed. ``logic``: the count's, e.g.
-    ``examples.wordcount.PaddedCount(pad)`` for the same output over larger state."""
+    end, whatever the machine's speed, and the rest comes unpaced once it does.
+    ``logic``: the count's, e.g. ``examples.wordcount.PaddedCount(pad)`` for the same
+    output over larger state."""
     flow = Dataflow("fault_counts")
     src = flow.source("src", SOURCE, parallelism=2)
     counts = src.key_by(identity).process("count", logic, parallelism=2)
     counts.sink("out", Collect(str(out), mode="all"), parallelism=2)
-    return held_until_released(flow.compile(), held)
+    return held_until_released(flow.compile(), held, hurry=True)
 
 
 def reference() -> list[tuple[str, int]]:
@@ -142,7 +143,8 @@ def finish_job(cluster: BackgroundCluster, job: Any, held: Path) -> None:
 def wordcount_job(params: dict[str, Any], out: Path, held: Path) -> JobGraph:
     """``examples.wordcount`` with ``params`` (bounded), its sink writing every (word,
     running count) to ``out`` (``Collect`` in mode "all", so a record lost or written
-    twice shows), its end held back while the file ``held`` exists."""
+    twice shows), its end held back while the file ``held`` exists (the rest unpaced once
+    it is gone)."""
     p = wordcount.Params(**params)
     flow = Dataflow("fault_wordcount")
     sentences = flow.source("sentences", wordcount.source_of(p), parallelism=p.parallelism)
@@ -151,7 +153,7 @@ def wordcount_job(params: dict[str, Any], out: Path, held: Path) -> JobGraph:
         "count", wordcount.count_word, max_parallelism=p.max_parallelism
     )
     counts.sink("sink", Collect(str(out), mode="all"))
-    return held_until_released(flow.compile(), held)
+    return held_until_released(flow.compile(), held, hurry=True)
 
 
 def wordcount_reference(params: dict[str, Any]) -> list[tuple[str, int]]:

@@ -113,19 +113,24 @@ def test_stopping_an_unknown_worker_is_a_backend_error(kind: str) -> None:
 
 
 def test_a_plan_asking_for_a_new_worker_gets_one_from_the_backend(
-    kind: str, tmp_path, no_leftover_processes: None
+    kind: str, tmp_path, held_end, no_leftover_processes: None
 ) -> None:
+    """The plan is applied while the word count's records flow at their pace, its end
+    held back (``held_end``) until then; the rest comes unpaced."""
     from controlplane.abstraction import NEW_WORKER, scale
     from examples import wordcount
+    from tests.e2e_jobs import held_until_released
 
     params = {"records": 150_000, "rate": 20_000, "output": str(tmp_path)}
 
     async def body(co: Coordinator, backend: WorkerBackend) -> None:
         await backend.start_workers(1)
         await co.wait_for_workers(1, 30)
-        job = await co.submit(load_job("examples.wordcount:build", params))
+        graph = load_job("examples.wordcount:build", params)
+        job = await co.submit(held_until_released(graph, held_end, hurry=True))
         assert job.status == "running", job.error
         rec = await co.apply_plan(job.id, scale(job.abstraction, "count", 3, workers=[NEW_WORKER]))
+        held_end.unlink()
         assert rec.status == "completed", rec.error
         workers = {w.id: w for w in job.abstraction.workers}
         assert len(workers) == 2 and {w.backend for w in workers.values()} == {kind}

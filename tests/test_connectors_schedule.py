@@ -127,8 +127,10 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Paced(PartitionedSource):
-    """``source``'s partitions, each read at ``rate`` records per second at most, the end
-    of each held back while the file ``held`` exists. Positions are ``source``'s."""
+    """``source``'s partitions, each read at ``rate`` records per second at most while the
+    file ``held`` exists, the end of each held back until it is gone; the rest is then read
+    as fast as the job takes it (the schedule is over: what is left only has to arrive).
+    Positions are ``source``'s."""
 
     source: PartitionedSource
     rate: float
@@ -149,13 +151,14 @@ class Paced(PartitionedSource):
 
 class PacedReader(SourceReader):
     """Its partition's reader, paced from its first poll (after a move, a seek or a
-    recovery as well)."""
+    recovery as well) until the end is released."""
 
     def __init__(self, reader: SourceReader, paced: Paced) -> None:
         self._reader, self._rate, self._held = reader, paced.rate, paced.held
         self._since: float | None = None
         self._given = 0
         self._spent = False
+        self._released = False  # the file was gone at a poll (it stays gone)
 
     @property
     def stalled(self) -> str | None:  # type: ignore[override]
@@ -164,7 +167,10 @@ class PacedReader(SourceReader):
     def poll(self, now: float, max_records: int) -> tuple[list, list[float]] | None:
         if self._since is None:
             self._since = now
-        due = int((now - self._since) * self._rate) - self._given
+        self._released = self._released or not os.path.exists(self._held)
+        due = max_records
+        if not self._released:
+            due = int((now - self._since) * self._rate) - self._given
         if due <= 0:
             return [], []
         polled = self._reader.poll(now, min(max_records, due))
@@ -179,6 +185,8 @@ class PacedReader(SourceReader):
             return now + HELD_RECHECK_S
         if self._since is None:
             return now
+        if self._released:
+            return self._reader.next_due(now)
         return max(self._reader.next_due(now), self._since + (self._given + 1) / self._rate)
 
     def position(self) -> Any:

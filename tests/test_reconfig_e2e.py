@@ -58,8 +58,9 @@ async def flowing(job) -> None:
 def submit_running(cluster: BackgroundCluster, ref: str, params: dict, held_end: Path):
     """Submit job ``ref`` with ``params``, its sources' end held back while ``held_end``
     exists (see ``e2e_jobs.held_until_released``), and wait until records flow: it runs
-    whatever the machine's speed until :func:`finish` releases it."""
-    job = cluster.submit(held_until_released(load_job(ref, params), held_end))
+    whatever the machine's speed until :func:`finish` releases it, and the rest of its
+    records come unpaced then (``hurry``: the test's changes are made by then)."""
+    job = cluster.submit(held_until_released(load_job(ref, params), held_end, hurry=True))
     until_flowing(job)
     return job
 
@@ -131,7 +132,8 @@ def start_held_job(
     cluster: BackgroundCluster, tmp_path: Path, records: int, held_end: Path, hold_tasks: int = 2
 ) -> tuple:
     """The held job, stalled (its hold file exists) until the test removes the file, its
-    end held back by ``held_end``, once its sources read records.
+    end held back by ``held_end`` (the rest unpaced once released), once its sources read
+    records.
 
     Not :func:`submit_running`'s wait for records at the sinks: the first batches (512
     records, 5 ms each in the held tasks) take about 10 s to get there; the sources read
@@ -146,7 +148,8 @@ def start_held_job(
         "output": str(out),
         "hold_tasks": hold_tasks,
     }
-    job = cluster.submit(held_until_released(load_job("tests.e2e_jobs:held_job", params), held_end))
+    graph = held_until_released(load_job("tests.e2e_jobs:held_job", params), held_end, hurry=True)
+    job = cluster.submit(graph)
     wait_until(
         lambda: job.done or job.summary()["source_records"] >= 1,
         FLOWING_TIMEOUT_S,
