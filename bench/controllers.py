@@ -431,17 +431,17 @@ def autoscaler_runs(duration: float) -> list[Setup]:
     ]
 
 
-def live_tasks(s: Sample, operator: str) -> int:
-    """Tasks of ``operator`` placed on a worker in the sample (removed ones are left out)."""
-    return sum(s["workers"].get(t) is not None for t in tasks_of(s, operator))
-
-
 def task_counts(samples: list[Sample], operator: str) -> list[int]:
-    """:func:`live_tasks` of each sample; a sample in which no task of ``operator``
-    reported (a short window can miss a task's report) counts as the one before."""
+    """The live tasks of ``operator`` in each sample (placed on a worker; removed ones are
+    left out). A short window can miss a task's report: a task live in the samples on
+    both sides counts in the one between, and a sample in which no task of ``operator``
+    reported counts as the one before."""
+    live = [{t for t in tasks_of(s, operator) if s["workers"].get(t) is not None} for s in samples]
     counts, last = [], 0
-    for s in samples:
-        last = live_tasks(s, operator) or last
+    for i, tasks in enumerate(live):
+        if 0 < i < len(live) - 1:
+            tasks = tasks | (live[i - 1] & live[i + 1])
+        last = len(tasks) or last
         counts.append(last)
     return counts
 
@@ -485,13 +485,21 @@ def after_step(r: Run, start: float, end: float) -> dict[str, Any]:
 
 def scaled_in_s(r: Run, up: float, down: float) -> float | None:
     """Seconds from the step down until the autoscaled operators have no more tasks than
-    before the step up (0: they never grew; None: not by the end of the run)."""
+    before the step up for good (the first sample from which none has more: a gap in the
+    reports is not a scale-in; 0: they never grew; None: not by the end of the run)."""
     per_op = [task_counts(r.samples, op) for op in AUTOSCALED]
     totals = [(s["t"], sum(c[i] for c in per_op)) for i, s in enumerate(r.samples)]
     before = max((n for t, n in totals if t < up), default=None)
     if before is None or all(n <= before for t, n in totals if t >= up):
         return 0.0
-    back = next((t for t, n in totals if t >= down and n <= before), None)
+    back = next(
+        (
+            t
+            for i, (t, _) in enumerate(totals)
+            if t >= down and all(n <= before for _, n in totals[i:])
+        ),
+        None,
+    )
     return None if back is None else round(back - down, 1)
 
 
