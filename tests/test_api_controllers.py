@@ -23,12 +23,15 @@ FAST = '{"interval_s": 0.3}'
 
 SCALER = textwrap.dedent(
     """
+    import logging
+
     from controllers import Controller, scale
 
     class ScaleToThree(Controller):
         def decide(self, view):
             print("seen version", view.abstraction.version)
             if view.abstraction.operator("count").parallelism < 3:
+                logging.getLogger("scaler").info("count below 3 tasks: scaling it")
                 return scale(view.abstraction, "count", 3)
             return None
 
@@ -113,6 +116,7 @@ def test_uploaded_controller_scales_the_job_and_records_everything(api: Api, job
             "the controller's output in its log",
         )
         assert "script: seen version 1" in lines
+        assert "script: scaler: count below 3 tasks: scaling it" in lines
         assert any(line.startswith("host: plan applied as reconfiguration") for line in lines)
         assert len(decisions(http, c["id"])) == 1
         # Stop, then start again.

@@ -27,6 +27,11 @@ STOCK_EXCHANGE = {
 }
 CONFIG = {"interval_s": 1.0, "max_latency_ms": 200.0, "max_tasks": 3}
 DECISION_TIMEOUT_S = 90.0  # the step comes within seconds; a loaded 2-core box is slow
+LOG_TIMEOUT_S = 30.0  # the host writes a controller's output to the database every second
+
+
+def log(http: httpx.Client, cid: int) -> list[dict]:
+    return http.get(f"/api/v1/controllers/{cid}/logs?limit=500").json()["items"]
 
 
 def decisions(http: httpx.Client, cid: int) -> list[dict]:
@@ -70,4 +75,13 @@ def test_ds2_autoscaler_scales_out_a_rate_step(api: Api) -> None:
         assert parallelism(http, job, "trades_sink") == parallelism(http, job, "match")
         assert parallelism(http, job, "orders") == 1  # sources are never scaled
         assert http.get(f"/api/v1/jobs/{job}").json()["status"] == "running"
+        # Its log says why it decided: the symptoms it saw and the sizes it chose.
+        why = wait_until(
+            lambda: [item for item in log(http, cid) if "overload (" in item["message"]],
+            LOG_TIMEOUT_S,
+            "the reason of the decision in the controller's log",
+        )
+        assert why[0]["source"] == "script"
+        assert why[0]["message"].startswith("controllers.builtin.ds2_autoscaler: overload (")
+        assert "match" in why[0]["message"] and "from 1 to" in why[0]["message"]
         http.post(f"/api/v1/controllers/{cid}/stop")

@@ -1,8 +1,10 @@
 """The controller's own process: ``python -m controlplane.hosted_controllers.child``.
 
 The host starts one per running controller (with memory and CPU-time limits) and talks to
-it in JSON lines: requests on stdin, replies on stdout. What the script prints goes to
-stderr, which the host keeps as the controller's log. Requests and replies, in order:
+it in JSON lines: requests on stdin, replies on stdout. What the script prints, and what
+it (or a built-in) logs at INFO or above (``logger.info(...)``, as ``name: message``), goes
+to stderr, which the host keeps as the controller's log: a built-in says there why it
+decided what it did. Requests and replies, in order:
 
 1. ``{"type": "load", "source", "filename"}`` or ``{"type": "load", "builtin"}``, with
    ``"config"``: load the script (it must define exactly one ``controllers.Controller``
@@ -25,6 +27,7 @@ whose process it is.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import traceback
@@ -34,6 +37,7 @@ from typing import Any
 __all__ = ["load_controller", "main"]
 
 SCRIPT_MODULE = "streampilot_controller"
+LOG_FORMAT = "%(name)s: %(message)s"  # a log line of the controller's; the host adds the time
 
 
 class LoadError(Exception):
@@ -149,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     sys.stdout.reconfigure(line_buffering=True)  # each printed line reaches the log now
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format=LOG_FORMAT)
     session = _Session()
     if argv[:1] == ["--check"]:
         filename = argv[1] if len(argv) > 1 else "controller.py"
