@@ -11,6 +11,9 @@ import { clock } from "./format.js";
 
 const HEIGHT = 200; // px: five charts and a heat map fit a laptop screen two at a time
 const DECISION_FLAG = 6; // px: half the width of a decision's flag
+const TIME_LABEL_SPACE = 100; // px: at least this between time ticks ("12:40:25 PM" fits)
+
+const timeLabels = (u, splits) => splits.map((t) => clock(t));
 
 /** Every chart's markers: {kind, id, from, to, title, status}, times in epoch seconds. */
 let markers = [];
@@ -26,7 +29,9 @@ export function baseOptions(container, { height = HEIGHT, yAxis = {}, plugins = 
     cursor: { drag: { x: false, y: false } },
     scales: { x: { time: true } },
     axes: [
-      { stroke: muted, grid, ticks: grid },
+      // One row of local times, far enough apart not to overlap (uPlot's default adds a
+      // row of dates, whose first label runs into the next tick's).
+      { stroke: muted, grid, ticks: grid, space: TIME_LABEL_SPACE, values: timeLabels },
       { stroke: muted, grid, ticks: grid, size: 70, ...yAxis },
     ],
     plugins: [markerPlugin(), resizePlugin(container), ...plugins],
