@@ -69,37 +69,48 @@ def test_a_hot_key_split_over_three_tasks_is_counted_by_each_and_merged_exactly(
     hot = hottest(p)
     try:
         wait_until(lambda: job.done or sum(counted_by(job, "count").values()) > 0, WAIT_S, "input")
-        rec = cluster.call(
-            cluster.coordinator.apply_plan(job.id, split_key(job.abstraction, "count", hot, 3))
-        )
-        assert rec.status == "completed", rec.error
-        parts = job.abstraction.operator("count").splits()[hot]
-        assert len(parts) == 3
-        home, others = parts[0], parts[1:]
-        since = time.time()
-        # Each part's group takes a third of the hot word's records: about as many as the
-        # word's own group (which, before, took them all and the others next to none).
-        wait_until(
-            lambda: (
-                job.done
-                or (
-                    (c := group_counts(job, "count", since))[home] > 2_000
-                    and all(c[g] > c[home] / 2 for g in others)
-                )
-            ),
-            WAIT_S,
-            "the split word in each of its parts' groups",
-        )
-        rec = cluster.call(
-            cluster.coordinator.apply_plan(job.id, split_key(job.abstraction, "count", hot, []))
-        )
-        assert rec.status == "completed", rec.error
-        assert job.abstraction.operator("count").split_keys == ()
+        split_three_ways_then_merge_back(cluster, job, "count", hot, 2_000)
     finally:
         held_end.unlink()
     assert cluster.wait(job, WAIT_S) == "finished", job.error
     del p["rate"]
     assert wordcount.read_results(p["output"]) == wordcount.reference(p)
+
+
+def split_three_ways_then_merge_back(
+    cluster: BackgroundCluster, job: Any, name: str, hot: Any, records: int
+) -> None:
+    """Split ``hot`` of the combinable operator ``name`` over three tasks, wait until each
+    part's key group takes a share of its records (the key's home group more than
+    ``records`` since the split, every other part more than half as many as the home),
+    then merge it back."""
+    rec = cluster.call(
+        cluster.coordinator.apply_plan(job.id, split_key(job.abstraction, name, hot, 3))
+    )
+    assert rec.status == "completed", rec.error
+    parts = job.abstraction.operator(name).splits()[hot]
+    assert len(parts) == 3
+    home, others = parts[0], parts[1:]
+    since = time.time()
+    # Each part's group takes a third of the hot key's records: about as many as the key's
+    # own group (which, before, took them all and the others next to none).
+    wait_until(
+        lambda: (
+            job.done
+            or (
+                (c := group_counts(job, name, since))[home] > records
+                and all(c[g] > c[home] / 2 for g in others)
+            )
+        ),
+        WAIT_S,
+        "the split key in each of its parts' groups",
+    )
+    assert not job.done, job.error
+    rec = cluster.call(
+        cluster.coordinator.apply_plan(job.id, split_key(job.abstraction, name, hot, []))
+    )
+    assert rec.status == "completed", rec.error
+    assert job.abstraction.operator(name).split_keys == ()
 
 
 def random_plan(rng: random.Random, a: Any, hot: Any, name: str = "count") -> tuple[str, Plan]:

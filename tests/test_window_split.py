@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from controlplane.testing import BackgroundCluster
 from runtime.dataflow import load_job
 from tests import faults_support
 from tests.api_support import wait_until
-from tests.test_aggregate_split import group_counts, split_then_random_plans
+from tests.test_aggregate_split import split_then_random_plans, split_three_ways_then_merge_back
 from tests.test_windows_e2e import event_time_of
 from tests.time_jobs import read_windows
 from tests.window_split_jobs import HOT, reference
@@ -59,31 +58,7 @@ def test_a_hot_key_split_over_three_tasks_is_windowed_by_each_and_merged_exactly
     job = cluster.submit(load_job(JOB, {**params, "held": str(held_end)}))
     try:
         wait_until(lambda: job.done or event_time_of(job, "window-0"), WAIT_S, "a watermark")
-        rec = cluster.call(
-            cluster.coordinator.apply_plan(job.id, split_key(job.abstraction, "window", HOT, 3))
-        )
-        assert rec.status == "completed", rec.error
-        parts = job.abstraction.operator("window").splits()[HOT]
-        assert len(parts) == 3
-        home, others = parts[0], parts[1:]
-        since = time.time()
-        wait_until(
-            lambda: (
-                job.done
-                or (
-                    (c := group_counts(job, "window", since))[home] > 1_000
-                    and all(c[g] > c[home] / 2 for g in others)
-                )
-            ),
-            WAIT_S,
-            "the split key in each of its parts' groups",
-        )
-        assert not job.done, job.error
-        rec = cluster.call(
-            cluster.coordinator.apply_plan(job.id, split_key(job.abstraction, "window", HOT, []))
-        )
-        assert rec.status == "completed", rec.error
-        assert job.abstraction.operator("window").split_keys == ()
+        split_three_ways_then_merge_back(cluster, job, "window", HOT, 1_000)
     finally:
         held_end.unlink()
     assert cluster.wait(job, WAIT_S) == "finished", job.error
